@@ -1,0 +1,56 @@
+"""launchpad_py: write a distributed program as a graph, launch it anywhere.
+
+    import launchpad_py as lp
+
+    p = lp.Program('hello')
+    server = p.add_node(lp.CourierNode(Server), label='server')
+    p.add_node(lp.PyNode(client_main, server), label='client')
+    lp.launch(p, launch_type='local_mp').wait()
+"""
+
+# Flags (defined on import: --lp_launch_type, --lp_termination_notice_secs)
+from launchpad_py import flags
+
+# RPC, usable on its own
+from launchpad_py import courier
+
+# Setup: programs, nodes, handles, addresses
+from launchpad_py.program import AbstractAddressBuilder
+from launchpad_py.program import Address
+from launchpad_py.program import Handle
+from launchpad_py.program import Program
+from launchpad_py.program import SimpleLocalAddressBuilder
+from launchpad_py.program import get_port_from_address
+from launchpad_py.nodes import CourierClient
+from launchpad_py.nodes import CourierHandle
+from launchpad_py.nodes import CourierNode
+from launchpad_py.nodes import PyClassNode
+from launchpad_py.nodes import PyNode
+
+# Launch
+from launchpad_py.launchers import LaunchType
+from launchpad_py.launchers import NodeState
+from launchpad_py.launchers import NodeStatus
+from launchpad_py.launchers import ProgramController
+from launchpad_py.launchers import PythonProcess
+from launchpad_py.launchers import is_local_launch
+from launchpad_py.launchers import is_local_launch_or_test
+from launchpad_py.launchers import launch
+
+# Stopping a program
+from launchpad_py.stop import make_program_stopper
+from launchpad_py.stop import register_stop_handler
+from launchpad_py.stop import stop
+from launchpad_py.stop import stop_event
+from launchpad_py.stop import unregister_stop_handler
+from launchpad_py.stop import wait_for_stop
+
+# Errors
+from launchpad_py.errors import LaunchError
+from launchpad_py.errors import LaunchpadError
+from launchpad_py.errors import NodeFailedError
+from launchpad_py.errors import NodeSerializationError
+from launchpad_py.errors import NotRunningError
+from launchpad_py.errors import ProgramError
+from launchpad_py.errors import ResourcesError
+from launchpad_py.errors import UnknownLaunchTypeError

@@ -1,0 +1,29 @@
+"""Courier: serve a Python object's public methods over RPC, and call them.
+
+Usable alone::
+
+    from launchpad_py import courier
+    with courier.Server(Counter()) as server:
+        client = courier.Client(server.address)
+        client.increment()
+"""
+
+import os as _os
+
+# gRPC's core logs connection chatter (e.g. GOAWAY on a normal server stop) at INFO;
+# keep only errors unless the user asked for more.
+_os.environ.setdefault('GRPC_VERBOSITY', 'ERROR')
+
+# Server and client
+from launchpad_py.courier.client import Client
+from launchpad_py.courier.client import list_methods
+from launchpad_py.courier.server import Server
+
+# Errors
+from launchpad_py.courier.errors import CourierCancelledError
+from launchpad_py.courier.errors import CourierError
+from launchpad_py.courier.errors import CourierTimeoutError
+from launchpad_py.courier.errors import CourierUnavailableError
+from launchpad_py.courier.errors import RemoteError
+from launchpad_py.courier.errors import RemoteTraceback
+from launchpad_py.courier.errors import UnknownMethodError

@@ -1,0 +1,48 @@
+"""The library's exception tree. Each refines the builtin it is a kind of.
+
+Messages name the subject and the offending value, and say how to fix it.
+RPC transport errors live in ``courier.errors``.
+"""
+
+
+class LaunchpadError(Exception):
+    """Base of every error raised by launchpad_py itself."""
+
+
+class ProgramError(LaunchpadError, ValueError):
+    """The program graph or a launch argument is malformed."""
+
+
+class NodeSerializationError(ProgramError, TypeError):
+    """A node, or one of its arguments, cannot be shipped to its executor."""
+
+
+class UnknownLaunchTypeError(ProgramError):
+    """No launcher is registered under the requested name."""
+
+
+class ResourcesError(ProgramError):
+    """Resources name an unknown group, or a launcher cannot apply them."""
+
+
+class NotRunningError(LaunchpadError, RuntimeError):
+    """Something that only exists in a running program was used outside one."""
+
+
+class LaunchError(LaunchpadError, RuntimeError):
+    """A node failed to start; the message names it and shows its output tail."""
+
+
+class NodeFailedError(LaunchpadError, RuntimeError):
+    """A node raised while the program ran.
+
+    ``label`` and ``index`` name the node; ``remote_traceback`` is the
+    traceback text from where it failed; ``__cause__`` is the original
+    exception where it could be rebuilt.
+    """
+
+    def __init__(self, label: str, index: int, remote_traceback: str, summary: str):
+        super().__init__(f'node {label!r} (index {index}) failed: {summary}\n{remote_traceback}')
+        self.label = label
+        self.index = index
+        self.remote_traceback = remote_traceback

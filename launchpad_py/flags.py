@@ -1,0 +1,18 @@
+"""Command-line flags read by launchers; defined as soon as the package is imported."""
+
+from absl import flags
+
+LAUNCH_TYPE = flags.DEFINE_string(
+    'lp_launch_type', 'local_mt',
+    'How to launch a program when lp.launch() is not told: local_mt, local_mp, test_mt, test_mp.')
+TERMINATION_NOTICE_SECS = flags.DEFINE_integer(
+    'lp_termination_notice_secs', 10,
+    'Seconds a node has to exit after a stop request before its process is killed.')
+
+
+def value_or_default(holder: flags.FlagHolder):
+    """The flag's value, or its default while flags are not parsed (tests, notebooks)."""
+    try:
+        return holder.value
+    except flags.UnparsedFlagAccessError:
+        return holder.default

@@ -1,0 +1,264 @@
+"""The running program: start, supervise, stop, and report failures.
+
+Every launcher returns a ``ProgramController``::
+
+    with lp.launch(p, launch_type='local_mp') as program:
+        program.wait(timeout=60)     # re-raises the first node failure
+
+Supervision is one thread that owns all state changes; workers only post
+events. The default failure policy stops the program on the first failure.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import queue
+import sys
+import threading
+import time
+
+from launchpad_py import errors, runtime
+from launchpad_py.launchers.worker_api import (Events, FailureReport, NodeState, NodeStatus,
+                                               Worker)
+
+_log = logging.getLogger(__name__)
+_ENDED = (NodeState.FINISHED, NodeState.STOPPED, NodeState.FAILED, NodeState.KILLED)
+
+
+class ProgramController:
+    """Handle on a launched program: ``wait``, ``stop``, ``statuses``."""
+
+    def __init__(self, name: str, launch_type: str, grace: float, keep_process_alive: bool,
+                 on_finish=None):
+        self.name = name
+        self.launch_type = launch_type
+        self.events = Events()
+        #: This program's stop state in the launching process (lp.stop() here stops it).
+        self.scope = runtime.ProgramScope(name, self.request_stop)
+        self._workers: list[Worker] = []
+        self._events = self.events
+        self._scope = self.scope
+        self._grace = grace
+        self._on_finish = on_finish
+        self._ready = threading.Event()
+        self._done = threading.Event()
+        self._stopping = False
+        self._stop_deadline: float | None = None
+        self._failed: Worker | None = None
+        self._startup_failure: Worker | None = None
+        self._failure_seen = False
+        self._killed: list[str] = []
+        # A non-daemon supervisor keeps the launching script alive while the program
+        # runs, as a script ending with lp.launch(p) expects.
+        self._thread = threading.Thread(target=self._supervise, name=f'lp-supervisor-{name}',
+                                        daemon=not keep_process_alive)
+
+    # -- starting ----------------------------------------------------------------
+
+    def start(self, workers: list[Worker], ready_timeout: float | None = None) -> 'ProgramController':
+        """Starts ``workers``; returns once all report ready, else raises LaunchError."""
+        self._workers = list(workers)
+        runtime.activate(self._scope)
+        _running.add(self)
+        self._thread.start()
+        try:
+            for worker in self._workers:
+                worker.start()
+        except BaseException:
+            self.request_stop()
+            self._done.wait()
+            raise
+        if not self._ready.wait(ready_timeout):
+            pending = [w.name for w in self._workers if w.state == NodeState.STARTING]
+            self.stop()
+            raise errors.LaunchError(
+                f'program {self.name!r}: nodes {pending} did not become ready within '
+                f'{ready_timeout:.0f}s; their output:\n' + self._tails(pending))
+        if self._startup_failure is not None:
+            self._done.wait()
+            self._failure_seen = True
+            worker = self._startup_failure
+            raise errors.LaunchError(
+                f'node {worker.label!r} (index {worker.index}, {worker.description}) of program '
+                f'{self.name!r} failed to start: {worker.failure.summary}\n'
+                f'{worker.failure.traceback}\n--- output tail of {worker.name} ---\n'
+                f'{worker.output_tail()}')
+        return self
+
+    # -- public API ---------------------------------------------------------------
+
+    def wait(self, timeout: float | None = None) -> None:
+        """Blocks until the program ends; re-raises the first node failure.
+
+        Raises ``TimeoutError`` if the program is still running after ``timeout``.
+        """
+        if not self._done.wait(timeout):
+            raise TimeoutError(f'program {self.name!r} still running after {timeout}s')
+        self._raise_failure()
+
+    def stop(self, grace: float | None = None, timeout: float | None = None) -> None:
+        """Stops the program and waits until every node is gone."""
+        self.request_stop(grace)
+        if not self._done.wait(timeout):
+            raise TimeoutError(f'program {self.name!r} did not stop within {timeout}s')
+
+    def request_stop(self, grace: float | None = None) -> None:
+        """Starts stopping the program; returns at once."""
+        if grace is not None:
+            self._grace = grace
+        self._events.stop_requested()
+
+    @property
+    def is_running(self) -> bool:
+        return not self._done.is_set()
+
+    def statuses(self) -> list[NodeStatus]:
+        return [NodeStatus(w.label, w.index, w.state, w.pid, w.exit_code) for w in self._workers]
+
+    @property
+    def killed_nodes(self) -> list[str]:
+        """Nodes killed because they ignored the stop request for the grace period."""
+        return list(self._killed)
+
+    def __enter__(self) -> 'ProgramController':
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        self.stop()
+        if exc_type is None:
+            self._raise_failure()
+
+    def __repr__(self) -> str:
+        state = 'running' if self.is_running else 'ended'
+        return f'<ProgramController {self.name!r} {self.launch_type} {state}>'
+
+    # -- supervision --------------------------------------------------------------
+
+    def _raise_failure(self) -> None:
+        worker = self._failed
+        if worker is None:
+            return
+        self._failure_seen = True
+        failure = worker.failure
+        error = errors.NodeFailedError(worker.label, worker.index, failure.traceback, failure.summary)
+        raise error from failure.exception
+
+    def _supervise(self) -> None:
+        try:
+            while not all(w.state in _ENDED for w in self._workers):
+                self._handle(self._next_event())
+        except BaseException:  # A supervisor bug must not leave processes behind.
+            _log.exception('supervisor of program %r failed; killing its nodes', self.name)
+            for worker in self._workers:
+                worker.kill()
+        finally:
+            for worker in self._workers:
+                worker.cleanup()
+            self._scope.stop_event.set()
+            runtime.deactivate(self._scope)
+            _running.discard(self)
+            if self._failed is not None:
+                _failed.append(self)
+            if self._killed:
+                _log.warning('program %r: killed %s after the %.0fs grace period',
+                             self.name, ', '.join(self._killed), self._grace)
+            if self._on_finish:
+                self._on_finish()
+            self._ready.set()
+            self._done.set()
+
+    def _next_event(self):
+        while True:
+            timeout = None
+            if self._stop_deadline is not None:
+                timeout = max(0.0, self._stop_deadline - time.monotonic())
+            try:
+                return self._events.queue.get(timeout=timeout)
+            except queue.Empty:
+                self._kill_stragglers()
+                if all(w.state in _ENDED for w in self._workers):
+                    return ('noop', None, None)
+
+    def _handle(self, event) -> None:
+        kind, worker, payload = event
+        if kind == 'ready' and worker.state == NodeState.STARTING:
+            worker.state = NodeState.RUNNING
+            if all(w.state != NodeState.STARTING for w in self._workers):
+                self._ready.set()
+        elif kind == 'exited':
+            self._on_exit(worker, *payload)
+        elif kind == 'stop':
+            self._begin_stop()
+
+    def _on_exit(self, worker: Worker, exit_code: int | None, failure: FailureReport | None) -> None:
+        if worker.state in _ENDED:
+            return
+        worker.exit_code = exit_code
+        if failure is not None and not self._stopping:
+            worker.state, worker.failure = NodeState.FAILED, failure
+            self._failed = worker
+            if not self._ready.is_set():
+                self._startup_failure = worker
+            _log.error('node %s of program %r failed: %s', worker.name, self.name, failure.summary)
+            self._begin_stop()
+        elif failure is not None:
+            worker.state = NodeState.STOPPED
+            _log.info('node %s raised while the program stopped: %s', worker.name, failure.summary)
+        else:
+            worker.state = NodeState.STOPPED if self._stopping else NodeState.FINISHED
+        if self._startup_failure is not None or all(
+                w.state != NodeState.STARTING for w in self._workers):
+            self._ready.set()
+
+    def _begin_stop(self) -> None:
+        if self._stopping:
+            return
+        self._stopping = True
+        self._stop_deadline = time.monotonic() + self._grace
+        self._scope.handle_stop()
+        for worker in self._workers:
+            if worker.state not in _ENDED:
+                worker.request_stop()
+
+    def _kill_stragglers(self) -> None:
+        for worker in self._workers:
+            if worker.state not in _ENDED and worker.kill():
+                worker.state = NodeState.KILLED
+                self._killed.append(worker.name)
+            elif worker.state not in _ENDED:
+                # A thread cannot be killed: leave it behind (it is a daemon) and say so.
+                worker.state = NodeState.KILLED
+                self._killed.append(f'{worker.name} (thread left running)')
+        self._stop_deadline = None
+
+    def _tails(self, names: list[str]) -> str:
+        return '\n'.join(f'--- {w.name} ---\n{w.output_tail()}'
+                         for w in self._workers if w.name in names)
+
+    def _report_unseen_failure(self) -> None:
+        """At interpreter exit: a failure nobody waited for still fails the script."""
+        if self._failed is not None and not self._failure_seen:
+            worker = self._failed
+            sys.stderr.write(f'launchpad_py: node {worker.label!r} (index {worker.index}) of '
+                             f'program {self.name!r} failed:\n{worker.failure.traceback}\n')
+            sys.stderr.flush()
+            sys.stdout.flush()
+            os._exit(1)
+
+
+_running: set[ProgramController] = set()
+_failed: list[ProgramController] = []
+
+
+def running_programs() -> list[ProgramController]:
+    return list(_running)
+
+
+def failed_programs() -> list[ProgramController]:
+    return list(_failed)
+
+
+def stop_all_running() -> None:
+    for controller in running_programs():
+        controller.request_stop()

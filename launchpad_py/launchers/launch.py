@@ -1,0 +1,70 @@
+"""``lp.launch``: picks a launcher from the registry and starts programs with it."""
+
+from __future__ import annotations
+
+import atexit
+from typing import Any, Mapping, Sequence
+
+from launchpad_py import errors, flags
+from launchpad_py.launchers import controller, registry, signals
+from launchpad_py.launchers.options import LaunchOptions
+from launchpad_py.program import Program
+
+
+def launch(programs: Program | Sequence[Program], launch_type=None, *,
+           local_resources: Mapping[str, Any] | None = None, terminal: str | None = None,
+           test_case: Any = None, serialize_py_nodes: bool | None = None,
+           xm_resources: Any = None):
+    """Launches one program (returns its controller) or several (returns a list).
+
+    ``launch_type`` is a ``LaunchType`` or its name; by default the value of
+    ``--lp_launch_type``. Returns once every courier server is listening.
+
+        controller = lp.launch(p, launch_type='local_mp')
+        controller.wait()
+    """
+    del xm_resources  # Accepted for compatibility with DeepMind Launchpad; unused locally.
+    if launch_type is None:
+        launch_type = flags.value_or_default(flags.LAUNCH_TYPE)
+    name, launcher = registry.lookup(launch_type)
+    many = not isinstance(programs, Program)
+    program_list = list(programs) if many else [programs]
+    for program in program_list:
+        if not isinstance(program, Program):
+            raise errors.ProgramError(f'lp.launch expects lp.Program objects (got {program!r})')
+    options = LaunchOptions.from_flags(local_resources=local_resources, terminal=terminal,
+                                       test_case=test_case, serialize_py_nodes=serialize_py_nodes)
+    for program in program_list:
+        options.check_resource_groups(program)
+    signals.install_once()
+    _register_exit_hook()
+    controllers = []
+    for program in program_list:
+        running = launcher(program, options)
+        if test_case is not None:
+            test_case.addCleanup(_stop_and_raise, running)
+        controllers.append(running)
+    return controllers if many else controllers[0]
+
+
+def _stop_and_raise(running: controller.ProgramController) -> None:
+    """Test cleanup: stop the program; a node failure fails the test."""
+    running.stop()
+    running.wait()
+
+
+_hook_registered = False
+
+
+def _register_exit_hook() -> None:
+    global _hook_registered
+    if not _hook_registered:
+        atexit.register(_at_exit)
+        _hook_registered = True
+
+
+def _at_exit() -> None:
+    for program in controller.running_programs():  # Test programs nobody stopped.
+        program.stop()
+    for program in controller.failed_programs():
+        program._report_unseen_failure()

@@ -1,0 +1,72 @@
+"""``local_mt`` and ``test_mt``: every node is a thread of the launching process.
+
+Node threads share one ``ProgramScope``, so a stop reaches all of them at
+once and each stop handler runs once. Threads cannot be killed: a node that
+ignores the stop for the grace period is reported and left behind as a
+daemon thread.
+"""
+
+from __future__ import annotations
+
+import threading
+
+from launchpad_py import runtime
+from launchpad_py.courier import serialization
+from launchpad_py.launchers import shipping
+from launchpad_py.launchers.controller import ProgramController
+from launchpad_py.launchers.options import LaunchOptions
+from launchpad_py.launchers.worker_api import Events, FailureReport, Worker
+from launchpad_py.program import ExecutionContext, Executable, Program
+
+
+class ThreadWorker(Worker):
+    def __init__(self, executable: Executable, scope: runtime.ProgramScope, events: Events):
+        super().__init__(executable.label, executable.index, executable.description, events)
+        self._executable = executable
+        self._scope = scope
+        self._thread = threading.Thread(target=self._run, name=f'lp-node-{self.name}', daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def _run(self) -> None:
+        runtime.bind_thread(self._scope)
+        context = ExecutionContext(self.label, self.index, '127.0.0.1',
+                                   lambda: self.events.ready(self), self._scope.stop_event)
+        try:
+            self._executable.main(context)
+        except BaseException as exc:  # Reported to the supervisor, which decides.
+            self.events.exited(self, 1, FailureReport.from_exception(exc))
+        else:
+            self.events.exited(self, 0, None)
+
+    def request_stop(self) -> None:
+        self._scope.handle_stop()
+
+    def kill(self) -> bool:
+        return False
+
+    def join(self, timeout: float | None = None) -> None:
+        self._thread.join(timeout)
+
+
+def _launch(program: Program, options: LaunchOptions, launch_type: str, test: bool):
+    options.reject_for(launch_type, local_resources=True, terminal=True)
+    if options.serialize_py_nodes is False:
+        executables = [e for e, _ in shipping.prepare(program, serialize=False)]
+    else:
+        # Each node gets its own copy of its arguments, as it would in a process;
+        # this also reports unpicklable arguments as early as local_mp would.
+        executables = [serialization.loads(data) for _, data in shipping.prepare(program)]
+    controller = ProgramController(program.name, launch_type, options.grace,
+                                   keep_process_alive=not test)
+    workers = [ThreadWorker(e, controller.scope, controller.events) for e in executables]
+    return controller.start(workers, options.ready_timeout)
+
+
+def launch_local(program: Program, options: LaunchOptions) -> ProgramController:
+    return _launch(program, options, 'local_mt', test=False)
+
+
+def launch_test(program: Program, options: LaunchOptions) -> ProgramController:
+    return _launch(program, options, 'test_mt', test=True)

@@ -1,0 +1,43 @@
+"""The options of ``lp.launch`` as one value, checked against what each launcher supports."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Mapping
+
+from launchpad_py import errors, flags
+from launchpad_py.program import Program
+
+
+@dataclasses.dataclass
+class LaunchOptions:
+    local_resources: Mapping[str, Any] | None = None
+    terminal: str | None = None
+    test_case: Any = None
+    serialize_py_nodes: bool | None = None
+    grace: float = 10.0
+    ready_timeout: float | None = 300.0
+
+    @classmethod
+    def from_flags(cls, **kwargs) -> 'LaunchOptions':
+        grace = float(flags.value_or_default(flags.TERMINATION_NOTICE_SECS))
+        return cls(grace=grace, **kwargs)
+
+    def reject_for(self, launch_type: str, *, local_resources: bool = False,
+                   terminal: bool = False) -> None:
+        """Raises for each option the launcher cannot use, instead of ignoring it."""
+        if local_resources and self.local_resources:
+            raise errors.ResourcesError(
+                f'{launch_type} runs every node in this process and cannot apply local_resources '
+                f'(got groups {sorted(self.local_resources)}); use launch_type="local_mp"')
+        if terminal and self.terminal:
+            raise errors.ProgramError(
+                f'{launch_type} does not take a terminal (got {self.terminal!r}); '
+                'terminal modes belong to local_mp')
+
+    def check_resource_groups(self, program: Program) -> None:
+        unknown = sorted(set(self.local_resources or {}) - set(program.groups))
+        if unknown:
+            raise errors.ResourcesError(
+                f'local_resources name groups {unknown} that program {program.name!r} does not '
+                f'have; its groups are {sorted(program.groups)}')

@@ -1,0 +1,102 @@
+"""What the supervisor needs from a running node, whatever runs it.
+
+A ``Worker`` runs one executable (as a thread, a process, later a remote
+process) and reports to its supervisor through ``Events``.
+"""
+
+from __future__ import annotations
+
+import abc
+import dataclasses
+import enum
+import queue
+import traceback
+
+
+class NodeState(str, enum.Enum):
+    STARTING = 'starting'
+    RUNNING = 'running'
+    FINISHED = 'finished'   # returned normally
+    STOPPED = 'stopped'     # ended after a stop request
+    FAILED = 'failed'       # raised, or crashed
+    KILLED = 'killed'       # did not end within the grace period
+
+
+@dataclasses.dataclass
+class FailureReport:
+    """Why a node failed: its traceback text and, where rebuildable, the exception."""
+
+    summary: str
+    traceback: str
+    exception: BaseException | None = None
+
+    @classmethod
+    def from_exception(cls, exc: BaseException) -> 'FailureReport':
+        text = ''.join(traceback.format_exception(exc))
+        return cls(f'{type(exc).__name__}: {exc}', text, exc)
+
+
+@dataclasses.dataclass
+class NodeStatus:
+    """A snapshot of one node of a running program."""
+
+    label: str
+    index: int
+    state: NodeState
+    pid: int | None
+    exit_code: int | None
+    restarts: int = 0
+    host: str = 'localhost'
+
+
+class Events:
+    """The supervisor's inbox; workers call these from any thread."""
+
+    def __init__(self) -> None:
+        self.queue: queue.Queue = queue.Queue()
+
+    def ready(self, worker: 'Worker') -> None:
+        self.queue.put(('ready', worker, None))
+
+    def exited(self, worker: 'Worker', exit_code: int | None, failure: FailureReport | None) -> None:
+        self.queue.put(('exited', worker, (exit_code, failure)))
+
+    def stop_requested(self) -> None:
+        self.queue.put(('stop', None, None))
+
+
+class Worker(abc.ABC):
+    """One node's executable being run somewhere."""
+
+    def __init__(self, label: str, index: int, description: str, events: Events):
+        self.label, self.index, self.description = label, index, description
+        self.events = events
+        self.state = NodeState.STARTING
+        self.exit_code: int | None = None
+        self.failure: FailureReport | None = None
+
+    @property
+    def name(self) -> str:
+        return f'{self.label}/{self.index}'
+
+    @property
+    def pid(self) -> int | None:
+        return None
+
+    @abc.abstractmethod
+    def start(self) -> None:
+        """Starts the executable; must report ``ready`` and ``exited`` to ``events``."""
+
+    @abc.abstractmethod
+    def request_stop(self) -> None:
+        """Delivers the program's stop request to this node."""
+
+    @abc.abstractmethod
+    def kill(self) -> bool:
+        """Ends the node at once; False where that is impossible (threads)."""
+
+    def output_tail(self) -> str:
+        return ''
+
+    def cleanup(self) -> None:
+        """Releases what the worker holds once the program is over."""

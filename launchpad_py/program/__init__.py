@@ -1,0 +1,13 @@
+"""The program graph: ``Program``, nodes, handles and address placeholders."""
+
+from launchpad_py.program.address import AbstractAddressBuilder
+from launchpad_py.program.address import Address
+from launchpad_py.program.address import SimpleLocalAddressBuilder
+from launchpad_py.program.address import get_port_from_address
+from launchpad_py.program.handle import Handle
+from launchpad_py.program.handle import dereference_all
+from launchpad_py.program.handle import find_handles
+from launchpad_py.program.node import ExecutionContext
+from launchpad_py.program.node import Executable
+from launchpad_py.program.node import Node
+from launchpad_py.program.program import Program

@@ -1,0 +1,52 @@
+"""Handles: what ``add_node`` returns, and what becomes a client at execution time.
+
+A handle passed to another node's constructor draws an edge in the graph.
+When the receiving node runs, every handle in its arguments, at any depth of
+lists, tuples, dicts and sets, is replaced by ``handle.dereference()``.
+"""
+
+from __future__ import annotations
+
+import abc
+from typing import Any, Generic, Iterator, TypeVar
+
+T = TypeVar('T')
+
+
+class Handle(abc.ABC, Generic[T]):
+    """A reference to a node that turns into a client inside a running program."""
+
+    @abc.abstractmethod
+    def dereference(self) -> T:
+        """The client for the node; only valid inside a running program."""
+
+
+def _children(obj: Any) -> Iterator[Any]:
+    if isinstance(obj, dict):
+        yield from obj.keys()
+        yield from obj.values()
+    elif isinstance(obj, (list, tuple, set, frozenset)):
+        yield from obj
+
+
+def find_handles(obj: Any) -> list[Handle]:
+    """Every handle inside ``obj``, depth first."""
+    if isinstance(obj, Handle):
+        return [obj]
+    found: list[Handle] = []
+    for child in _children(obj):
+        found.extend(find_handles(child))
+    return found
+
+
+def dereference_all(obj: Any) -> Any:
+    """``obj`` with each handle inside it replaced by its client; containers are rebuilt."""
+    if isinstance(obj, Handle):
+        return obj.dereference()
+    if isinstance(obj, dict):
+        return type(obj)((dereference_all(k), dereference_all(v)) for k, v in obj.items())
+    if isinstance(obj, tuple) and hasattr(obj, '_fields'):  # namedtuple
+        return type(obj)(*(dereference_all(v) for v in obj))
+    if isinstance(obj, (list, tuple, set, frozenset)):
+        return type(obj)(dereference_all(v) for v in obj)
+    return obj

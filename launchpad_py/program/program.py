@@ -1,0 +1,81 @@
+"""``Program``: the graph of nodes, grouped by label.
+
+    p = lp.Program('agent')
+    with p.group('actor'):
+        for _ in range(4):
+            p.add_node(lp.CourierNode(Actor, learner))
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Iterator
+
+from launchpad_py import errors
+from launchpad_py.program.handle import Handle
+from launchpad_py.program.node import Node
+
+
+def _check_label(label, subject: str) -> str:
+    if not isinstance(label, str) or not label:
+        raise errors.ProgramError(
+            f'label must be a non-empty string (got {label!r} for {subject}); '
+            "pass a name such as label='learner'")
+    return label
+
+
+class Program:
+    """A distributed program: nodes, their groups, and the edges between them."""
+
+    def __init__(self, name: str):
+        self.name = _check_label(name, 'Program')
+        self._groups: dict[str, list[Node]] = {}
+        self._current_group: str | None = None
+
+    @property
+    def groups(self) -> dict[str, list[Node]]:
+        """Label → nodes, in the order they were added."""
+        return self._groups
+
+    def get_all_nodes(self) -> list[Node]:
+        return [node for nodes in self._groups.values() for node in nodes]
+
+    @contextlib.contextmanager
+    def group(self, label: str) -> Iterator[None]:
+        """Nodes added inside the block get ``label``; re-entering a label adds to it."""
+        _check_label(label, f'a group of program {self.name!r}')
+        if self._current_group is not None:
+            raise errors.ProgramError(
+                f'group {label!r} opened inside group {self._current_group!r} of program '
+                f'{self.name!r}: groups cannot nest; close the outer "with p.group(...)" first')
+        self._current_group = label
+        try:
+            yield
+        finally:
+            self._current_group = None
+
+    def add_node(self, node: Node, label: str | None = None) -> Handle:
+        """Adds ``node`` and returns its handle."""
+        if not isinstance(node, Node):
+            raise errors.ProgramError(
+                f'add_node expects a node such as lp.CourierNode(...) (got {node!r} '
+                f'in program {self.name!r})')
+        if node.label is not None:
+            raise errors.ProgramError(f'{node.description} was already added to a program')
+        if self._current_group is not None:
+            if label is not None and label != self._current_group:
+                raise errors.ProgramError(
+                    f'label {label!r} given to {node.description} inside group '
+                    f'{self._current_group!r}: leave the label out or make it match')
+            label = self._current_group
+        elif label is None:
+            label = node._target_name()
+        _check_label(label, node.description)
+        nodes = self._groups.setdefault(label, [])
+        node._on_added(label, len(nodes))
+        nodes.append(node)
+        return node.create_handle()
+
+    def __repr__(self) -> str:
+        sizes = ', '.join(f'{label}×{len(nodes)}' for label, nodes in self._groups.items())
+        return f'Program({self.name!r}: {sizes})'

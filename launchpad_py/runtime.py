@@ -1,0 +1,107 @@
+"""The running program as seen from inside one process.
+
+A ``ProgramScope`` holds the stop event and stop handlers of one program in
+this process, and knows how to ask the program's launcher to stop everything.
+Launchers create scopes (one per worker process, one shared by all threads
+of a ``local_mt`` program) and bind node threads to them; ``lp.stop()`` and
+friends find the scope of the calling thread here.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Callable
+
+_log = logging.getLogger(__name__)
+
+
+class ProgramScope:
+    """Stop state of one program in this process."""
+
+    def __init__(self, name: str, request_program_stop: Callable[[], None] | None = None):
+        self.name = name
+        self.stop_event = threading.Event()
+        self._request_program_stop = request_program_stop or self.handle_stop
+        self._handlers: list[Callable[[], None]] = []
+        self._lock = threading.Lock()
+        self._stopping = False
+
+    def request_program_stop(self) -> None:
+        """Asks the launcher to stop the whole program; returns at once."""
+        self._request_program_stop()
+
+    def handle_stop(self) -> None:
+        """Runs the stop handlers once, in registration order, then sets the stop event."""
+        with self._lock:
+            if self._stopping:
+                return
+            self._stopping = True
+            handlers, self._handlers = self._handlers, []
+        for handler in handlers:
+            try:
+                handler()
+            except Exception:  # One faulty handler must not stop the others.
+                _log.exception('stop handler %r of program %r raised', handler, self.name)
+        self.stop_event.set()
+
+    def register_stop_handler(self, handler: Callable[[], None]) -> None:
+        if not callable(handler):
+            raise TypeError(f'a stop handler must be callable (got {handler!r})')
+        with self._lock:
+            if self._stopping:
+                run_now = True
+            else:
+                self._handlers.append(handler)
+                run_now = False
+        if run_now:  # Registered after the stop: it still runs, once.
+            handler()
+
+    def unregister_stop_handler(self, handler: Callable[[], None]) -> None:
+        with self._lock:
+            try:
+                self._handlers.remove(handler)
+            except ValueError:
+                raise ValueError(f'{handler!r} is not a registered stop handler') from None
+
+
+_thread_scope = threading.local()
+_active: list[ProgramScope] = []
+_active_lock = threading.Lock()
+_default: ProgramScope | None = None
+
+
+def activate(scope: ProgramScope) -> None:
+    """Makes ``scope`` known to this process until ``deactivate``."""
+    with _active_lock:
+        _active.append(scope)
+
+
+def deactivate(scope: ProgramScope) -> None:
+    with _active_lock:
+        if scope in _active:
+            _active.remove(scope)
+
+
+def bind_thread(scope: ProgramScope | None) -> None:
+    """Makes ``scope`` the calling thread's program (node threads call this)."""
+    _thread_scope.scope = scope
+
+
+def current_scope() -> ProgramScope:
+    """The calling thread's program; else the newest active one; else a process default.
+
+    Threads a node starts itself are not bound, so they fall back to the newest
+    program active in the process, which is their node's program unless one
+    process hosts several programs at once.
+    """
+    global _default
+    scope = getattr(_thread_scope, 'scope', None)
+    if scope is not None:
+        return scope
+    with _active_lock:
+        if _active:
+            return _active[-1]
+        if _default is None:
+            _default = ProgramScope('default')
+        return _default
