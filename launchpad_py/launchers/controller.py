@@ -79,11 +79,13 @@ class ProgramController:
             self._done.wait()
             self._failure_seen = True
             worker = self._startup_failure
+            tail = worker.output_tail()
+            details = (f'--- output tail of {worker.name} ---\n{tail}'
+                       if worker.failure.traceback.strip() in tail else
+                       f'{worker.failure.traceback}\n--- output tail of {worker.name} ---\n{tail}')
             raise errors.LaunchError(
                 f'node {worker.label!r} (index {worker.index}, {worker.description}) of program '
-                f'{self.name!r} failed to start: {worker.failure.summary}\n'
-                f'{worker.failure.traceback}\n--- output tail of {worker.name} ---\n'
-                f'{worker.output_tail()}')
+                f'{self.name!r} failed to start: {worker.failure.summary}\n{details}')
         return self
 
     # -- public API ---------------------------------------------------------------
@@ -196,15 +198,15 @@ class ProgramController:
             return
         worker.exit_code = exit_code
         if failure is not None and not self._stopping:
+            if worker.state == NodeState.STARTING:  # Failed before it was ready.
+                self._startup_failure = worker
             worker.state, worker.failure = NodeState.FAILED, failure
             self._failed = worker
-            if not self._ready.is_set():
-                self._startup_failure = worker
             _log.error('node %s of program %r failed: %s', worker.name, self.name, failure.summary)
             self._begin_stop()
         elif failure is not None:
             worker.state = NodeState.STOPPED
-            _log.info('node %s raised while the program stopped: %s', worker.name, failure.summary)
+            _log.debug('node %s raised while the program stopped: %s', worker.name, failure.summary)
         else:
             worker.state = NodeState.STOPPED if self._stopping else NodeState.FINISHED
         if self._startup_failure is not None or all(

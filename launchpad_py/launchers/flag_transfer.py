@@ -34,12 +34,14 @@ def capture() -> bytes | None:
 def restore(data: bytes | None, extra_args: list[str]) -> None:
     """Defines and sets the launcher's flags here, then applies the group's extra args."""
     if data is not None:
-        for name, definition in serialization.loads(data):
-            flag_type, state = serialization.loads(definition)
+        # Unpickle everything first: that imports the modules defining flags, so only
+        # the flags of the launching script's __main__ are left to define here.
+        definitions = [(name, serialization.loads(blob)) for name, blob in serialization.loads(data)]
+        for name, (flag_type, state) in definitions:
             if name in FLAGS:
-                FLAGS[name]._value = state['_value']
-                FLAGS[name].present = state['present']
-                FLAGS[name].using_default_value = state['using_default_value']
+                flag = FLAGS[name]
+                flag._value, flag.present = state['_value'], state['present']
+                flag.using_default_value = state['using_default_value']
             else:
                 flag = flag_type.__new__(flag_type)
                 vars(flag).update(state, validators=[])

@@ -1,0 +1,44 @@
+"""Shared fixtures: every test must leave no node threads and no processes behind."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+
+import psutil
+import pytest
+
+LAUNCH_TYPES = ['local_mt', 'local_mp', 'test_mt', 'test_mp']
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# Threads the library starts for a program; long-lived gRPC/channel threads are not ours.
+_OURS = ('lp-', 'courier-')
+
+
+def _our_threads() -> set[threading.Thread]:
+    return {t for t in threading.enumerate() if t.name.startswith(_OURS)}
+
+
+@pytest.fixture(autouse=True)
+def no_leaks():
+    """Fails the test if it leaves library threads or child processes running."""
+    threads_before = _our_threads()
+    children_before = {p.pid for p in psutil.Process().children(recursive=True)}
+    yield
+    for thread in _our_threads() - threads_before:
+        thread.join(timeout=15)
+    leaked_threads = [t.name for t in _our_threads() - threads_before if t.is_alive()]
+    children = [p for p in psutil.Process().children(recursive=True)
+                if p.pid not in children_before]
+    _, alive = psutil.wait_procs(children, timeout=15)
+    for process in alive:
+        process.kill()
+    assert not leaked_threads, f'threads left running: {leaked_threads}'
+    assert not alive, f'processes left running: {[p.cmdline() for p in alive]}'
+
+
+def run_script(source: str, *args: str, timeout: float = 90, **kwargs) -> subprocess.CompletedProcess:
+    """Runs ``source`` as a launching script in a fresh interpreter."""
+    return subprocess.run([sys.executable, '-c', source, *args], capture_output=True, text=True,
+                          timeout=timeout, cwd=REPO, **kwargs)

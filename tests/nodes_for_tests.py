@@ -1,0 +1,58 @@
+"""Node classes and functions used by the tests, importable from node processes."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+
+import launchpad_py as lp
+
+
+class Pinger:
+    """A courier object with a few kinds of methods."""
+
+    def ping(self, value=None):
+        return ('pong', value)
+
+    def double(self, array):
+        return np.asarray(array) * 2
+
+    def make_array(self, n):
+        return np.arange(n, dtype=np.float32)
+
+    def fail(self, message):
+        raise KeyError(message)
+
+    def _hidden(self):
+        return 'secret'
+
+
+def stop_from_side_thread():
+    """Calls lp.stop() from a thread the node starts itself."""
+    thread = threading.Thread(target=lp.stop)
+    thread.start()
+    thread.join()
+    lp.wait_for_stop()
+
+
+def crash(message):
+    raise ValueError(message)
+
+
+def record_stop_handler_calls(path):
+    """Registers two handlers that append to ``path``; waits for the stop."""
+    lp.register_stop_handler(lambda: _append(path, 'first'))
+    lp.register_stop_handler(lambda: _append(path, 'second'))
+    with open(path + '.registered', 'w') as marker:
+        marker.write('yes')
+    lp.wait_for_stop()
+
+
+def _append(path, text):
+    with open(path, 'a') as f:
+        f.write(text + '\n')
+
+
+def serve_forever():
+    lp.wait_for_stop()

@@ -1,0 +1,118 @@
+"""Behaviour every launcher must share, run against each local launcher."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import os
+import threading
+
+import numpy as np
+import pytest
+
+import launchpad_py as lp
+from launchpad_py import courier
+from conftest import LAUNCH_TYPES
+from nodes_for_tests import (Pinger, crash, record_stop_handler_calls, serve_forever,
+                             stop_from_side_thread)
+
+pytestmark = pytest.mark.parametrize('launch_type', LAUNCH_TYPES)
+
+
+def _pinger_program():
+    program = lp.Program('conformance')
+    handle = program.add_node(lp.CourierNode(Pinger), label='pinger')
+    return program, handle
+
+
+def test_ping_courier_node(launch_type):
+    """A courier node answers calls from the launching process."""
+    program, handle = _pinger_program()
+    with lp.launch(program, launch_type=launch_type):
+        assert handle.dereference().ping(7) == ('pong', 7)
+
+
+def test_futures_from_many_threads(launch_type):
+    """Futures issued concurrently from 8 threads each get their own answer."""
+    program, handle = _pinger_program()
+    with lp.launch(program, launch_type=launch_type):
+        client = handle.dereference()
+
+        def issue(thread_index):
+            futures = [client.futures.ping((thread_index, i)) for i in range(20)]
+            return [f.result(timeout=30) for f in futures]
+
+        with concurrent.futures.ThreadPoolExecutor(8) as pool:
+            results = list(pool.map(issue, range(8)))
+    for thread_index, answers in enumerate(results):
+        assert answers == [('pong', (thread_index, i)) for i in range(20)]
+
+
+def test_numpy_arrays_both_ways(launch_type):
+    """Arrays go to the node and come back intact."""
+    program, handle = _pinger_program()
+    with lp.launch(program, launch_type=launch_type):
+        client = handle.dereference()
+        sent = np.random.default_rng(0).normal(size=(64, 3))
+        np.testing.assert_array_equal(client.double(sent), sent * 2)
+        received = client.make_array(1000)
+        assert received.dtype == np.float32
+        np.testing.assert_array_equal(received, np.arange(1000, dtype=np.float32))
+
+
+def test_remote_exception_keeps_type_message_and_traceback(launch_type):
+    """A server-side exception is re-raised as its own type with the remote traceback."""
+    program, handle = _pinger_program()
+    with lp.launch(program, launch_type=launch_type):
+        with pytest.raises(KeyError, match='no such key') as info:
+            handle.dereference().fail('no such key')
+    assert isinstance(info.value.__cause__, courier.RemoteTraceback)
+    assert 'in fail' in info.value.remote_traceback
+    assert any("'pinger'" in note and "'fail'" in note for note in info.value.__notes__)
+
+
+def test_stop_from_a_side_thread_of_a_node(launch_type):
+    """lp.stop() called from a thread the node started stops the whole program."""
+    program, _ = _pinger_program()
+    program.add_node(lp.PyNode(stop_from_side_thread), label='stopper')
+    controller = lp.launch(program, launch_type=launch_type)
+    controller.wait(timeout=60)
+    assert not controller.is_running
+    assert {s.label: s.state for s in controller.statuses()}['pinger'] == lp.NodeState.STOPPED
+
+
+def test_crashing_node_propagates(launch_type):
+    """A node that raises stops the program and wait() re-raises it with its label."""
+    program, _ = _pinger_program()
+    program.add_node(lp.PyNode(crash, 'boom in node'), label='crasher')
+    controller = lp.launch(program, launch_type=launch_type)
+    with pytest.raises(lp.NodeFailedError, match='crasher') as info:
+        controller.wait(timeout=60)
+    assert isinstance(info.value.__cause__, ValueError)
+    assert 'boom in node' in info.value.remote_traceback
+    states = {s.label: s.state for s in controller.statuses()}
+    assert states == {'pinger': lp.NodeState.STOPPED, 'crasher': lp.NodeState.FAILED}
+
+
+def test_stop_handlers_run_once_in_order(launch_type, tmp_path):
+    """Stop handlers registered in a node run exactly once, in registration order."""
+    path = str(tmp_path / 'handlers.txt')
+    program = lp.Program('handlers')
+    program.add_node(lp.PyNode(record_stop_handler_calls, path), label='recorder')
+    program.add_node(lp.PyNode(serve_forever), label='other')
+    controller = lp.launch(program, launch_type=launch_type)
+    assert _wait_for_file(path + '.registered')
+    controller.stop()
+    controller.stop()  # A second stop changes nothing.
+    with open(path) as f:
+        assert f.read().splitlines() == ['first', 'second']
+
+
+def _wait_for_file(path: str, timeout: float = 30) -> bool:
+    """Waits for ``path`` to appear, using inotify-free polling of a threading.Event."""
+    appeared = threading.Event()
+    deadline = 0
+    while not appeared.wait(0.05) and deadline < timeout / 0.05:
+        deadline += 1
+        if os.path.exists(path):
+            appeared.set()
+    return appeared.is_set()
