@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 import threading
+import time
 
 import psutil
 import pytest
@@ -42,3 +43,20 @@ def run_script(source: str, *args: str, timeout: float = 90, **kwargs) -> subpro
     """Runs ``source`` as a launching script in a fresh interpreter."""
     return subprocess.run([sys.executable, '-c', source, *args], capture_output=True, text=True,
                           timeout=timeout, cwd=REPO, **kwargs)
+
+
+def wait_for(predicate, timeout: float = 30, what: str = 'condition'):
+    """Re-checks ``predicate`` until it returns a truthy value or ``timeout`` passes.
+
+    For conditions no event announces (a file appearing, output arriving); the
+    checks are spaced by an Event wait, and the test fails when time runs out.
+    """
+    pause = threading.Event()
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f'timed out after {timeout}s waiting for {what}')
+        pause.wait(0.02)

@@ -56,3 +56,29 @@ def _append(path, text):
 
 def serve_forever():
     lp.wait_for_stop()
+
+
+def hard_crash(code):
+    """Dies without Python's cleanup, as a segfault or OOM kill would."""
+    import os
+    import sys
+    print('about to crash', flush=True)
+    sys.stderr.flush()
+    os._exit(code)
+
+
+def print_environment(names):
+    import os
+    print({name: os.environ.get(name) for name in names}, flush=True)
+    lp.wait_for_stop()
+
+
+class BrokenConstructor:
+    def __init__(self):
+        print('constructor output before failing', flush=True)
+        raise RuntimeError('constructor cannot start')
+
+
+class Greeter:
+    def greet(self):
+        return 'hello'

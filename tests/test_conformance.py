@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import concurrent.futures
 import os
-import threading
 
 import numpy as np
 import pytest
 
 import launchpad_py as lp
 from launchpad_py import courier
-from conftest import LAUNCH_TYPES
+from conftest import LAUNCH_TYPES, wait_for
 from nodes_for_tests import (Pinger, crash, record_stop_handler_calls, serve_forever,
                              stop_from_side_thread)
 
@@ -100,19 +99,9 @@ def test_stop_handlers_run_once_in_order(launch_type, tmp_path):
     program.add_node(lp.PyNode(record_stop_handler_calls, path), label='recorder')
     program.add_node(lp.PyNode(serve_forever), label='other')
     controller = lp.launch(program, launch_type=launch_type)
-    assert _wait_for_file(path + '.registered')
+    wait_for(lambda: os.path.exists(path + '.registered'), what='handler registration')
     controller.stop()
     controller.stop()  # A second stop changes nothing.
     with open(path) as f:
         assert f.read().splitlines() == ['first', 'second']
 
-
-def _wait_for_file(path: str, timeout: float = 30) -> bool:
-    """Waits for ``path`` to appear, using inotify-free polling of a threading.Event."""
-    appeared = threading.Event()
-    deadline = 0
-    while not appeared.wait(0.05) and deadline < timeout / 0.05:
-        deadline += 1
-        if os.path.exists(path):
-            appeared.set()
-    return appeared.is_set()

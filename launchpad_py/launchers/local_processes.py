@@ -62,7 +62,9 @@ class ProcessWorker(Worker):
             'program': setup.program_name, 'worker_id': self.worker_id,
             'control_address': setup.control.address, 'executable': self._data,
             'flags': setup.flags, 'args': list(self._resources.args), 'bind_host': '127.0.0.1',
-            'parent_pid': os.getpid() if setup.die_with_parent else None,
+            # In tmux the parent is the window's shell, so only the channel watch applies.
+            'parent_pid': os.getpid() if setup.die_with_parent and setup.mode != 'tmux_session'
+            else None,
             'env': dict(self._resources.env) if setup.mode == 'tmux_session' else {},
         }
         path = os.path.join(setup.directory, self.name.replace('/', '_') + '.spec')
@@ -105,7 +107,8 @@ class ProcessWorker(Worker):
         with open(os.open(script, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o700), 'w') as f:
             f.write(f'{exports}cd {shlex.quote(os.getcwd())}\n'
                     f'{shlex.join(command)} 2>&1 | tee {shlex.quote(self._sink.log_path)}\n')
-        self._setup.tmux_window(self.name, script)
+        # The window's shell leads its own process group, holding the node and its tee.
+        self._pid = self._pgid = self._setup.tmux_window(self.name, script)
         threading.Thread(target=self._wait_for_exit, name=f'lp-wait-{self.name}',
                          daemon=True).start()
 
@@ -138,10 +141,8 @@ class ProcessWorker(Worker):
     def _wait_for_exit(self) -> None:
         if self._process is not None:
             code = self._process.wait()
-        else:  # tmux: not our child; wait for the channel, then for the pid to vanish.
-            self._connected.wait()
-            self._channel_closed.wait()
-            _wait_pid_gone(self._pid)
+        else:  # tmux: the window's shell is not our child; wait for it to vanish.
+            _wait_pid_gone(self._pgid)
             code = 0 if self._finished else 1
         # The process is gone, so its end of the channel is closed: read what it said last.
         self._channel_closed.wait(5)
@@ -235,20 +236,21 @@ class _ProgramSetup:
         threading.Thread(target=worker.on_connect, args=(hello[2], hello[3], channel),
                          name=f'lp-channel-{worker.name}', daemon=True).start()
 
-    def tmux_window(self, name: str, script: str) -> None:
+    def tmux_window(self, name: str, script: str) -> int:
+        """Opens a window running ``script``; returns the pid of the window's shell."""
         if not shutil.which('tmux'):
             raise errors.LaunchError("terminal='tmux_session' needs tmux; install it "
                                      "(apt-get install tmux) or use 'current_terminal'")
-        window = ['-n', name, f'bash {shlex.quote(script)}']
+        window = ['-P', '-F', '#{pane_pid}', '-n', name, f'bash {shlex.quote(script)}']
         if subprocess.run(['tmux', 'has-session', '-t', self.tmux_session],
                           capture_output=True).returncode != 0:
-            subprocess.run(['tmux', 'new-session', '-d', '-s', self.tmux_session] + window,
-                           check=True)
+            command = ['tmux', 'new-session', '-d', '-s', self.tmux_session]
             print(f'launchpad_py: nodes run in tmux; attach with: tmux attach -t '
                   f'{self.tmux_session}', flush=True)
         else:
-            subprocess.run(['tmux', 'new-window', '-d', '-t', self.tmux_session] + window,
-                           check=True)
+            command = ['tmux', 'new-window', '-d', '-t', self.tmux_session]
+        created = subprocess.run(command + window, check=True, capture_output=True, text=True)
+        return int(created.stdout.strip())
 
     def finish(self) -> None:
         self.control.close()
