@@ -82,3 +82,28 @@ class BrokenConstructor:
 class Greeter:
     def greet(self):
         return 'hello'
+
+
+class WithRun:
+    """A courier object whose run() records that it ran, then waits for the stop."""
+
+    def __init__(self, peers, timeout=None):
+        self.peers, self.timeout, self.ran = peers, timeout, False
+
+    def run(self):
+        self.ran = True
+        lp.wait_for_stop()
+
+    def did_run(self):
+        return self.ran
+
+    def peer_answers(self):
+        """Calls every client found in the nested arguments."""
+        return [self.peers['list'][0].ping('a'), self.peers['tuple'][0][0].ping('b')]
+
+    def timeout_seen(self):
+        return self.timeout
+
+
+def stop_program():
+    lp.stop()

@@ -24,10 +24,12 @@ class _NoHandle(Handle[None]):
 @dataclasses.dataclass
 class _CallFunction:
     call: DeferredCall
+    run_enabled: bool
 
     def __call__(self, context: ExecutionContext) -> None:
         context.report_ready()
-        self.call()
+        if self.run_enabled:
+            self.call()
 
 
 @dataclasses.dataclass
@@ -65,8 +67,7 @@ class PyNode(_PythonNode):
     """Calls ``function(*args, **kwargs)``; the node ends when it returns."""
 
     def to_executables(self) -> list[Executable]:
-        body = _CallFunction(self._call) if self._run_enabled else _CallFunction(
-            DeferredCall(_do_nothing, (), {}))
+        body = _CallFunction(self._call, self._run_enabled)
         return [Executable(self.label, self.index, self.description, body, [])]
 
 
@@ -76,7 +77,3 @@ class PyClassNode(_PythonNode):
     def to_executables(self) -> list[Executable]:
         body = _BuildAndRun(self._call, self._run_enabled)
         return [Executable(self.label, self.index, self.description, body, [])]
-
-
-def _do_nothing() -> None:
-    return None
