@@ -107,3 +107,11 @@ class WithRun:
 
 def stop_program():
     lp.stop()
+
+
+class SlowGreeter(Greeter):
+    """A constructor that takes a while (the behaviour under test, not synchronization)."""
+
+    def __init__(self, seconds):
+        import time
+        time.sleep(seconds)

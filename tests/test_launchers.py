@@ -11,7 +11,7 @@ import pytest
 
 import launchpad_py as lp
 from conftest import LAUNCH_TYPES, wait_for
-from nodes_for_tests import (BrokenConstructor, Greeter, Pinger, crash, hard_crash,
+from nodes_for_tests import (BrokenConstructor, Greeter, SlowGreeter, Pinger, crash, hard_crash,
                              print_environment)
 
 
@@ -91,16 +91,37 @@ def test_each_group_gets_its_own_environment(capfd):
 
 
 @pytest.mark.parametrize('launch_type', LAUNCH_TYPES)
-def test_constructor_failure_names_the_node_and_shows_its_output(launch_type):
-    """launch() raises LaunchError naming the node that failed to start."""
+def test_constructor_failure_names_the_node_and_shows_its_output(launch_type, capfd):
+    """A courier node whose constructor raises fails the program, named, with its traceback."""
     program = lp.Program('broken')
     program.add_node(lp.CourierNode(Greeter), label='fine')
     program.add_node(lp.CourierNode(BrokenConstructor), label='broken')
-    with pytest.raises(lp.LaunchError, match="node 'broken'.*failed to start") as info:
-        lp.launch(program, launch_type=launch_type)
-    assert 'constructor cannot start' in str(info.value)
-    if launch_type.endswith('mp'):
-        assert 'constructor output before failing' in str(info.value)
+    controller = lp.launch(program, launch_type=launch_type)
+    with pytest.raises(lp.NodeFailedError, match="node 'broken'.*constructor cannot start"):
+        controller.wait(timeout=60)
+    assert 'constructor output before failing' in capfd.readouterr().out
+
+
+def test_node_dying_before_it_listens_fails_the_launch(tmp_path):
+    """launch() raises LaunchError naming a node that died before listening, with its output."""
+    interpreter = tmp_path / 'broken_python'
+    interpreter.write_text('#!/bin/sh\necho "interpreter is broken"\nexit 3\n')
+    interpreter.chmod(0o755)
+    program = lp.Program('dead')
+    program.add_node(lp.CourierNode(Greeter), label='fine')
+    program.add_node(lp.CourierNode(Greeter), label='dead')
+    resources = {'dead': lp.PythonProcess(interpreter=str(interpreter))}
+    with pytest.raises(lp.LaunchError, match="node 'dead'.*failed to start.*exited with code 3") as info:
+        lp.launch(program, launch_type='test_mp', local_resources=resources)
+    assert 'interpreter is broken' in str(info.value)
+
+
+def test_calls_wait_for_a_slow_constructor():
+    """Servers listen before their object exists; early calls wait for it."""
+    program = lp.Program('slow')
+    handle = program.add_node(lp.CourierNode(SlowGreeter, 0.3), label='slow')
+    with lp.launch(program, launch_type='test_mp'):
+        assert handle.dereference().greet() == 'hello'
 
 
 @pytest.mark.parametrize('launch_type', LAUNCH_TYPES)

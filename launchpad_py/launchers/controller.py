@@ -160,8 +160,8 @@ class ProgramController:
             self._scope.stop_event.set()
             runtime.deactivate(self._scope)
             _running.discard(self)
-            if self._failed is not None:
-                _failed.append(self)
+            if self._failed is not None and not self._thread.daemon:
+                _failed.append(self)  # Reported at exit if nobody waits (local launches).
             if self._killed:
                 _log.warning('program %r: killed %s after the %.0fs grace period',
                              self.name, ', '.join(self._killed), self._grace)

@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import dataclasses
+import threading
 from typing import Any, Callable, Generic, Iterator, TypeVar
 
 from launchpad_py import courier
@@ -37,6 +38,41 @@ class CourierHandle(Handle[T], Generic[T]):
         return f'CourierHandle({self._address!r})'
 
 
+class _UnderConstruction:
+    """Stands in for the node's object while its constructor runs.
+
+    The server listens (and the node reports ready) before construction, so a
+    slow or blocking constructor does not hold up the launch; calls that arrive
+    meanwhile wait for the object.
+    """
+
+    def __init__(self, label: str):
+        self._label = label
+        self._done = threading.Event()
+        self._obj: Any = None
+        self._error: BaseException | None = None
+
+    def finish(self, obj: Any = None, error: BaseException | None = None) -> None:
+        self._obj, self._error = obj, error
+        self._done.set()
+
+    def _target(self) -> Any:
+        self._done.wait()
+        if self._error is not None:
+            raise RuntimeError(f'the object of node {self._label!r} failed to construct: '
+                               f'{type(self._error).__name__}: {self._error}')
+        return self._obj
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._target(), name)
+
+    def __dir__(self) -> list[str]:
+        return dir(self._target())
+
+    def __call__(self, *args, **kwargs) -> Any:
+        return self._target()(*args, **kwargs)
+
+
 @dataclasses.dataclass
 class _ServeObject:
     """The executable body of a courier node (picklable)."""
@@ -47,12 +83,18 @@ class _ServeObject:
     server_kwargs: dict
 
     def __call__(self, context: ExecutionContext) -> None:
-        obj = self.call()
-        server = courier.Server(obj, get_port_from_address(self.address.resolve()),
+        stand_in = _UnderConstruction(context.label)
+        server = courier.Server(stand_in, get_port_from_address(self.address.resolve()),
                                 host=context.bind_host, label=context.label, **self.server_kwargs)
         server.start()
         try:
             context.report_ready()
+            try:
+                obj = self.call()
+            except BaseException as exc:
+                stand_in.finish(error=exc)
+                raise
+            stand_in.finish(obj)
             run = getattr(obj, 'run', None)
             if self.run_enabled and callable(run):
                 run()
