@@ -10,6 +10,7 @@
 
 # Flags (defined on import: --lp_launch_type, --lp_termination_notice_secs)
 from launchpad_py import flags
+from launchpad_py.flags import LAUNCH_TYPE
 
 # RPC, usable on its own
 from launchpad_py import courier
@@ -17,10 +18,12 @@ from launchpad_py import courier
 # Setup: programs, nodes, handles, addresses
 from launchpad_py.program import AbstractAddressBuilder
 from launchpad_py.program import Address
+from launchpad_py.program import Deferred
 from launchpad_py.program import Handle
 from launchpad_py.program import Program
 from launchpad_py.program import SimpleLocalAddressBuilder
 from launchpad_py.program import get_port_from_address
+from launchpad_py.program import maybe_dereference
 from launchpad_py.nodes import CourierClient
 from launchpad_py.nodes import CourierHandle
 from launchpad_py.nodes import CourierNode

@@ -21,9 +21,14 @@ def stop() -> None:
     runtime.current_scope().request_program_stop()
 
 
-def wait_for_stop(timeout: float | None = None) -> bool:
-    """Blocks until the program is stopping; True if it is, False on timeout."""
-    return runtime.current_scope().stop_event.wait(timeout)
+def wait_for_stop(timeout_secs: float | None = None, *, timeout: float | None = None) -> bool:
+    """Blocks until the program is stopping; True if it is, False on timeout.
+
+    ``timeout_secs`` is DeepMind Launchpad's name; ``timeout`` is accepted too.
+    """
+    if timeout_secs is not None and timeout is not None:
+        raise TypeError('give wait_for_stop either timeout_secs or timeout, not both')
+    return runtime.current_scope().stop_event.wait(timeout if timeout is not None else timeout_secs)
 
 
 def stop_event() -> threading.Event:
@@ -41,7 +46,7 @@ def unregister_stop_handler(handler: Callable[[], None]) -> None:
 
 
 def make_program_stopper(launch_type=None) -> Callable[[], None]:
-    """A picklable-free callable that stops the program current at creation time.
+    """A callable that stops the program that is current where it is made.
 
     ``launch_type`` is accepted for compatibility; stopping does not depend on it.
     """

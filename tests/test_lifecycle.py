@@ -105,3 +105,12 @@ def test_failure_nobody_waited_for_fails_the_script(launch_type):
     assert result.returncode == 1
     assert "node 'failer'" in result.stderr
     assert 'RuntimeError: nobody waits for me' in result.stderr
+
+
+def test_local_mt_script_returning_after_launch_keeps_serving():
+    """Interpreter exit waits for a local_mt program before thread pools shut down."""
+    result = subprocess.run([sys.executable, os.path.join(SCRIPTS, 'returns_after_launch.py')],
+                            capture_output=True, text=True, timeout=60, cwd=REPO)
+    assert result.returncode == 0, result.stderr
+    assert 'total 2450' in result.stdout
+    assert 'cannot schedule new futures' not in result.stderr

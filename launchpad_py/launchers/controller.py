@@ -112,6 +112,15 @@ class ProgramController:
         self._events.stop_requested()
 
     @property
+    def keeps_process_alive(self) -> bool:
+        """Local launches keep the launching script alive until the program ends."""
+        return not self._thread.daemon
+
+    def wait_quietly(self) -> None:
+        """Waits for the end without raising; failures are reported at exit."""
+        self._done.wait()
+
+    @property
     def is_running(self) -> bool:
         return not self._done.is_set()
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import atexit
+import threading
 from typing import Any, Mapping, Sequence
 
 from launchpad_py import errors, flags
@@ -11,10 +12,9 @@ from launchpad_py.launchers.options import LaunchOptions
 from launchpad_py.program import Program
 
 
-def launch(programs: Program | Sequence[Program], launch_type=None, *,
-           local_resources: Mapping[str, Any] | None = None, terminal: str | None = None,
-           test_case: Any = None, serialize_py_nodes: bool | None = None,
-           xm_resources: Any = None):
+def launch(programs: Program | Sequence[Program], launch_type=None, xm_resources: Any = None,
+           local_resources: Mapping[str, Any] | None = None, test_case: Any = None,
+           terminal: str | None = None, *, serialize_py_nodes: bool | None = None):
     """Launches one program (returns its controller) or several (returns a list).
 
     ``launch_type`` is a ``LaunchType`` or its name; by default the value of
@@ -60,7 +60,19 @@ def _register_exit_hook() -> None:
     global _hook_registered
     if not _hook_registered:
         atexit.register(_at_exit)
+        # Python's exit shuts thread pools down before joining non-daemon threads,
+        # which would starve the servers of a local_mt program still running. Hooks
+        # run newest first, so after the pools' hook is registered (on import of
+        # concurrent.futures.thread), ours runs before it and waits for the programs.
+        import concurrent.futures.thread  # noqa: F401
+        threading._register_atexit(_wait_for_local_programs)
         _hook_registered = True
+
+
+def _wait_for_local_programs() -> None:
+    for program in controller.running_programs():
+        if program.keeps_process_alive:
+            program.wait_quietly()
 
 
 def _at_exit() -> None:

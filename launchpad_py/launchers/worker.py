@@ -9,6 +9,7 @@ group, so nothing outlives the launcher.
 from __future__ import annotations
 
 import ctypes
+import importlib
 import os
 import signal
 import sys
@@ -48,6 +49,8 @@ def _listen(channel, scope) -> None:
 
 
 _finished = threading.Event()
+#: Comma-separated modules imported before any node code (the compatibility runner uses it).
+PRELOAD_ENV = 'LAUNCHPAD_PY_PRELOAD'
 
 
 def main(spec_path: str) -> int:
@@ -70,6 +73,8 @@ def main(spec_path: str) -> int:
     # SIGTERM (e.g. from a cluster manager) is a stop request for this node.
     signal.signal(signal.SIGTERM, lambda *_: threading.Thread(target=scope.handle_stop).start())
     try:
+        for module in filter(None, os.environ.get(PRELOAD_ENV, '').split(',')):
+            importlib.import_module(module)
         executable = serialization.loads(spec['executable'])
         flag_transfer.restore(spec['flags'], spec['args'])
         context = ExecutionContext(executable.label, executable.index, spec['bind_host'],

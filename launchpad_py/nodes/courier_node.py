@@ -23,9 +23,13 @@ CourierClient = courier.Client
 class CourierHandle(Handle[T], Generic[T]):
     """Dereferences to a ``courier.Client`` of the node's server."""
 
-    def __init__(self, address: Address, client_kwargs: dict | None = None):
+    def __init__(self, address: Address, **client_kwargs):
         self._address = address
-        self._client_kwargs = dict(client_kwargs or {})
+        self._client_kwargs = client_kwargs
+
+    def set_client_kwargs(self, **client_kwargs) -> None:
+        """Options for the clients this handle makes, e.g. ``timeout=5``."""
+        self._client_kwargs = client_kwargs
 
     @property
     def address(self) -> Address:
@@ -132,8 +136,12 @@ class CourierNode(Node, Generic[T]):
     def arguments(self) -> Iterator[tuple[str, Any]]:
         return self._call.arguments()
 
+    @property
+    def courier_address(self) -> Address:
+        return self._address
+
     def create_handle(self) -> CourierHandle[T]:
-        return CourierHandle(self._address, self._client_kwargs)
+        return CourierHandle(self._address, **self._client_kwargs)
 
     def to_executables(self) -> list[Executable]:
         body = _ServeObject(self._call, self._address, self._run_enabled, self._server_kwargs)

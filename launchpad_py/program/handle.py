@@ -13,16 +13,26 @@ from typing import Any, Generic, Iterator, TypeVar
 T = TypeVar('T')
 
 
-class Handle(abc.ABC, Generic[T]):
-    """A reference to a node that turns into a client inside a running program."""
+class Dereferenceable(abc.ABC, Generic[T]):
+    """Something in a node's arguments that is replaced by ``dereference()`` when it runs."""
 
     @abc.abstractmethod
     def dereference(self) -> T:
-        """The client for the node; only valid inside a running program."""
+        """The value the running node receives in place of this object."""
+
+    def arguments(self) -> tuple:
+        """Values this object holds that may contain handles (edges of the graph)."""
+        return ()
+
+
+class Handle(Dereferenceable[T], Generic[T]):
+    """A reference to a node that turns into a client inside a running program."""
 
 
 def _children(obj: Any) -> Iterator[Any]:
-    if isinstance(obj, dict):
+    if isinstance(obj, Dereferenceable):
+        yield from obj.arguments()
+    elif isinstance(obj, dict):
         yield from obj.keys()
         yield from obj.values()
     elif isinstance(obj, (list, tuple, set, frozenset)):
@@ -40,8 +50,8 @@ def find_handles(obj: Any) -> list[Handle]:
 
 
 def dereference_all(obj: Any) -> Any:
-    """``obj`` with each handle inside it replaced by its client; containers are rebuilt."""
-    if isinstance(obj, Handle):
+    """``obj`` with each handle (or other Dereferenceable) replaced; containers are rebuilt."""
+    if isinstance(obj, Dereferenceable):
         return obj.dereference()
     if isinstance(obj, dict):
         return type(obj)((dereference_all(k), dereference_all(v)) for k, v in obj.items())
