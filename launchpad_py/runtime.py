@@ -135,6 +135,21 @@ def bind_node(node: NodeContext, whole_process: bool = False) -> None:
         _process_node = node
 
 
+def inherit_binding() -> Callable[[], None]:
+    """A function that gives the thread calling it the calling thread's program and node.
+
+    Servers pass it as their thread-pool initializer, so handler threads know
+    which node they serve.
+    """
+    scope = getattr(_thread_scope, 'scope', None)
+    node = getattr(_thread_scope, 'node', None)
+
+    def bind() -> None:
+        _thread_scope.scope, _thread_scope.node = scope, node
+
+    return bind
+
+
 def get_node_context() -> NodeContext:
     """The label and index of the node running the calling thread.
 

@@ -76,8 +76,7 @@ def crash_until(path, failures):
     """Fails on each of its first ``failures`` runs (counted in ``path``), then waits for stop."""
     with open(path, 'a') as f:
         f.write('run\n')
-    with open(path) as f:
-        runs = len(f.read().splitlines())
+    runs = count_runs(path)
     if runs <= failures:
         raise RuntimeError(f'planned failure {runs} of {failures}')
     lp.wait_for_stop()
@@ -90,4 +89,17 @@ def return_at_once():
 def stop_after_calling(handle):
     """Calls a colocated sibling through its handle, then stops the program."""
     assert handle.ping('sibling') == ('pong', 'sibling')
+    lp.stop()
+
+
+def count_runs(path):
+    with open(path) as f:
+        return len(f.read().splitlines())
+
+
+def stop_after_runs(paths, runs):
+    """Stops the program once every file in ``paths`` counts ``runs`` runs."""
+    while not all(os.path.exists(p) and count_runs(p) == runs for p in paths):
+        if lp.wait_for_stop(timeout=0.05):
+            return
     lp.stop()

@@ -76,8 +76,9 @@ class Cache:
                         self._start_fetch(entry, method, args, kwargs)
                     return entry.value
             if entry.inflight is None:
-                self._start_fetch(entry, method, args, kwargs)
-            future, started = entry.inflight, entry.inflight_started
+                future, started = self._start_fetch(entry, method, args, kwargs)
+            else:
+                future, started = entry.inflight, entry.inflight_started
         value = future.result()
         if started < arrived and time.monotonic() - started >= self._stale_s:
             # The fetch we joined began before we came and took too long: ask again.
@@ -88,16 +89,23 @@ class Cache:
         """A value whose fetch started after ``arrived``: fresh enough by construction."""
         with self._lock:
             if entry.inflight is None or entry.inflight_started < arrived:
-                self._start_fetch(entry, method, args, kwargs)
-            future = entry.inflight
+                future, _ = self._start_fetch(entry, method, args, kwargs)
+            else:
+                future = entry.inflight
         return future.result()
 
-    def _start_fetch(self, entry: _Entry, method: str, args: tuple, kwargs: dict) -> None:
-        """Starts an upstream call for ``entry``; the caller holds the lock."""
+    def _start_fetch(self, entry: _Entry, method: str, args: tuple,
+                     kwargs: dict) -> tuple[concurrent.futures.Future, float]:
+        """Starts an upstream call for ``entry``; the caller holds the lock.
+
+        A call that is already done runs ``_finish`` inline, clearing
+        ``entry.inflight`` again, so callers use the returned future.
+        """
         started = time.monotonic()
         future = self._upstream.call_future(method, *args, **kwargs)
         entry.inflight, entry.inflight_started = future, started
         future.add_done_callback(lambda done: self._finish(entry, done, started))
+        return future, started
 
     def _finish(self, entry: _Entry, done: concurrent.futures.Future, started: float) -> None:
         with self._lock:
@@ -127,6 +135,7 @@ class _ServeCaches:
                 cache = Cache(self.upstream.dereference(), self.refresh_s, self.stale_s)
                 server = courier.Server(cache, get_port_from_address(address.resolve()),
                                         host=context.bind_host, label=context.label,
+                                        thread_initializer=runtime.inherit_binding(),
                                         **self.server_kwargs)
                 servers.append(server.start())
             context.report_ready()

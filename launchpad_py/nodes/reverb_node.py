@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.util
+import tempfile
 from typing import Any, Callable, Iterator
 
 from launchpad_py.nodes.deferred_call import target_name
@@ -75,19 +76,25 @@ class _ServeReverb:
                 isinstance(table, reverb.Table) for table in tables):
             raise TypeError(f'priority_tables_fn of ReverbNode {context.label!r} must return a '
                             f'non-empty list of reverb.Table (got {tables!r:.200})')
-        checkpointer = self.checkpoint_ctor() if self.checkpoint_ctor else None
-        # reverb.Server listens on every interface; it has no option to bind one host.
-        server = reverb.Server(list(tables), port=get_port_from_address(self.address.resolve()),
-                               checkpointer=checkpointer)
-        try:
-            context.report_ready()
-            client = server.localhost_client()
-            while not context.stop_event.wait(self.checkpoint_interval_s):
-                client.checkpoint()
-            if checkpointer is not None:
-                client.checkpoint()  # The final state survives a restart of the program.
-        finally:
-            server.stop()
+        with tempfile.TemporaryDirectory(prefix='lp-reverb-') as scratch:
+            # Without a checkpointer reverb makes a temporary directory it never removes.
+            checkpointer = (self.checkpoint_ctor() if self.checkpoint_ctor else
+                            reverb.checkpointers.DefaultCheckpointer(path=scratch))
+            # reverb.Server listens on every interface; it has no option to bind one host.
+            server = reverb.Server(list(tables), checkpointer=checkpointer,
+                                   port=get_port_from_address(self.address.resolve()))
+            try:
+                context.report_ready()
+                self._serve(server.localhost_client(), context)
+            finally:
+                server.stop()
+
+    def _serve(self, client, context: ExecutionContext) -> None:
+        """Blocks until the program stops (never in ``Server.wait``, which ignores SIGTERM)."""
+        while not context.stop_event.wait(self.checkpoint_interval_s):
+            client.checkpoint()
+        if self.checkpoint_ctor is not None:
+            client.checkpoint()  # The final state survives a restart of the program.
 
 
 class ReverbNode(Node):
