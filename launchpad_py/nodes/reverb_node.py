@@ -111,7 +111,8 @@ class ReverbNode(Node):
                  checkpoint_ctor: Callable[[], Any] | None = None,
                  checkpoint_time_delta_minutes: float | None = None):
         super().__init__()
-        if importlib.util.find_spec('reverb') is None:
+        spec = importlib.util.find_spec('reverb')
+        if spec is None or spec.origin is None:  # Missing, or a stray folder named reverb.
             raise _missing_reverb()
         if not callable(priority_tables_fn):
             raise TypeError('ReverbNode priority_tables_fn must be a function returning a list '
