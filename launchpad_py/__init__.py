@@ -30,6 +30,20 @@ from launchpad_py.nodes import CourierNode
 from launchpad_py.nodes import PyClassNode
 from launchpad_py.nodes import PyNode
 
+# More node types: caching, colocation, replay (reverb is imported only when used)
+from launchpad_py.nodes import CacherHandle
+from launchpad_py.nodes import CacherNode
+from launchpad_py.nodes import ColocationHandle
+from launchpad_py.nodes import ColocationNode
+from launchpad_py.nodes import MultiProcessingColocation
+from launchpad_py.nodes import MultiThreadingColocation
+from launchpad_py.nodes import ReverbHandle
+from launchpad_py.nodes import ReverbNode
+
+# Inside a running node
+from launchpad_py.runtime import NodeContext
+from launchpad_py.runtime import get_node_context
+
 # Launch
 from launchpad_py.launchers import LaunchType
 from launchpad_py.launchers import NodeState

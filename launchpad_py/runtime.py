@@ -5,13 +5,19 @@ this process, and knows how to ask the program's launcher to stop everything.
 Launchers create scopes (one per worker process, one shared by all threads
 of a ``local_mt`` program) and bind node threads to them; ``lp.stop()`` and
 friends find the scope of the calling thread here.
+
+The same binding tells node code who it is: ``get_node_context()`` returns
+the group label and index of the node the calling thread runs.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 from typing import Callable
+
+from launchpad_py import errors
 
 _log = logging.getLogger(__name__)
 
@@ -105,3 +111,56 @@ def current_scope() -> ProgramScope:
         if _default is None:
             _default = ProgramScope('default')
         return _default
+
+
+@dataclasses.dataclass(frozen=True)
+class NodeContext:
+    """Who the running node is: its group ``label`` and its ``index`` in the group.
+
+        seed = base_seed + lp.get_node_context().index
+    """
+
+    label: str
+    index: int
+
+
+_process_node: NodeContext | None = None
+
+
+def bind_node(node: NodeContext, whole_process: bool = False) -> None:
+    """Makes ``node`` the calling thread's node; ``whole_process`` when it owns the process."""
+    global _process_node
+    _thread_scope.node = node
+    if whole_process:
+        _process_node = node
+
+
+def inherit_binding() -> Callable[[], None]:
+    """A function that gives the thread calling it the calling thread's program and node.
+
+    Servers pass it as their thread-pool initializer, so handler threads know
+    which node they serve.
+    """
+    scope = getattr(_thread_scope, 'scope', None)
+    node = getattr(_thread_scope, 'node', None)
+
+    def bind() -> None:
+        _thread_scope.scope, _thread_scope.node = scope, node
+
+    return bind
+
+
+def get_node_context() -> NodeContext:
+    """The label and index of the node running the calling thread.
+
+    Threads a node starts itself inherit nothing, so in a process that holds one
+    node they fall back to that node; under ``local_mt`` read the context in the
+    node's own thread and pass it on.
+    """
+    node = getattr(_thread_scope, 'node', None) or _process_node
+    if node is None:
+        raise errors.NotRunningError(
+            'lp.get_node_context() was called outside a node: call it from the thread that '
+            'runs a node (its constructor, run() or function), or pass the result to threads '
+            'you start yourself when several nodes share a process (local_mt)')
+    return node

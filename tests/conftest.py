@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import subprocess
 import sys
@@ -15,6 +16,15 @@ LAUNCH_TYPES = ['local_mt', 'local_mp', 'test_mt', 'test_mp']
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # Threads the library starts for a program; long-lived gRPC/channel threads are not ours.
 _OURS = ('lp-', 'courier-')
+# dm-reverb pins TensorFlow and numpy<2, so its tests run in .venv-reverb (scripts/test.sh does that).
+_HAS_REVERB = importlib.util.find_spec('reverb') is not None
+collect_ignore = [] if _HAS_REVERB else ['reverb_tests']
+
+
+def pytest_report_header():
+    if not _HAS_REVERB:
+        return ('tests/reverb_tests not collected: dm-reverb is not installed in this environment; '
+                'scripts/test.sh runs them in .venv-reverb')
 
 
 def _our_threads() -> set[threading.Thread]:

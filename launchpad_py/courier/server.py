@@ -11,7 +11,7 @@ whose value is callable; plus ``__call__`` when the object itself is callable.
 from __future__ import annotations
 
 import concurrent.futures
-from typing import Any
+from typing import Any, Callable
 
 import grpc
 
@@ -46,7 +46,8 @@ class Server:
     """A gRPC server for one object; calls run on a bounded thread pool."""
 
     def __init__(self, obj: Any, port: int = 0, *, host: str = '127.0.0.1',
-                 thread_pool_size: int = 16, label: str | None = None):
+                 thread_pool_size: int = 16, label: str | None = None,
+                 thread_initializer: Callable[[], None] | None = None):
         if not isinstance(thread_pool_size, int) or thread_pool_size < 1:
             raise ValueError(f'thread_pool_size must be a positive int (got {thread_pool_size!r})')
         self._obj = obj
@@ -54,7 +55,8 @@ class Server:
         self._requested_port = port
         self._label = label
         self._pool = concurrent.futures.ThreadPoolExecutor(
-            thread_pool_size, thread_name_prefix=f'courier-{label or "server"}')
+            thread_pool_size, thread_name_prefix=f'courier-{label or "server"}',
+            initializer=thread_initializer)  # E.g. to tell handler threads which node they serve.
         self._server: grpc.Server | None = None
         self._port: int | None = None
 

@@ -21,30 +21,10 @@ import secrets
 import threading
 from typing import Callable
 
+from launchpad_py.node_process import Channel
+
 _log = logging.getLogger(__name__)
 KEY_ENV = 'LAUNCHPAD_PY_CONTROL_KEY'
-
-
-class Channel:
-    """A connection whose sends are safe from several threads."""
-
-    def __init__(self, connection: mpc.Connection):
-        self._connection = connection
-        self._lock = threading.Lock()
-
-    def send(self, *message) -> bool:
-        with self._lock:
-            try:
-                self._connection.send(message)
-                return True
-            except (OSError, ValueError):  # The other side is gone; the reader will notice.
-                return False
-
-    def recv(self):
-        return self._connection.recv()
-
-    def close(self) -> None:
-        self._connection.close()
 
 
 class ControlServer:

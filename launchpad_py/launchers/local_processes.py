@@ -14,16 +14,15 @@ import shlex
 import shutil
 import signal
 import subprocess
-import sys
 import tempfile
 import threading
 
-from launchpad_py import errors
+from launchpad_py import errors, node_process
 from launchpad_py.courier import serialization
 from launchpad_py.launchers import control, flag_transfer, output, shipping
 from launchpad_py.launchers.controller import ProgramController
 from launchpad_py.launchers.options import LaunchOptions
-from launchpad_py.launchers.resources import PythonProcess
+from launchpad_py.launchers.resources import PythonProcess, hide_gpus_from_other_groups
 from launchpad_py.launchers.worker_api import Events, FailureReport, Worker
 from launchpad_py.program import Executable, Program
 
@@ -65,7 +64,7 @@ class ProcessWorker(Worker):
             # In tmux the parent is the window's shell, so only the channel watch applies.
             'parent_pid': os.getpid() if setup.die_with_parent and setup.mode != 'tmux_session'
             else None,
-            'env': dict(self._resources.env) if setup.mode == 'tmux_session' else {},
+            'env': self._resources.environment() if setup.mode == 'tmux_session' else {},
         }
         path = os.path.join(setup.directory, self.name.replace('/', '_') + '.spec')
         with open(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), 'wb') as spec_file:
@@ -74,9 +73,8 @@ class ProcessWorker(Worker):
 
     def _environment(self) -> dict[str, str]:
         env = dict(os.environ)
-        env.update(self._resources.env)
-        paths = [p for p in sys.path if p and os.path.isdir(p)]
-        env['PYTHONPATH'] = os.pathsep.join(paths + [env.get('PYTHONPATH', '')]).rstrip(os.pathsep)
+        env.update(self._resources.environment())
+        env['PYTHONPATH'] = node_process.python_path(env)
         env['PYTHONUNBUFFERED'] = '1'
         env[control.KEY_ENV] = self._setup.control.key.hex()
         return env
@@ -133,7 +131,7 @@ class ProcessWorker(Worker):
                 self.events.stop_requested()
             elif kind == 'failed':
                 _, summary, text, exception_bytes = message
-                self._failure = FailureReport(summary, text, _rebuild(exception_bytes))
+                self._failure = FailureReport(summary, text, node_process.rebuild_exception(exception_bytes))
             elif kind == 'finished':
                 self._finished = True
         self._channel_closed.set()
@@ -149,7 +147,7 @@ class ProcessWorker(Worker):
         self._sink.close()
         failure = self._failure
         if failure is None and not self._finished and code != 0:
-            failure = FailureReport(_describe_exit(code), f'{_describe_exit(code)}\n'
+            failure = FailureReport(node_process.describe_exit(code), f'{node_process.describe_exit(code)}\n'
                                     f'--- output tail ---\n{self._sink.tail()}')
         self.events.exited(self, code, failure)
 
@@ -179,24 +177,6 @@ class ProcessWorker(Worker):
     def cleanup(self) -> None:
         # Anything the node left in its process group (its own subprocesses) goes too.
         self.kill()
-
-
-def _rebuild(exception_bytes: bytes | None) -> BaseException | None:
-    if exception_bytes is None:
-        return None
-    try:
-        return serialization.loads(exception_bytes)
-    except Exception:
-        return None
-
-
-def _describe_exit(code: int | None) -> str:
-    if code is not None and code < 0:
-        try:
-            return f'killed by {signal.Signals(-code).name}'
-        except ValueError:
-            return f'killed by signal {-code}'
-    return f'exited with code {code}'
 
 
 def _wait_pid_gone(pid: int | None) -> None:
@@ -283,6 +263,7 @@ def _launch(program: Program, options: LaunchOptions, launch_type: str, test: bo
             raise errors.ResourcesError(
                 f'local_resources[{group!r}] must be lp.PythonProcess(...) for {launch_type} '
                 f'(got {spec!r})')
+    resources = hide_gpus_from_other_groups(resources, list(program.groups))
     prepared = shipping.prepare(program)
     setup = _ProgramSetup(program, mode, test)
     controller = ProgramController(program.name, launch_type, options.grace,

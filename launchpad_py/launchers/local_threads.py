@@ -31,6 +31,7 @@ class ThreadWorker(Worker):
 
     def _run(self) -> None:
         runtime.bind_thread(self._scope)
+        runtime.bind_node(runtime.NodeContext(self.label, self.index))
         context = ExecutionContext(self.label, self.index, '127.0.0.1',
                                    lambda: self.events.ready(self), self._scope.stop_event)
         try:

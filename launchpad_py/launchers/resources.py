@@ -1,13 +1,17 @@
 """Per-group resources for launchers that run local processes.
 
-    lp.launch(p, launch_type='local_mp',
-              local_resources={'learner': lp.PythonProcess(env={'XLA_FLAGS': '...'})})
+    lp.launch(p, launch_type='local_mp', local_resources={
+        'learner': lp.PythonProcess(gpus=[0], jax_preallocate=False),
+        'actor': lp.PythonProcess(gpus=[], jax_platforms='cpu'),
+    })
 """
 
 from __future__ import annotations
 
 import dataclasses
 import sys
+
+from launchpad_py import errors
 
 
 @dataclasses.dataclass
@@ -18,11 +22,21 @@ class PythonProcess:
     absl, after the launching script's own flags, so they override them).
     ``env``: variables added to the node processes' environment.
     ``interpreter``: the Python executable (default: the launcher's own).
+    ``gpus``: GPU indices (or UUIDs) the group may see, as
+    ``CUDA_VISIBLE_DEVICES``; ``[]`` hides every GPU; ``None`` leaves it alone,
+    except that once any group of a launch names GPUs, groups that name none get ``[]``.
+    ``jax_preallocate``, ``jax_memory_fraction``, ``jax_platforms``: JAX presets,
+    set as ``XLA_PYTHON_CLIENT_PREALLOCATE``, ``XLA_PYTHON_CLIENT_MEM_FRACTION``
+    and ``JAX_PLATFORMS`` (see docs/gpus.md).
     """
 
     args: list[str] | tuple[str, ...] = ()
     env: dict[str, str] = dataclasses.field(default_factory=dict)
     interpreter: str = sys.executable
+    gpus: list[int | str] | tuple[int | str, ...] | None = None
+    jax_preallocate: bool | None = None
+    jax_memory_fraction: float | None = None
+    jax_platforms: str | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.args, str) or not all(isinstance(a, str) for a in self.args):
@@ -30,3 +44,72 @@ class PythonProcess:
         bad = {k: v for k, v in self.env.items() if not isinstance(k, str) or not isinstance(v, str)}
         if bad:
             raise TypeError(f'PythonProcess env keys and values must be strings (got {bad!r})')
+        self._check_gpus()
+        self._check_jax()
+        clashes = sorted(k for k, v in self._presets().items() if self.env.get(k, v) != v)
+        if clashes:
+            raise errors.ResourcesError(
+                f'PythonProcess sets {clashes} both in env and through gpus/jax_* '
+                f'(env={ {k: self.env[k] for k in clashes} }, presets='
+                f'{ {k: self._presets()[k] for k in clashes} }); keep one of them')
+
+    def _check_gpus(self) -> None:
+        if self.gpus is None:
+            return
+        if isinstance(self.gpus, (str, int)) or not all(
+                (isinstance(g, int) and not isinstance(g, bool) and g >= 0)
+                or (isinstance(g, str) and g) for g in self.gpus):
+            raise TypeError(f'PythonProcess gpus must be a list of GPU indices or UUIDs, such '
+                            f'as [0, 1] or [] for none (got {self.gpus!r})')
+
+    def _check_jax(self) -> None:
+        if self.jax_preallocate is not None and not isinstance(self.jax_preallocate, bool):
+            raise TypeError(f'PythonProcess jax_preallocate must be True or False '
+                            f'(got {self.jax_preallocate!r})')
+        fraction = self.jax_memory_fraction
+        if fraction is not None and (isinstance(fraction, bool) or not isinstance(
+                fraction, (int, float)) or not 0 < fraction <= 1):
+            raise ValueError(f'PythonProcess jax_memory_fraction must be in (0, 1], e.g. 0.45 '
+                             f'(got {fraction!r})')
+        if self.jax_platforms is not None and (not isinstance(self.jax_platforms, str)
+                                               or not self.jax_platforms):
+            raise TypeError(f"PythonProcess jax_platforms must be a string such as 'cpu' or "
+                            f"'cuda,cpu' (got {self.jax_platforms!r})")
+
+    def _presets(self) -> dict[str, str]:
+        presets = {}
+        if self.gpus is not None:
+            presets['CUDA_VISIBLE_DEVICES'] = ','.join(str(g) for g in self.gpus)
+        if self.jax_preallocate is not None:
+            presets['XLA_PYTHON_CLIENT_PREALLOCATE'] = 'true' if self.jax_preallocate else 'false'
+        if self.jax_memory_fraction is not None:
+            presets['XLA_PYTHON_CLIENT_MEM_FRACTION'] = f'{self.jax_memory_fraction:g}'
+        if self.jax_platforms is not None:
+            presets['JAX_PLATFORMS'] = self.jax_platforms
+        return presets
+
+    def environment(self) -> dict[str, str]:
+        """The variables the group's processes get on top of the launcher's environment."""
+        return {**self.env, **self._presets()}
+
+    @property
+    def controls_gpus(self) -> bool:
+        """True when the group says which GPUs it sees (``gpus`` or ``CUDA_VISIBLE_DEVICES``)."""
+        return self.gpus is not None or 'CUDA_VISIBLE_DEVICES' in self.env
+
+
+def hide_gpus_from_other_groups(resources: dict[str, PythonProcess],
+                                groups: list[str]) -> dict[str, PythonProcess]:
+    """Once one group names GPUs, every group that names none gets ``gpus=[]``.
+
+    Without this a CPU actor that imports JAX or TensorFlow would claim memory
+    on every visible GPU, next to the learner that was given it.
+    """
+    if not any(spec.controls_gpus for spec in resources.values()):
+        return dict(resources)
+    result = dict(resources)
+    for group in groups:
+        spec = result.get(group, PythonProcess())
+        if not spec.controls_gpus:
+            result[group] = dataclasses.replace(spec, gpus=[])
+    return result

@@ -8,24 +8,13 @@ group, so nothing outlives the launcher.
 
 from __future__ import annotations
 
-import ctypes
 import importlib
 import os
 import signal
 import sys
-import threading
-import traceback
 
-
-def _die_with_parent(parent_pid: int) -> None:
-    """Asks Linux to SIGKILL us when the launcher dies; a backup for the channel watch."""
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        return
-    if os.getppid() != parent_pid:  # The launcher died before prctl took effect.
-        os._exit(1)
+#: Comma-separated modules imported before any node code (the compatibility runner uses it).
+PRELOAD_ENV = 'LAUNCHPAD_PY_PRELOAD'
 
 
 def _kill_own_group() -> None:
@@ -35,73 +24,27 @@ def _kill_own_group() -> None:
         os._exit(1)
 
 
-def _listen(channel, scope) -> None:
-    """Serves the launcher's messages; the end of the channel means the launcher died."""
-    while True:
-        try:
-            message = channel.recv()
-        except (EOFError, OSError):
-            if not _finished.is_set():
-                _kill_own_group()
-            return
-        if message[0] == 'stop':
-            scope.handle_stop()
-
-
-_finished = threading.Event()
-#: Comma-separated modules imported before any node code (the compatibility runner uses it).
-PRELOAD_ENV = 'LAUNCHPAD_PY_PRELOAD'
-
-
 def main(spec_path: str) -> int:
-    from launchpad_py import runtime
+    from launchpad_py import node_process
     from launchpad_py.courier import serialization
     from launchpad_py.launchers import control, flag_transfer
-    from launchpad_py.program import ExecutionContext
 
     with open(spec_path, 'rb') as spec_file:
         spec = serialization.loads(spec_file.read())
     if spec['parent_pid'] is not None:
-        _die_with_parent(spec['parent_pid'])
+        node_process.die_with_parent(spec['parent_pid'])
     os.environ.update(spec['env'])
     channel = control.connect_to_launcher(spec['control_address'])
     channel.send('hello', spec['worker_id'], os.getpid(), os.getpgrp())
-    scope = runtime.ProgramScope(spec['program'], lambda: channel.send('stop_program'))
-    runtime.activate(scope)
-    runtime.bind_thread(scope)
-    threading.Thread(target=_listen, args=(channel, scope), name='lp-control', daemon=True).start()
-    # SIGTERM (e.g. from a cluster manager) is a stop request for this node.
-    signal.signal(signal.SIGTERM, lambda *_: threading.Thread(target=scope.handle_stop).start())
-    try:
+
+    def load():
         for module in filter(None, os.environ.get(PRELOAD_ENV, '').split(',')):
             importlib.import_module(module)
         executable = serialization.loads(spec['executable'])
         flag_transfer.restore(spec['flags'], spec['args'])
-        context = ExecutionContext(executable.label, executable.index, spec['bind_host'],
-                                   lambda: channel.send('ready'), scope.stop_event)
-        executable.main(context)
-    except SystemExit as exc:
-        if exc.code not in (None, 0):
-            return _report_failure(channel, exc)
-    except BaseException as exc:  # Everything a node raises is reported to the launcher.
-        return _report_failure(channel, exc)
-    _finished.set()
-    channel.send('finished')
-    return 0
+        return executable
 
-
-def _report_failure(channel, exc: BaseException) -> int:
-    from launchpad_py.courier import serialization
-    text = ''.join(traceback.format_exception(exc))
-    sys.stderr.write(text)
-    sys.stderr.flush()
-    try:
-        exception_bytes = serialization.dumps(exc)
-    except Exception:
-        exception_bytes = None
-    _finished.set()
-    channel.send('failed', f'{type(exc).__name__}: {exc}', text, exception_bytes)
-    return 1
+    return node_process.run(channel, spec['program'], spec['bind_host'], load, _kill_own_group)
 
 
 if __name__ == '__main__':

@@ -10,7 +10,7 @@ import dataclasses
 import threading
 from typing import Any, Callable, Generic, Iterator, TypeVar
 
-from launchpad_py import courier
+from launchpad_py import courier, runtime
 from launchpad_py.nodes.deferred_call import DeferredCall, target_name
 from launchpad_py.program.address import Address, get_port_from_address
 from launchpad_py.program.handle import Handle
@@ -89,7 +89,8 @@ class _ServeObject:
     def __call__(self, context: ExecutionContext) -> None:
         stand_in = _UnderConstruction(context.label)
         server = courier.Server(stand_in, get_port_from_address(self.address.resolve()),
-                                host=context.bind_host, label=context.label, **self.server_kwargs)
+                                host=context.bind_host, label=context.label,
+                                thread_initializer=runtime.inherit_binding(), **self.server_kwargs)
         server.start()
         try:
             context.report_ready()

@@ -66,13 +66,19 @@ class _PythonNode(Node):
 class PyNode(_PythonNode):
     """Calls ``function(*args, **kwargs)``; the node ends when it returns."""
 
+    def __init__(self, function: Callable, *args, **kwargs):
+        super().__init__(function, *args, **kwargs)
+
     def to_executables(self) -> list[Executable]:
         body = _CallFunction(self._call, self._run_enabled)
         return [Executable(self.label, self.index, self.description, body, [])]
 
 
 class PyClassNode(_PythonNode):
-    """Builds ``cls(*args, **kwargs)`` and calls its ``run()`` (unless run is disabled)."""
+    """Builds ``constructor(*args, **kwargs)`` and calls its ``run()`` (unless run is disabled)."""
+
+    def __init__(self, constructor: Callable, *args, **kwargs):
+        super().__init__(constructor, *args, **kwargs)
 
     def to_executables(self) -> list[Executable]:
         body = _BuildAndRun(self._call, self._run_enabled)

@@ -1,0 +1,185 @@
+"""The supervisor of a ``MultiProcessingColocation``: one child process per colocated node.
+
+The supervisor is the colocation's own executable, so any launcher runs it
+like any node. It starts each child as ``python -m
+launchpad_py.nodes.colocation_child FD`` in its own process group (so a
+launcher that kills the group kills the children too), talks to it over a
+socket pair, reports ready once every child is ready, relays a child's
+``lp.stop()`` to the program, restarts a failed child up to the retry count,
+and stops every child when the program stops.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import multiprocessing.connection as mpc
+import os
+import queue
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+from launchpad_py import errors, runtime
+from launchpad_py.courier import serialization
+from launchpad_py import node_process
+from launchpad_py.node_process import Channel
+from launchpad_py.program.node import ExecutionContext, Executable
+
+_log = logging.getLogger(__name__)
+_STOP_TIMEOUT_S = 10.0  # How long a failing colocation waits for its other children.
+
+
+@dataclasses.dataclass
+class RunProcesses:
+    """The executable body of a ``MultiProcessingColocation``."""
+
+    children: list[Executable]
+    retries: int
+
+    def __call__(self, context: ExecutionContext) -> None:
+        _Supervisor(self.children, self.retries, context, runtime.current_scope()).run()
+
+
+class _Child:
+    """One colocated node and the process currently running it."""
+
+    def __init__(self, executable: Executable):
+        self.executable = executable
+        self.data = serialization.dumps(executable)
+        self.process: subprocess.Popen | None = None
+        self.channel: Channel | None = None
+        self.generation = 0
+        self.restarts = 0
+        self.ready = False
+        self.ended = False
+
+
+class _Supervisor:
+    def __init__(self, children: list[Executable], retries: int, context: ExecutionContext,
+                 scope: runtime.ProgramScope):
+        self._children = [_Child(executable) for executable in children]
+        self._retries = retries
+        self._context = context
+        self._scope = scope
+        self._events: queue.Queue = queue.Queue()
+        self._stopping = False
+        self._reported_ready = False
+
+    def run(self) -> None:
+        threading.Thread(target=self._watch_stop, daemon=True,
+                         name=f'lp-colocation-{self._context.label}/{self._context.index}').start()
+        try:
+            for child in self._children:
+                self._start(child)
+            while not all(child.ended for child in self._children):
+                self._handle(*self._events.get())
+        finally:
+            self._end_children()
+
+    def _watch_stop(self) -> None:
+        self._context.stop_event.wait()
+        self._events.put(('stop', None, None, None))
+
+    def _start(self, child: _Child) -> None:
+        ours, theirs = socket.socketpair()
+        with theirs:
+            child.process = subprocess.Popen(
+                [sys.executable, '-m', 'launchpad_py.nodes.colocation_child', str(theirs.fileno())],
+                pass_fds=[theirs.fileno()], env=_environment(), stdin=subprocess.DEVNULL)
+        child.channel = Channel(mpc.Connection(ours.detach()))
+        child.generation += 1
+        child.channel.send('start', child.data, self._context.bind_host, self._scope.name,
+                           os.getpid())
+        threading.Thread(target=self._read, args=(child, child.generation, child.process,
+                                                   child.channel),
+                         name=f'lp-colocated-{child.executable.label}/{child.executable.index}',
+                         daemon=True).start()
+
+    def _read(self, child: _Child, generation: int, process: subprocess.Popen,
+              channel: Channel) -> None:
+        failure, finished = None, False
+        while True:
+            try:
+                message = channel.recv()
+            except (EOFError, OSError):
+                break
+            if message[0] == 'ready':
+                self._events.put(('ready', child, generation, None))
+            elif message[0] == 'stop_program':
+                self._scope.request_program_stop()
+            elif message[0] == 'failed':
+                failure = message[1:]
+            elif message[0] == 'finished':
+                finished = True
+        code = process.wait()
+        channel.close()
+        self._events.put(('exited', child, generation, (code, failure, finished)))
+
+    def _handle(self, kind: str, child: _Child | None, generation: int | None, payload) -> None:
+        if kind == 'stop':
+            self._stopping = True
+            for other in self._children:
+                if not other.ended:
+                    other.channel.send('stop')
+        elif kind == 'ready' and generation == child.generation:
+            child.ready = True
+            self._report_ready_when_all_are()
+        elif kind == 'exited':
+            self._on_exit(child, *payload)
+
+    def _report_ready_when_all_are(self) -> None:
+        if not self._reported_ready and all(c.ready or c.ended for c in self._children):
+            self._reported_ready = True
+            self._context.report_ready()
+
+    def _on_exit(self, child: _Child, code: int, failure: tuple | None, finished: bool) -> None:
+        if finished or self._stopping or (code == 0 and failure is None):
+            child.ended = True
+            self._report_ready_when_all_are()
+            return
+        if child.restarts < self._retries:
+            child.restarts += 1
+            _log.warning('%s failed (%s); restart %d of %d', child.executable.description,
+                         _summary(code, failure), child.restarts, self._retries)
+            self._start(child)
+            return
+        child.ended = True
+        raise self._failure_error(child, code, failure)
+
+    def _failure_error(self, child: _Child, code: int, failure: tuple | None) -> Exception:
+        summary = _summary(code, failure)
+        text = failure[1] if failure else summary
+        restarts = f' after {child.restarts} restarts' if child.restarts else ''
+        error = errors.NodeFailedError(
+            child.executable.label, child.executable.index, text,
+            f'{child.executable.description}, colocated in a process of its own, failed'
+            f'{restarts}: {summary}')
+        error.__cause__ = node_process.rebuild_exception(failure[2]) if failure else None
+        return error
+
+    def _end_children(self) -> None:
+        """Stops the children still running (after a failure), then kills stragglers."""
+        running = [c for c in self._children if c.process is not None and c.process.poll() is None]
+        for child in running:
+            child.channel.send('stop')
+        deadline = time.monotonic() + _STOP_TIMEOUT_S
+        for child in running:
+            try:
+                child.process.wait(max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                child.process.send_signal(signal.SIGKILL)
+                child.process.wait()
+
+
+def _environment() -> dict[str, str]:
+    env = dict(os.environ)
+    env['PYTHONPATH'] = node_process.python_path(env)
+    return env
+
+
+def _summary(code: int, failure: tuple | None) -> str:
+    return failure[0] if failure else node_process.describe_exit(code)
