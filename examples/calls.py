@@ -36,6 +36,11 @@ def results_or_none(futures: list[concurrent.futures.Future],
     try:
         return [future.result() for future in futures]
     except Exception:
-        if stop.wait(_STOP_NOTICE_S):
+        if is_stopping(stop):
             return None
         raise
+
+
+def is_stopping(stop: threading.Event) -> bool:
+    """After a call failed: whether the program is stopping (waits a moment to hear of it)."""
+    return stop.wait(_STOP_NOTICE_S)

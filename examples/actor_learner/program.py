@@ -26,6 +26,7 @@ import numpy as np
 
 import launchpad_py as lp
 from examples.actor_learner import network, replay as replay_lib, rollout
+from examples.calls import is_stopping, results_or_none
 
 
 @dataclasses.dataclass(frozen=True)
@@ -52,7 +53,7 @@ class Learner:
         self._trainer = learning.Trainer(network.init(config.seed, *rollout.env_spec()),
                                          config.learning_rate)
         self._stack = learning.stack
-        self._queue = (replay_lib.ReverbQueue(replay) if replay is not None
+        self._queue = (replay_lib.ReverbQueue(replay, self._stop) if replay is not None
                        else replay_lib.InMemoryQueue(self._stop))
         self._lock = threading.Lock()
         self._params = (0, self._trainer.numpy_params())
@@ -96,8 +97,8 @@ class Learner:
     def _take_batch(self):
         try:
             return self._queue.take(self._config.batch_size)
-        except Exception:  # A Reverb sampler fails when its server stops with the program.
-            if self._stop.is_set():
+        except Exception:  # Reverb calls fail when its server stops with the program.
+            if is_stopping(self._stop):
                 return None
             raise
 
@@ -109,8 +110,8 @@ class Actor:
         self._learner = learner
         self._config = config
         self._index = index
-        self._sink = replay_lib.ReverbQueue(replay) if replay is not None else None
         self._stop = lp.stop_event()
+        self._sink = replay_lib.ReverbQueue(replay, self._stop) if replay is not None else None
 
     def run(self) -> None:
         unroller = rollout.Unroller(seed=self._config.seed * 1000 + self._index + 1,
@@ -119,20 +120,28 @@ class Actor:
             count = 0
             while not self._stop.is_set():
                 if count % self._config.refresh_every == 0:
-                    _, params = self._learner.get_params()
-                self._send(unroller.unroll(params))
+                    fetched = results_or_none([self._learner.futures.get_params()], self._stop)
+                    if fetched is None:
+                        return
+                    _, params = fetched[0]
+                if not self._send(unroller.unroll(params)):
+                    return
                 count += 1
-        except Exception:  # Calls fail once the learner is gone; that is the normal end.
-            if not self._stop.is_set():
-                raise
         finally:
             unroller.close()
 
-    def _send(self, unroll: dict[str, np.ndarray]) -> None:
+    def _send(self, unroll: dict[str, np.ndarray]) -> bool:
+        """Sends one unroll; False once the program is stopping."""
         if self._sink is None:
-            self._learner.add_trajectory(unroll)
-        else:
+            sent = results_or_none([self._learner.futures.add_trajectory(unroll)], self._stop)
+            return sent is not None
+        try:
             self._sink.put(unroll)
+            return True
+        except Exception:  # Reverb fails inserts once its server stops with the program.
+            if is_stopping(self._stop):
+                return False
+            raise
 
 
 class Evaluator:
@@ -145,9 +154,14 @@ class Evaluator:
 
     def run(self) -> None:
         config, start, history = self._config, time.monotonic(), []
-        while not lp.wait_for_stop(config.eval_interval_s):
-            step, params = self._learner.get_params()
-            env_steps = self._learner.progress()['env_steps']
+        stop = lp.stop_event()
+        while not stop.wait(config.eval_interval_s):
+            fetched = results_or_none([self._learner.futures.get_params(),
+                                       self._learner.futures.progress()], stop)
+            if fetched is None:
+                return
+            (step, params), progress = fetched
+            env_steps = progress['env_steps']
             mean_return = rollout.evaluate(params, config.eval_episodes, seed=10_000)
             elapsed = time.monotonic() - start
             history.append({'seconds': round(elapsed, 1), 'step': step, 'env_steps': env_steps,

@@ -68,15 +68,25 @@ class InMemoryQueue:
 
 
 class ReverbQueue:
-    """The same two operations on a Reverb table (``client`` is a reverb.Client)."""
+    """The same two operations on a Reverb table (``client`` is a reverb.Client).
 
-    def __init__(self, client):
+    Reverb's sampler waits for items with no deadline, even after its server
+    has gone, so ``take`` samples only once the table holds a full batch and
+    otherwise checks for a stop every 50 ms.
+    """
+
+    def __init__(self, client, stop: threading.Event):
         self._client = client
+        self._stop = stop
 
     def put(self, unroll: dict[str, np.ndarray]) -> None:
         self._client.insert([unroll[name] for name in FIELDS], priorities={TABLE: 1.0})
 
-    def take(self, count: int) -> list[dict[str, np.ndarray]]:
+    def take(self, count: int) -> list[dict[str, np.ndarray]] | None:
+        """``count`` unrolls (this learner is the queue's only reader), or None on stop."""
+        while self._client.server_info(timeout=5)[TABLE].current_size < count:
+            if self._stop.wait(0.05):
+                return None
         samples = self._client.sample(TABLE, num_samples=count)
         # An item written with insert() is one timestep holding the whole unroll.
         return [dict(zip(FIELDS, sample[0].data)) for sample in samples]
