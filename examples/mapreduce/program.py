@@ -17,6 +17,7 @@ from __future__ import annotations
 import collections
 import threading
 import zlib
+from typing import Callable
 
 import launchpad_py as lp
 from examples.calls import results_or_none
@@ -48,6 +49,16 @@ def map_file(path: str, reducers: list, mapper_id: int, lines_per_batch: int = 2
     results_or_none([r.futures.mapper_done(mapper_id) for r in reducers], stop)
 
 
+def _wait_for(changed: threading.Condition, ready: Callable[[], bool],
+              stop: threading.Event) -> bool:
+    """With ``changed`` held: waits until ``ready()``; False if the program stops first."""
+    while not ready():
+        if stop.is_set():
+            return False
+        changed.wait(0.5)  # Wakes on notify; the timeout only lets it notice a stop.
+    return True
+
+
 class Reducer:
     """Sums the counts of its share of the words; reports once every mapper is done."""
 
@@ -77,10 +88,8 @@ class Reducer:
     def run(self) -> None:
         stop = lp.stop_event()
         with self._changed:
-            while len(self._done) < self._num_mappers:
-                if stop.is_set():
-                    return
-                self._changed.wait(0.5)
+            if not _wait_for(self._changed, lambda: len(self._done) == self._num_mappers, stop):
+                return
             counts = dict(self._counts)
         print(f'reducer {self._index}: all {self._num_mappers} mappers done, '
               f'{len(counts)} distinct words', flush=True)
@@ -101,12 +110,10 @@ class Output:
             self._changed.notify_all()
 
     def run(self) -> None:
-        stop = lp.stop_event()
         with self._changed:
-            while len(self._parts) < self._num_reducers:
-                if stop.is_set():
-                    return
-                self._changed.wait(0.5)
+            if not _wait_for(self._changed, lambda: len(self._parts) == self._num_reducers,
+                             lp.stop_event()):
+                return
         total: dict[str, int] = {}
         for counts in self._parts.values():
             total.update(counts)  # Each word lives in exactly one reducer.

@@ -50,7 +50,7 @@ def test_benchmark_writes_csv_and_plot(tmp_path):
     """A two-point sweep of the single topology writes a normalized CSV and a PNG."""
     command = [sys.executable, '-m', 'examples.parameter_server.benchmark',
                f'--output_dir={tmp_path}', '--requesters=1,2', '--topologies=single',
-               '--duration_s=0.3', '--param_size=100']
+               '--duration_s=0.3', '--param_size=100', '--repeats=1']
     done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=90)
     assert done.returncode == 0, done.stderr[-3000:]
     with open(tmp_path / 'param_server_scaling.csv') as f:
