@@ -89,10 +89,11 @@ class Learner:
                 self._env_steps += sum(len(u['actions']) for u in batch)
                 self._train_returns.extend(float(r) for u in batch for r in u['episode_returns'])
             if step % 50 == 0:
-                rate = self._env_steps / (time.monotonic() - start)
-                print(f'learner: step {step}, {self._env_steps} env steps ({rate:.0f}/s), '
-                      f'loss {metrics["loss"]:.3f}, entropy {metrics["entropy"]:.3f}, '
-                      f'actor return {self.progress()["train_return"]:.1f}', flush=True)
+                progress, rate = self.progress(), self._env_steps / (time.monotonic() - start)
+                recent = progress['train_return']
+                print(f'learner: step {step}, {progress["env_steps"]} env steps ({rate:.0f}/s), '
+                      f'loss {metrics["loss"]:.3f}, entropy {metrics["entropy"]:.3f}, actor '
+                      f'return {"n/a" if recent is None else f"{recent:.1f}"}', flush=True)
 
     def _take_batch(self):
         try:
