@@ -16,7 +16,9 @@ fi
 stamp=".venv-reverb/.installed-$(sha1sum pyproject.toml | cut -c1-12)"
 if [ ! -e "$stamp" ]; then
   echo "scripts/test.sh: installing '.[reverb,dev]' into .venv-reverb (about 30 s, 240 MB download)" >&2
-  .venv-reverb/bin/python -m pip install -q --disable-pip-version-check -e '.[reverb,dev]'
+  # The example tests need jax there too; jax<=0.4.34 is the newest that shares TensorFlow 2.15's numpy.
+  .venv-reverb/bin/python -m pip install -q --disable-pip-version-check -e '.[reverb,dev]' \
+    'jax<=0.4.34' 'jaxlib<=0.4.34'
   rm -f .venv-reverb/.installed-*
   touch "$stamp"
 fi

@@ -1,0 +1,103 @@
+"""The learner's update: actor-critic with V-trace off-policy correction, in JAX + optax.
+
+Actors act with parameters that lag the learner's by a few updates; V-trace
+(importance weights clipped at 1) corrects for that lag, so the update stays an
+on-policy actor-critic when the lag is zero. Only the learner imports this module.
+
+    trainer = Trainer(network.init(0, 4, 2), learning_rate=3e-3)
+    metrics = trainer.update(stack(trajectories))
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from examples.actor_learner import network
+
+# JAX logs each accelerator backend it fails to find at INFO; CPU-only is expected here.
+logging.getLogger('jax._src.xla_bridge').setLevel(logging.WARNING)
+
+
+@dataclasses.dataclass(frozen=True)
+class LossConfig:
+    discount: float = 0.99
+    baseline_cost: float = 0.5
+    entropy_cost: float = 0.01
+
+
+def vtrace(values, bootstrap, rewards, discounts, rhos):
+    """V-trace targets and policy-gradient advantages for one unroll of length T."""
+    clipped = jnp.minimum(1.0, rhos)
+    next_values = jnp.concatenate([values[1:], bootstrap[None]])
+    deltas = clipped * (rewards + discounts * next_values - values)
+
+    def backward(acc, step):
+        delta, discount, c = step
+        acc = delta + discount * c * acc
+        return acc, acc
+
+    _, corrections = jax.lax.scan(backward, jnp.zeros(()), (deltas, discounts, clipped),
+                                  reverse=True)
+    targets = values + corrections
+    next_targets = jnp.concatenate([targets[1:], bootstrap[None]])
+    advantages = clipped * (rewards + discounts * next_targets - values)
+    return jax.lax.stop_gradient(targets), jax.lax.stop_gradient(advantages)
+
+
+def loss_fn(params, batch, config: LossConfig):
+    """Mean actor-critic loss over a batch of unrolls ``[B, T(+1), ...]``."""
+    logits, values = network.apply(params, batch['obs'], xp=jnp)
+    logits, bootstrap, values = logits[:, :-1], values[:, -1], values[:, :-1]
+    log_probs = jax.nn.log_softmax(logits)
+    behaviour_log_probs = jax.nn.log_softmax(batch['behaviour_logits'])
+    take = lambda lp_: jnp.take_along_axis(lp_, batch['actions'][..., None], axis=-1)[..., 0]
+    log_pi, log_mu = take(log_probs), take(behaviour_log_probs)
+    discounts = config.discount * (1.0 - batch['dones'])
+    rhos = jnp.exp(log_pi - log_mu)
+    targets, advantages = jax.vmap(vtrace)(values, bootstrap, batch['rewards'], discounts,
+                                           jax.lax.stop_gradient(rhos))
+    policy_loss = -jnp.mean(advantages * log_pi)
+    value_loss = 0.5 * jnp.mean((targets - values) ** 2)
+    entropy = -jnp.mean(jnp.sum(jnp.exp(log_probs) * log_probs, axis=-1))
+    loss = policy_loss + config.baseline_cost * value_loss - config.entropy_cost * entropy
+    return loss, {'loss': loss, 'value_loss': value_loss, 'entropy': entropy}
+
+
+class Trainer:
+    """Holds parameters and optimizer state on the learner's device; one jitted step."""
+
+    def __init__(self, params: network.Params, learning_rate: float = 3e-3,
+                 config: LossConfig = LossConfig()):
+        self.device = jax.devices()[0]
+        self._optimizer = optax.chain(optax.clip_by_global_norm(1.0), optax.adam(learning_rate))
+        self._params = jax.device_put(params, self.device)
+        self._opt_state = self._optimizer.init(self._params)
+        self._step = jax.jit(self._make_step(config))
+
+    def _make_step(self, config: LossConfig):
+        def step(params, opt_state, batch):
+            grads, metrics = jax.grad(loss_fn, has_aux=True)(params, batch, config)
+            updates, opt_state = self._optimizer.update(grads, opt_state, params)
+            return optax.apply_updates(params, updates), opt_state, metrics
+        return step
+
+    def update(self, batch: dict[str, np.ndarray]) -> dict[str, float]:
+        batch = jax.device_put(batch, self.device)
+        self._params, self._opt_state, metrics = self._step(self._params, self._opt_state, batch)
+        return {name: float(value) for name, value in metrics.items()}
+
+    def numpy_params(self) -> network.Params:
+        """The parameters as host numpy arrays, ready to ship to actors."""
+        return jax.tree_util.tree_map(np.asarray, jax.device_get(self._params))
+
+
+def stack(trajectories: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
+    """Unrolls → one batch with a leading batch axis (episode returns are dropped)."""
+    keys = ('obs', 'actions', 'rewards', 'dones', 'behaviour_logits')
+    return {key: np.stack([t[key] for t in trajectories]) for key in keys}

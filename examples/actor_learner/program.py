@@ -1,0 +1,214 @@
+"""Actor-learner reinforcement learning: a JAX learner, CPU actors, an evaluator.
+
+    actor ──add_trajectory──▶ learner ◀──get_params── evaluator
+      ▲                          │
+      └────── get_params ────────┘
+
+With ``replay='reverb'`` the actors insert unrolls into a Reverb queue served
+by an ``lp.ReverbNode`` and the learner samples from it:
+
+    actor ──insert──▶ replay ──sample──▶ learner
+
+The actors and the evaluator act with numpy and never import JAX; only the
+learner does, so on a machine with a GPU only the learner uses it. The
+evaluator ends the program once the greedy policy reaches ``target_return``
+or the learner has used ``max_env_steps`` environment steps.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import threading
+import time
+
+import numpy as np
+
+import launchpad_py as lp
+from examples.actor_learner import network, replay as replay_lib, rollout
+from examples.calls import is_stopping, results_or_none
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    num_actors: int = 2
+    unroll_length: int = 32
+    batch_size: int = 16
+    learning_rate: float = 3e-3
+    refresh_every: int = 1          # unrolls between parameter fetches in an actor
+    eval_episodes: int = 10
+    eval_interval_s: float = 2.0
+    target_return: float = 450.0    # CartPole-v1 caps episodes at 500
+    max_env_steps: int = 500_000
+    seed: int = 0
+
+
+class Learner:
+    """Trains on batches of unrolls and serves the newest parameters."""
+
+    def __init__(self, config: Config, replay=None):
+        from examples.actor_learner import learning  # JAX stays out of the other nodes.
+        self._config = config
+        self._stop = lp.stop_event()
+        self._trainer = learning.Trainer(network.init(config.seed, *rollout.env_spec()),
+                                         config.learning_rate)
+        self._stack = learning.stack
+        self._queue = (replay_lib.ReverbQueue(replay, self._stop) if replay is not None
+                       else replay_lib.InMemoryQueue(self._stop))
+        self._lock = threading.Lock()
+        self._params = (0, self._trainer.numpy_params())
+        self._env_steps = 0
+        self._train_returns: list[float] = []
+        print(f'learner: training on {self._trainer.device}', flush=True)
+
+    def add_trajectory(self, unroll: dict[str, np.ndarray]) -> None:
+        """Actors call this (the in-memory path); blocks while the queue is full."""
+        self._queue.put(unroll)
+
+    def get_params(self) -> tuple[int, network.Params]:
+        """(learner step, parameters as numpy arrays)."""
+        with self._lock:
+            return self._params
+
+    def progress(self) -> dict:
+        with self._lock:
+            recent = self._train_returns[-20:]
+            return {'step': self._params[0], 'env_steps': self._env_steps,
+                    'train_return': float(np.mean(recent)) if recent else None}
+
+    def run(self) -> None:
+        start = time.monotonic()
+        while not self._stop.is_set():
+            batch = self._take_batch()
+            if batch is None:
+                return
+            metrics = self._trainer.update(self._stack(batch))
+            with self._lock:
+                step = self._params[0] + 1
+                self._params = (step, self._trainer.numpy_params())
+                self._env_steps += sum(len(u['actions']) for u in batch)
+                self._train_returns.extend(float(r) for u in batch for r in u['episode_returns'])
+            if step % 50 == 0:
+                progress, rate = self.progress(), self._env_steps / (time.monotonic() - start)
+                recent = progress['train_return']
+                print(f'learner: step {step}, {progress["env_steps"]} env steps ({rate:.0f}/s), '
+                      f'loss {metrics["loss"]:.3f}, entropy {metrics["entropy"]:.3f}, actor '
+                      f'return {"n/a" if recent is None else f"{recent:.1f}"}', flush=True)
+
+    def _take_batch(self):
+        try:
+            return self._queue.take(self._config.batch_size)
+        except Exception:  # Reverb calls fail when its server stops with the program.
+            if is_stopping(self._stop):
+                return None
+            raise
+
+
+class Actor:
+    """Acts in its own CartPole with the newest parameters it fetched; sends unrolls."""
+
+    def __init__(self, learner, config: Config, index: int, replay=None):
+        self._learner = learner
+        self._config = config
+        self._index = index
+        self._stop = lp.stop_event()
+        self._sink = replay_lib.ReverbQueue(replay, self._stop) if replay is not None else None
+
+    def run(self) -> None:
+        unroller = rollout.Unroller(seed=self._config.seed * 1000 + self._index + 1,
+                                    length=self._config.unroll_length)
+        try:
+            count = 0
+            while not self._stop.is_set():
+                if count % self._config.refresh_every == 0:
+                    fetched = results_or_none([self._learner.futures.get_params()], self._stop)
+                    if fetched is None:
+                        return
+                    _, params = fetched[0]
+                if not self._send(unroller.unroll(params)):
+                    return
+                count += 1
+        finally:
+            unroller.close()
+
+    def _send(self, unroll: dict[str, np.ndarray]) -> bool:
+        """Sends one unroll; False once the program is stopping."""
+        if self._sink is None:
+            sent = results_or_none([self._learner.futures.add_trajectory(unroll)], self._stop)
+            return sent is not None
+        try:
+            self._sink.put(unroll)
+            return True
+        except Exception:  # Reverb fails inserts once its server stops with the program.
+            if is_stopping(self._stop):
+                return False
+            raise
+
+
+class Evaluator:
+    """Scores the greedy policy every few seconds; ends the program when done."""
+
+    def __init__(self, learner, config: Config, result_path: str | None = None):
+        self._learner = learner
+        self._config = config
+        self._result_path = result_path
+
+    def run(self) -> None:
+        config, start, history = self._config, time.monotonic(), []
+        stop = lp.stop_event()
+        while not stop.wait(config.eval_interval_s):
+            fetched = results_or_none([self._learner.futures.get_params(),
+                                       self._learner.futures.progress()], stop)
+            if fetched is None:
+                return
+            (step, params), progress = fetched
+            env_steps = progress['env_steps']
+            mean_return = rollout.evaluate(params, config.eval_episodes, seed=10_000)
+            elapsed = time.monotonic() - start
+            history.append({'seconds': round(elapsed, 1), 'step': step, 'env_steps': env_steps,
+                            'mean_return': mean_return})
+            print(f'evaluator: {elapsed:5.1f}s, learner step {step}, {env_steps} env steps: '
+                  f'mean return {mean_return:.1f} over {config.eval_episodes} episodes',
+                  flush=True)
+            reached = mean_return >= config.target_return
+            if reached or env_steps >= config.max_env_steps:
+                why = 'reached the target return' if reached else 'used the step budget'
+                print(f'evaluator: {why} ({mean_return:.1f}, target {config.target_return}); '
+                      'stopping', flush=True)
+                self._write(reached, history)
+                lp.stop()
+                return
+
+    def _write(self, reached: bool, history: list[dict]) -> None:
+        if self._result_path:
+            with open(self._result_path, 'w') as f:
+                json.dump({'reached_target': reached, 'history': history}, f)
+
+
+def make_program(config: Config = Config(), replay: str = 'learner',
+                 result_path: str | None = None) -> lp.Program:
+    """Builds the program; ``replay`` is ``'learner'`` or ``'reverb'``."""
+    if replay not in ('learner', 'reverb'):
+        raise ValueError(f"replay must be 'learner' or 'reverb' (got {replay!r})")
+    program = lp.Program('actor_learner')
+    replay_handle = None
+    if replay == 'reverb':
+        missing = replay_lib.reverb_missing_reason()
+        if missing:
+            raise RuntimeError(f'the reverb variant of actor_learner {missing}')
+        replay_handle = program.add_node(lp.ReverbNode(replay_lib.reverb_tables), label='replay')
+    learner = program.add_node(
+        lp.CourierNode(Learner, config, replay_handle,
+                       courier_kwargs={'thread_pool_size': config.num_actors + 8}),
+        label='learner')
+    with program.group('actor'):
+        for index in range(config.num_actors):
+            program.add_node(lp.PyClassNode(Actor, learner, config, index, replay_handle))
+    program.add_node(lp.PyClassNode(Evaluator, learner, config, result_path), label='evaluator')
+    return program
+
+
+def cpu_only_resources() -> dict[str, lp.PythonProcess]:
+    """``local_mp`` resources keeping actors and evaluator off any GPU; the learner gets the rest."""
+    cpu = lp.PythonProcess(env={'CUDA_VISIBLE_DEVICES': '', 'JAX_PLATFORMS': 'cpu'})
+    return {'actor': cpu, 'evaluator': cpu}
