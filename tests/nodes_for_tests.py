@@ -115,3 +115,10 @@ class SlowGreeter(Greeter):
     def __init__(self, seconds):
         import time
         time.sleep(seconds)
+
+
+class Echo:
+    """Returns what it is given, with its type name."""
+
+    def echo(self, value):
+        return value, type(value).__name__
