@@ -13,6 +13,7 @@ from launchpad_py import flags
 
 # RPC, usable on its own
 from launchpad_py import courier
+from launchpad_py.courier import batched_handler
 
 # Setup: programs, nodes, handles, addresses
 from launchpad_py.program import AbstractAddressBuilder
