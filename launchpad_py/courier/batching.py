@@ -7,7 +7,7 @@
 
 Each caller waits for its own row of the result. Array and number arguments
 (also inside dicts, lists, tuples, namedtuples and dataclasses) are stacked
-on a new leading axis; other leaves are passed as a list. A batch runs as
+on a new leading axis; other leaves (strings, objects) as an object array. A batch runs as
 soon as ``batch_size`` calls wait, or when the oldest has waited ``timeout``
 (``None``: only full batches). ``pad_batch`` repeats the last call's
 arguments to fill a short batch; ``max_parallelism`` bounds how many batches

@@ -70,13 +70,18 @@ def signature(leaf: Any) -> Any:
 
 
 def stack(columns: list[list]) -> list:
-    """One stacked leaf per column: arrays get a new leading axis, other leaves a list."""
+    """One stacked leaf per column: arrays get a new leading axis, other leaves an object array."""
     out = []
     for column in columns:
         if all(is_numeric(leaf) for leaf in column):
-            out.append(np.stack([np.asarray(leaf) for leaf in column]))
-        else:
-            out.append(list(column))
+            arrays = [np.asarray(leaf) for leaf in column]
+            # One dtype in, the same dtype out (np.stack would make big-endian native).
+            same = all(a.dtype == arrays[0].dtype for a in arrays)
+            out.append(np.stack(arrays, dtype=arrays[0].dtype if same else None))
+        else:  # An object array: one leaf, split back by row like any other.
+            objects = np.empty(len(column), dtype=object)
+            objects[:] = column
+            out.append(objects)
     return out
 
 

@@ -96,7 +96,11 @@ NOT_LOCAL = _NOT_LOCAL
 
 
 class _FuturesConnection:
-    """One connection carrying many calls at once, matched to futures by call id."""
+    """One connection carrying many calls at once, matched to futures by call id.
+
+    Its reader thread lives as long as the cached connection, like a gRPC
+    channel's threads, and ends when the server closes it.
+    """
 
     def __init__(self, connection: uds.Connection, address: str):
         self._connection = connection
@@ -107,7 +111,7 @@ class _FuturesConnection:
         self.closed = False
         self._timed = False  # Whether any call here ever had a deadline.
         self._thread = threading.Thread(target=self._read_replies, daemon=True,
-                                        name=f'courier-futures-{address}')
+                                        name=f'uds-channel-{address}')
         self._thread.start()
 
     def submit(self, request: tuple, timeout: float | None,
