@@ -84,9 +84,20 @@ class GrpcCaller:
 
         def finish(done) -> None:
             try:
-                result.set_result(self._finish(done.result(), method, decode))
+                reply = done.result()
+                if frames.from_bytes(reply).kind == frames.CHUNKED:
+                    # Fetching blocks on gRPC, so never on gRPC's own callback thread.
+                    threading.Thread(target=settle, args=(reply,), name='courier-fetch',
+                                     daemon=True).start()
+                    return
             except grpc.RpcError as exc:
                 result.set_exception(errors.translate_rpc_error(exc, self._address, method))
+                return
+            settle(reply)
+
+        def settle(reply: bytes) -> None:
+            try:
+                result.set_result(self._finish(reply, method, decode))
             except BaseException as exc:  # The remote exception, rebuilt.
                 result.set_exception(exc)
 

@@ -141,6 +141,8 @@ class _FuturesConnection:
             entry = self._pending.pop(call_id, None)
         if entry is not None:
             entry[0].set_exception(exc)
+            if self._timed:
+                _deadlines.discard(self, call_id)
 
     def expire(self, call_id: int) -> None:
         with self._lock:
@@ -171,6 +173,8 @@ class _FuturesConnection:
             pending, self._pending = self._pending, {}
         for future, method, _ in pending.values():
             future.set_exception(self._unavailable(method, reason))
+        if self._timed:
+            _deadlines.discard_all(self)
         self._connection.close()
 
     def close(self) -> None:
@@ -201,6 +205,12 @@ class _Deadlines:
         with self._cond:
             if self._entries.pop((id(owner), call_id), None) is not None:
                 self._cond.notify()
+
+    def discard_all(self, owner: _FuturesConnection) -> None:
+        with self._cond:
+            for key in [k for k in self._entries if k[0] == id(owner)]:
+                del self._entries[key]
+            self._cond.notify()
 
     def _run(self) -> None:
         while True:
