@@ -79,9 +79,16 @@ class Client:
         self._device_arrays = device_arrays
         self._max_message_bytes = max_message_bytes
         self._local = _local_channel(address) if transport == 'auto' else None
-        self._grpc = grpc_client.GrpcCaller(address, self._timeout, wait_for_ready,
-                                            max_message_bytes)
+        self._grpc_caller: grpc_client.GrpcCaller | None = None
         self._decode = functools.partial(decode_reply, device_arrays=device_arrays)
+
+    @property
+    def _grpc(self) -> grpc_client.GrpcCaller:
+        # Made on first use: a client that only ever talks locally opens no gRPC channel.
+        if self._grpc_caller is None:
+            self._grpc_caller = grpc_client.GrpcCaller(
+                self._address, self._timeout, self._wait_for_ready, self._max_message_bytes)
+        return self._grpc_caller
 
     @property
     def address(self) -> str:

@@ -48,9 +48,11 @@ class LocalChannel:
     def _await_reply(self, connection: uds.Connection, method: str, timeout: float | None,
                      decode: Callable) -> Any:
         try:
-            connection.sock.settimeout(timeout)
+            if timeout:
+                connection.sock.settimeout(timeout)
             frame = connection.read()
-            connection.sock.settimeout(None)
+            if timeout:
+                connection.sock.settimeout(None)
         except TimeoutError:
             connection.close()
             raise errors.CourierTimeoutError(
