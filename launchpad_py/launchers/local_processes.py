@@ -20,7 +20,7 @@ import threading
 
 from launchpad_py import errors
 from launchpad_py.courier import serialization
-from launchpad_py.launchers import control, flag_transfer, output, shipping
+from launchpad_py.launchers import control, flag_transfer, output, process_starter, shipping
 from launchpad_py.launchers.controller import ProgramController
 from launchpad_py.launchers.options import LaunchOptions
 from launchpad_py.launchers.resources import PythonProcess
@@ -71,24 +71,25 @@ class ProcessWorker(Worker):
         return path
 
     def _environment(self) -> dict[str, str]:
-        env = dict(os.environ)
-        env.update(self._resources.env)
-        paths = [p for p in sys.path if p and os.path.isdir(p)]
-        env['PYTHONPATH'] = os.pathsep.join(paths + [env.get('PYTHONPATH', '')]).rstrip(os.pathsep)
+        env = _base_environment(self._resources.env)
         env['PYTHONUNBUFFERED'] = '1'
         env[control.KEY_ENV] = self._setup.control.key.hex()
         return env
 
     def start(self) -> None:
-        command = [self._resources.interpreter, '-m', 'launchpad_py.launchers.worker',
-                   self._spec_path()]
+        spec_path = self._spec_path()
+        command = [self._resources.interpreter, '-m', 'launchpad_py.launchers.worker', spec_path]
         if self._setup.mode == 'tmux_session':
             self._start_in_tmux(command)
             return
+        fork_server = self._setup.fork_server(self._resources)
         try:
-            self._process = subprocess.Popen(command, env=self._environment(), cwd=os.getcwd(),
-                                             start_new_session=True, stdin=subprocess.DEVNULL,
-                                             **self._sink.popen_streams())
+            if fork_server is not None:
+                self._process = self._fork(fork_server, spec_path)
+            else:
+                self._process = subprocess.Popen(
+                    command, env=self._environment(), cwd=os.getcwd(), start_new_session=True,
+                    stdin=subprocess.DEVNULL, **self._sink.popen_streams())
         except OSError as exc:
             raise errors.LaunchError(
                 f'cannot start node {self.name} with interpreter '
@@ -97,6 +98,30 @@ class ProcessWorker(Worker):
         self._sink.attach(self._process)
         threading.Thread(target=self._wait_for_exit, name=f'lp-wait-{self.name}',
                          daemon=True).start()
+
+    def _fork(self, fork_server: process_starter.ForkServer,
+              spec_path: str) -> process_starter.ForkedProcess:
+        """Starts the node from the warm fork server, with the streams Popen would give it."""
+        streams = self._sink.popen_streams()
+        stdout, read_end = streams.get('stdout'), None
+        if stdout is subprocess.PIPE:
+            read_end, out_fd = os.pipe()
+        else:
+            out_fd = stdout.fileno() if stdout is not None else sys.stdout.fileno()
+        err_fd = out_fd if streams.get('stderr') is subprocess.STDOUT else sys.stderr.fileno()
+        try:
+            process = fork_server.spawn(spec_path, self._environment(), os.getcwd(),
+                                        out_fd, err_fd)
+        except OSError:
+            if read_end is not None:
+                os.close(read_end)
+            raise
+        finally:
+            if read_end is not None:
+                os.close(out_fd)
+        if read_end is not None:
+            process.stdout = os.fdopen(read_end, 'rb')
+        return process
 
     def _start_in_tmux(self, command: list[str]) -> None:
         script = os.path.join(self._setup.directory, self.name.replace('/', '_') + '.sh')
@@ -180,6 +205,15 @@ class ProcessWorker(Worker):
         self.kill()
 
 
+def _base_environment(extra: dict[str, str]) -> dict[str, str]:
+    """This process's environment plus ``extra``, with our ``sys.path`` on PYTHONPATH."""
+    env = dict(os.environ)
+    env.update(extra)
+    paths = [p for p in sys.path if p and os.path.isdir(p)]
+    env['PYTHONPATH'] = os.pathsep.join(paths + [env.get('PYTHONPATH', '')]).rstrip(os.pathsep)
+    return env
+
+
 def _rebuild(exception_bytes: bytes | None) -> BaseException | None:
     if exception_bytes is None:
         return None
@@ -225,6 +259,18 @@ class _ProgramSetup:
         self.control = control.ControlServer(os.path.join(self.directory, 'control'),
                                              self._on_connect)
         self.tmux_session = f'launchpad_{program.name}_{os.getpid()}' if mode == 'tmux_session' else None
+        self._fork_server: process_starter.ForkServer | None = None
+        self._fork_lock = threading.Lock()
+
+    def fork_server(self, resources: PythonProcess) -> process_starter.ForkServer | None:
+        """The program's fork server (started on first use), or None to exec this node."""
+        if not process_starter.can_fork(resources.interpreter, resources.env):
+            return None
+        with self._fork_lock:
+            if self._fork_server is None:
+                self._fork_server = process_starter.ForkServer.start(
+                    self.directory, _base_environment({}), self.die_with_parent)
+            return self._fork_server
 
     def _on_connect(self, hello, channel: control.Channel) -> None:
         if not (isinstance(hello, tuple) and len(hello) == 4 and hello[0] == 'hello'
@@ -252,6 +298,8 @@ class _ProgramSetup:
 
     def finish(self) -> None:
         self.control.close()
+        if self._fork_server is not None:
+            self._fork_server.close()
         if self.tmux_session:
             subprocess.run(['tmux', 'kill-session', '-t', self.tmux_session], capture_output=True)
         if self.mode == 'output_to_files' or self.mode == 'tmux_session':
