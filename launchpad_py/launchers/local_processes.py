@@ -269,7 +269,7 @@ class _ProgramSetup:
         with self._fork_lock:
             if self._fork_server is None:
                 self._fork_server = process_starter.ForkServer.start(
-                    self.directory, _base_environment({}), self.die_with_parent)
+                    _base_environment({}), self.die_with_parent)
             return self._fork_server
 
     def _on_connect(self, hello, channel: control.Channel) -> None:

@@ -8,7 +8,7 @@ safe) and forks one child per node. Each child starts its own session, takes
 the stdout/stderr it is handed, sets its environment and runs the worker
 entry point, exactly as an exec'd worker would.
 
-    server = ForkServer.start(directory)
+    server = ForkServer.start(env, die_with_parent=True)
     process = server.spawn(spec_path, env, cwd, stdout_fd, stderr_fd)
     process.pid; process.wait()
 
@@ -35,7 +35,8 @@ _MAX_MESSAGE = 1 << 20
 
 def can_fork(interpreter: str, extra_env: dict[str, str]) -> bool:
     """Whether a node with this interpreter and group env may be forked from the server."""
-    if os.path.realpath(interpreter) != os.path.realpath(sys.executable):
+    # Paths, not files: a venv's python links to the base one but has its own sys.path.
+    if os.path.abspath(interpreter) != os.path.abspath(sys.executable):
         return False
     return not any(key.startswith(_EXEC_TIME_PREFIXES) for key in extra_env)
 
@@ -73,13 +74,17 @@ class ForkServer:
         self._reader.start()
 
     @classmethod
-    def start(cls, directory: str, env: dict[str, str], die_with_parent: bool) -> 'ForkServer':
-        """Starts the server process (it imports the heavy modules while we go on)."""
+    def start(cls, env: dict[str, str], die_with_parent: bool) -> 'ForkServer':
+        """Starts the server process (it imports the heavy modules while we go on).
+
+        It runs in our working directory, as the nodes do, so relative entries
+        of ``sys.path`` resolve the same way in both.
+        """
         parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         process = subprocess.Popen(
             [sys.executable, '-m', 'launchpad_py.launchers.process_starter', str(child.fileno()),
              str(os.getpid() if die_with_parent else 0)], pass_fds=[child.fileno()], env=env,
-            cwd=directory,
+            cwd=os.getcwd(),
             stdin=subprocess.DEVNULL, start_new_session=True)
         child.close()
         return cls(process, parent)
