@@ -76,3 +76,22 @@ def test_received_arrays_are_writable(servers):
             array = _caller(servers[0], path)('ones', nbytes)
             array[0] = 5
             assert array.flags.writeable and array[0] == 5
+
+
+def test_main_module_values_travel_by_value():
+    """Classes and lambdas from the launching script's __main__ reach a node process."""
+    from conftest import run_script
+    result = run_script(
+        'import sys; sys.path.insert(0, "tests/courier")\n'
+        'import launchpad_py as lp\n'
+        'from courier_test_nodes import Echo\n'
+        'class Point:\n'
+        '    def __init__(self, x): self.x = x\n'
+        'p = lp.Program("main_values")\n'
+        'h = p.add_node(lp.CourierNode(Echo), label="echo")\n'
+        'with lp.launch(p, launch_type="test_mp"):\n'
+        '    c = h.dereference()\n'
+        '    print(c.echo(Point(3)).x, c.echo(lambda v: v + 1)(4), c.futures.echo(Point(5))'
+        '.result(60).x)\n')
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split()[-3:] == ['3', '5', '5']
