@@ -41,11 +41,12 @@ _MMAP_MIN = 4 * 1024 * 1024
 class Frame:
     """A decoded frame, before its payload is unpickled."""
 
-    __slots__ = ('call_id', 'kind', 'pickled', 'buffers', 'released')
+    __slots__ = ('call_id', 'kind', 'pickled', 'buffers', 'released', 'method')
 
     def __init__(self, call_id, kind, pickled, buffers, released):
         self.call_id, self.kind, self.pickled = call_id, kind, pickled
         self.buffers, self.released = buffers, released
+        self.method = '?'  # Set by the server once the request is decoded.
 
     def value(self, device_arrays: bool = False) -> Any:
         return serialization.decode(self.pickled, self.buffers, device_arrays=device_arrays)
@@ -61,8 +62,12 @@ def encode(call_id: int, kind: int, obj: Any, pool: shm.SegmentPool | None = Non
     fd = None
     offsets: dict[int, int] = {}
     if shared and sum(b.nbytes for b in shared) >= shm_min_bytes:
-        segment_id, fd, segment_size, places = pool.write(shared)
-        offsets = {id(b): place for b, place in zip(shared, places)}
+        try:
+            segment_id, fd, segment_size, places = pool.write(shared)
+        except OSError:  # No shared memory to be had (limits, no memfd): the socket carries it.
+            shared = []
+        else:
+            offsets = {id(b): place for b, place in zip(shared, places)}
     table = b''.join(_ENTRY.pack(offsets.get(id(b), -1), b.nbytes) for b in buffers)
     head = HEADER.pack(call_id, kind, len(released), len(buffers), len(pickled),
                        segment_id, segment_size)

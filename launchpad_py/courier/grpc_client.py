@@ -53,9 +53,15 @@ class GrpcCaller:
 
     def _start(self, request: tuple, future: bool):
         parts, _ = frames.encode(0, frames.REQUEST, request)
-        if grpc_chunks.size(parts) <= self._limit:
+        size = grpc_chunks.size(parts)
+        if size <= self._limit:
             stub = self._call.future if future else self._call
-            return stub(b''.join(parts), **self._options())
+            try:
+                message = b''.join(parts)
+            except MemoryError:
+                raise MemoryError(f'cannot send {size} bytes to {request[0]!r} on '
+                                  f'{self._address}: no memory for the gRPC message') from None
+            return stub(message, **self._options())
         stub = self._call_chunked.future if future else self._call_chunked
         return stub(grpc_chunks.split(parts, self._limit), **self._options())
 

@@ -86,8 +86,19 @@ def encode(obj: Any) -> tuple[bytes, list[memoryview]]:
         pass
     buffers.clear()
     stream = io.BytesIO()
-    _Pickler(stream, protocol=PROTOCOL, buffer_callback=keep_large).dump(obj)
+    try:
+        _Pickler(stream, protocol=PROTOCOL, buffer_callback=keep_large).dump(obj)
+    except Exception as exc:
+        raise TypeError(f'cannot serialize {_describe(obj)} for courier: {exc}') from exc
     return stream.getvalue(), buffers
+
+
+def _describe(obj: Any) -> str:
+    if isinstance(obj, tuple) and len(obj) == 3 and isinstance(obj[0], str):
+        return f'the arguments of {obj[0]!r}'  # A request: (method, args, kwargs).
+    if isinstance(obj, tuple) and len(obj) == 2 and obj[0] == 'ok':
+        return f'the result (a {type(obj[1]).__name__})'
+    return f'a {type(obj).__name__}'
 
 
 def decode(pickled: bytes | memoryview, buffers: list, *, device_arrays: bool = False) -> Any:

@@ -111,8 +111,8 @@ class Server:
                 f'courier server {self._label or ""} could not bind {target}: '
                 'the port is in use or the host is not local') from cause
         if self._local_transport and uds.local_port(f'{self._host}:{port}') is not None:
-            self._local = uds_server.LocalListener(port, self._dispatch_frame, self._pool,
-                                                   self._label)
+            self._local = uds_server.LocalListener(port, self._dispatch_frame, self._unsendable,
+                                                   self._pool, self._label)
             if not self._local.start():
                 self._local = None
         server.start()
@@ -151,20 +151,26 @@ class Server:
 
     def _dispatch_frame(self, frame: frames.Frame) -> tuple:
         """Runs one request: ``('ok', value)`` or ``('error', RemoteFailure)``."""
-        method = '?'
         with self._permits:
             try:
-                method, args, kwargs = frame.value()
-                return 'ok', self._resolve(method)(*args, **kwargs)
+                frame.method, args, kwargs = frame.value()
+                return 'ok', self._resolve(frame.method)(*args, **kwargs)
             except Exception as exc:  # Every failure travels back to the caller.
-                return 'error', wire.RemoteFailure.capture(exc, self._label, method)
+                return 'error', wire.RemoteFailure.capture(exc, self._label, frame.method)
+
+    def _unsendable(self, frame: frames.Frame, exc: Exception) -> tuple:
+        """The reply for a result that cannot be serialized: the caller learns why."""
+        return 'error', wire.RemoteFailure.capture(exc, self._label, frame.method)
 
     def _handle_call(self, request: bytes, context: grpc.ServicerContext) -> bytes:
         # A writable copy, so arrays the method receives behave as on the local path.
         return self._reply(frames.from_bytes(bytearray(request)))
 
     def _reply(self, frame: frames.Frame) -> bytes:
-        return self._chunks.reply(self._dispatch_frame(frame))
+        try:
+            return self._chunks.reply(self._dispatch_frame(frame))
+        except (TypeError, MemoryError) as exc:
+            return self._chunks.reply(self._unsendable(frame, exc))
 
     def _handle_chunked_call(self, chunks, context: grpc.ServicerContext) -> bytes:
         return self._reply(frames.from_bytes(grpc_chunks.join(chunks)))

@@ -25,10 +25,11 @@ SYNC_REQUEST, FUTURE_REQUEST = 1, 3
 class LocalListener:
     """Accepts same-host connections for one server."""
 
-    def __init__(self, port: int, dispatch: Callable, executor: concurrent.futures.Executor,
-                 label: str | None):
+    def __init__(self, port: int, dispatch: Callable, unsendable: Callable,
+                 executor: concurrent.futures.Executor, label: str | None):
         self._port = port
         self._dispatch = dispatch
+        self._unsendable = unsendable
         self._executor = executor
         self._name = f'courier-{label or "server"}-uds'
         self._connections: set[uds.Connection] = set()
@@ -102,7 +103,10 @@ class LocalListener:
     def _answer(self, connection: uds.Connection, frame: frames.Frame) -> None:
         reply = self._dispatch(frame)
         try:
-            connection.send(frame.call_id, frames.REPLY, reply)
+            try:
+                connection.send(frame.call_id, frames.REPLY, reply)
+            except (TypeError, MemoryError) as exc:  # The result itself cannot travel.
+                connection.send(frame.call_id, frames.REPLY, self._unsendable(frame, exc))
         except OSError:
             pass  # The caller went away; its reader has reported that already.
 

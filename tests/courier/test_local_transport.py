@@ -191,3 +191,20 @@ def test_waits_for_a_server_that_starts_later():
     finally:
         thread.join(timeout=30)
         server.stop()
+
+
+@pytest.mark.parametrize('transport', ['auto', 'grpc'])
+def test_unserializable_arguments_and_results_say_why(transport):
+    """An argument or a result that cannot be pickled gives a TypeError naming it."""
+    import threading
+
+    class Holder:
+        def lock(self):
+            return threading.Lock()
+
+    with courier.Server(Holder()) as server:
+        client = courier.Client(server.address, transport=transport, timeout=30)
+        with pytest.raises(TypeError, match="cannot serialize the arguments of 'lock'"):
+            client.lock(threading.Lock())
+        with pytest.raises(TypeError, match='cannot serialize the result \\(a lock\\)'):
+            client.lock()
