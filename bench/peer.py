@@ -15,6 +15,7 @@ import multiprocessing
 import time
 from collections import deque
 
+from . import procs
 from .harness import Budget, call_loop
 
 
@@ -57,6 +58,9 @@ class Peer:
     def server_pid(self) -> int | None:
         return None
 
+    def call(self, method, *args):
+        return self.client.call(method, *args)
+
     # -- fan-in: several caller processes against one server -----------------
     def fanin_spec(self):
         """(module, function, kwargs) a caller process uses to connect, or None.
@@ -72,6 +76,38 @@ class Peer:
         if spec is None:
             raise NotImplementedError
         return fanin_processes(spec, callers, budget, reps, warmup)
+
+
+class ProcessPeer(Peer):
+    """A peer whose server is ``python -m bench.<module> --serve ARGS`` (see procs)."""
+
+    module = ""
+    server = None
+    client = None
+
+    def server_args(self) -> list[str]:
+        raise NotImplementedError
+
+    def connect(self, address: str):
+        raise NotImplementedError
+
+    def start(self) -> None:
+        self.server = procs.start_server(self.module, self.server_args())
+        self.client = self.connect(self.server.address)
+
+    def stop(self) -> None:
+        if self.client is not None:
+            self.client.close()
+            self.client = None
+        if self.server is not None:
+            self.server.stop()
+            self.server = None
+
+    def server_pid(self):
+        return self.server.pid
+
+    def fanin_spec(self):
+        return (type(self).__module__, "connect", {"address": self.server.address})
 
 
 def _fanin_worker(conn, spec) -> None:

@@ -22,7 +22,7 @@ import time
 
 from . import procs, wire
 from .harness import Budget, call_loop
-from .peer import EchoService, Peer
+from .peer import EchoService, ProcessPeer
 
 # Larger kernel socket buffers mean fewer wakeups per large message; small
 # messages are unaffected.  The kernel doubles the value (and caps it at
@@ -154,8 +154,9 @@ def connect(address: str) -> FloorClient:
 # peer adapter
 # --------------------------------------------------------------------------
 
-class FloorPeer(Peer):
+class FloorPeer(ProcessPeer):
     supports = frozenset({"tiny_sync", "inflight", "fanin", "array", "launch", "idle_rss"})
+    module = "peers_floor"
 
     def __init__(self, transport: str = "unix"):
         self.transport = transport
@@ -164,8 +165,6 @@ class FloorPeer(Peer):
             self.supports = self.supports - {"launch"}
         self._tmp = None
         self._count = 0
-        self.server = None
-        self.client = None
 
     def _server_arg(self) -> str:
         if self.transport == "unix":
@@ -175,23 +174,17 @@ class FloorPeer(Peer):
             return f"unix:{os.path.join(self._tmp, 's%d' % self._count)}"
         return "tcp:127.0.0.1:0"
 
-    def start(self) -> None:
-        self.server = procs.start_server("peers_floor", [self._server_arg()])
-        self.client = FloorClient(self.server.address)
+    def server_args(self) -> list[str]:
+        return [self._server_arg()]
+
+    def connect(self, address: str):
+        return FloorClient(address)
 
     def stop(self) -> None:
-        if self.client is not None:
-            self.client.close()
-            self.client = None
-        if self.server is not None:
-            self.server.stop()
-            self.server = None
+        super().stop()
         if self._tmp is not None:
             shutil.rmtree(self._tmp, ignore_errors=True)
             self._tmp = None
-
-    def call(self, method, *args):
-        return self.client.call(method, *args)
 
     def inflight(self, method, args, depth, budget):
         return self.client.pipelined(method, args, depth, budget)
@@ -219,12 +212,6 @@ class FloorPeer(Peer):
         finally:
             for c in clients:
                 c.close()
-
-    def server_pid(self):
-        return self.server.pid
-
-    def fanin_spec(self):
-        return (__name__, "connect", {"address": self.server.address})
 
     def launch(self, n: int, timeout: float) -> float:
         """Seconds from spawning ``n`` servers to each answering one call."""

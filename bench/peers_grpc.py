@@ -15,7 +15,7 @@ import argparse
 import threading
 
 from . import procs, wire
-from .peer import EchoService, Peer, fifo_inflight
+from .peer import EchoService, ProcessPeer, fifo_inflight
 
 SERVICE = "lp_bench.Echo"
 METHOD = f"/{SERVICE}/Call"
@@ -100,30 +100,18 @@ def connect(address: str) -> GrpcClient:
     return GrpcClient(address)
 
 
-class GrpcPeer(Peer):
+class GrpcPeer(ProcessPeer):
     """Sync calls use ``stub(...)``; calls in flight use ``stub.future(...)``."""
 
     name = "grpc"
     supports = frozenset({"tiny_sync", "inflight", "fanin", "array", "idle_rss"})
+    module = "peers_grpc"
 
-    def __init__(self):
-        self.server = None
-        self.client = None
+    def server_args(self) -> list[str]:
+        return ["127.0.0.1:0"]
 
-    def start(self) -> None:
-        self.server = procs.start_server("peers_grpc", ["127.0.0.1:0"])
-        self.client = GrpcClient(self.server.address)
-
-    def stop(self) -> None:
-        if self.client is not None:
-            self.client.close()
-            self.client = None
-        if self.server is not None:
-            self.server.stop()
-            self.server = None
-
-    def call(self, method, *args):
-        return self.client.call(method, *args)
+    def connect(self, address: str):
+        return GrpcClient(address)
 
     def inflight(self, method, args, depth, budget):
         return fifo_inflight(
@@ -132,12 +120,6 @@ class GrpcPeer(Peer):
             depth,
             budget,
         )
-
-    def server_pid(self):
-        return self.server.pid
-
-    def fanin_spec(self):
-        return (__name__, "connect", {"address": self.server.address})
 
 
 def main() -> None:

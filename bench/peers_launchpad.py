@@ -60,8 +60,7 @@ class LaunchpadPeer(Peer):
         program = lp.Program('bench')
         handle = program.add_node(lp.CourierNode(BatchedEchoService, courier_kwargs={
             'thread_pool_size': 2 * BATCH}), label='echo')
-        self.controller = lp.launch(program, launch_type='local_mp',
-                                    terminal='output_to_files')
+        self.controller = _quiet_launch(program)
         self.client = courier.Client(handle.dereference().address, transport=self.transport)
 
     def stop(self) -> None:
@@ -102,7 +101,7 @@ class LaunchpadPeer(Peer):
         program = lp.Program(f'bench{n}')
         handles = [program.add_node(lp.CourierNode(EchoService), label='echo') for _ in range(n)]
         t0 = time.perf_counter()
-        controller = lp.launch(program, launch_type='local_mp', terminal='output_to_files')
+        controller = _quiet_launch(program)
         try:
             for handle in handles:
                 handle.dereference().ping()
@@ -117,3 +116,13 @@ class LaunchpadPeer(Peer):
         """RSS of every node process of an idle ``n``-node program (whole tree)."""
         self.launch(n, 300)
         return [r for r in self.last_program_rss if r]
+
+
+def _quiet_launch(program):
+    """``local_mp`` with node output in files; the list of log paths is not printed."""
+    import contextlib
+    import io
+
+    import launchpad_py as lp
+    with contextlib.redirect_stdout(io.StringIO()):
+        return lp.launch(program, launch_type='local_mp', terminal='output_to_files')

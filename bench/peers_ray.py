@@ -13,7 +13,7 @@ from collections import deque
 
 from . import procs
 from .harness import Budget, call_loop
-from .peer import Peer
+from .peer import EchoService, Peer
 
 INSTALL_HINT = "ray not installed (pip install ray)"
 
@@ -38,16 +38,7 @@ def version() -> str | None:
 def _make_classes(ray):
     """Actor classes, defined only once ray is importable."""
 
-    @ray.remote(num_cpus=0)
-    class EchoActor:
-        def echo(self, x):
-            return x
-
-        def ping(self):
-            return None
-
-        def pid(self):
-            return os.getpid()
+    EchoActor = ray.remote(num_cpus=0)(EchoService)
 
     @ray.remote(num_cpus=0)
     class CallerActor:
