@@ -56,6 +56,8 @@ def encode(call_id: int, kind: int, obj: Any, pool: shm.SegmentPool | None = Non
            released: list[int] = (), shm_min_bytes: int | None = None) -> tuple[list, int | None]:
     """The frame's parts (for ``sendmsg``) and the segment descriptor to pass, if any."""
     pickled, buffers = serialization.encode(obj)
+    if not buffers and not released:  # The common small call: one part, one syscall.
+        return [HEADER.pack(call_id, kind, 0, 0, len(pickled), 0, 0) + pickled], None
     shared = [] if pool is None or shm_min_bytes is None else [
         b for b in buffers if b.nbytes >= shm_min_bytes]
     segment_id = segment_size = 0
@@ -118,6 +120,9 @@ def from_bytes(data: bytes | bytearray | memoryview) -> Frame:
 
 def send(sock: socket.socket, parts: list, fd: int | None) -> None:
     """Writes all parts with scatter/gather ``sendmsg``; the descriptor goes first."""
+    if fd is None and len(parts) == 1:
+        sock.sendall(parts[0])
+        return
     views = [p if isinstance(p, memoryview) else memoryview(p) for p in parts if len(p)]
     views = [v if v.format == 'B' and v.ndim == 1 and v.contiguous else v.cast('B')
              for v in views]
@@ -214,6 +219,14 @@ class Reader:
             have += self._recv(target[have:])
 
     def read(self) -> Frame:
+        start = self._start
+        if self._end - start >= HEADER.size:  # Fast path: a small frame already buffered.
+            call_id, kind, n_released, n_buffers, pickle_len, segment_id, _ = \
+                HEADER.unpack_from(self._buf, start)
+            begin = start + HEADER.size
+            if not (n_released or n_buffers or segment_id) and self._end - begin >= pickle_len:
+                self._start = begin + pickle_len
+                return Frame(call_id, kind, bytes(self._view[begin:self._start]), [], [])
         call_id, kind, n_released, n_buffers, pickle_len, segment_id, segment_size = \
             HEADER.unpack(self._take(HEADER.size))
         position = HEADER.size + 8 * n_released + _ENTRY.size * n_buffers + pickle_len

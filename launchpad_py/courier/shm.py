@@ -144,6 +144,8 @@ class ReleaseQueue:
         self._ids.append(segment_id)
 
     def drain(self, limit: int = 1024) -> list[int]:
+        if not self._ids:
+            return []
         out = []
         while self._ids and len(out) < limit:
             out.append(self._ids.popleft())

@@ -87,18 +87,20 @@ class LocalListener:
 
     def _serve(self, connection: uds.Connection) -> None:
         try:
-            while True:
-                frame = connection.read()
-                if frame.kind == SYNC_REQUEST:
-                    self._answer(connection, frame)
-                else:
-                    self._executor.submit(self._answer, connection, frame)
+            while True:  # No local keeps a frame: its shared memory is released sooner.
+                self._take(connection, connection.read())
         except (EOFError, OSError, RuntimeError):  # Peer gone, or the pool shut down on stop.
             pass
         finally:
             with self._lock:
                 self._connections.discard(connection)
             connection.close()
+
+    def _take(self, connection: uds.Connection, frame: frames.Frame) -> None:
+        if frame.kind == SYNC_REQUEST:
+            self._answer(connection, frame)
+        else:
+            self._executor.submit(self._answer, connection, frame)
 
     def _answer(self, connection: uds.Connection, frame: frames.Frame) -> None:
         reply = self._dispatch(frame)
