@@ -23,8 +23,11 @@ import threading
 import weakref
 
 ALIGN = 64
-# Free segments kept for reuse per connection, beyond which they are unmapped.
-MAX_FREE_SEGMENTS = 4
+# Free segments kept for reuse per size class and connection (a round trip in
+# flight needs two or three), and the most free bytes kept in all: beyond that,
+# segments of other sizes are unmapped first.
+MAX_FREE_PER_SIZE = 2
+MAX_FREE_BYTES = 4 << 30
 
 
 def aligned(n: int) -> int:
@@ -97,12 +100,24 @@ class SegmentPool:
                 if segment is None:
                     continue
                 free = self._free.setdefault(segment.size, collections.deque())
-                if self._closed or sum(map(len, self._free.values())) >= MAX_FREE_SEGMENTS:
+                if self._closed or len(free) >= MAX_FREE_PER_SIZE:
                     drop.append(segment)
-                else:
-                    free.append(segment)
+                    continue
+                free.append(segment)
+                drop += self._trim(keep=segment.size)
         for segment in drop:
             segment.close()
+
+    def _trim(self, keep: int) -> list[_Segment]:
+        """Free segments to unmap so at most MAX_FREE_BYTES stay, other sizes first."""
+        total = sum(size * len(free) for size, free in self._free.items())
+        out = []
+        for size in sorted(self._free, key=lambda s: (s == keep, s)):
+            free = self._free[size]
+            while free and total > MAX_FREE_BYTES:
+                out.append(free.popleft())
+                total -= size
+        return out
 
     def close(self) -> None:
         """Unmaps everything this side holds (receivers keep their own mappings)."""
