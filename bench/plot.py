@@ -40,8 +40,8 @@ def main(source: str, target: str) -> None:
     axes.set_yscale('log')
     axes.set_xlabel('float32 array size (bytes), returned unchanged')
     axes.set_ylabel('array bytes / round-trip time (GB/s)')
-    axes.set_title(f"Array round trip, one run ({doc['meta']['started']}, "
-                   f"{doc['meta']['cpus']} CPUs); median, min-max")
+    axes.set_title(f"Array round trip ({doc['meta']['started'][:16]}, "
+                   f"{doc['meta']['cpus']} CPUs), median and min-max", fontsize=10)
     axes.grid(True, which='both', alpha=0.3)
     axes.legend(fontsize=8)
     figure.tight_layout()
