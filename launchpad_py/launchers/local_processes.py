@@ -85,7 +85,8 @@ class ProcessWorker(Worker):
         fork_server = self._setup.fork_server(self._resources)
         try:
             if fork_server is not None:
-                self._process = self._fork(fork_server, spec_path)
+                self._process = fork_server.spawn_like_popen(
+                    spec_path, self._environment(), os.getcwd(), self._sink.popen_streams())
             else:
                 self._process = subprocess.Popen(
                     command, env=self._environment(), cwd=os.getcwd(), start_new_session=True,
@@ -98,30 +99,6 @@ class ProcessWorker(Worker):
         self._sink.attach(self._process)
         threading.Thread(target=self._wait_for_exit, name=f'lp-wait-{self.name}',
                          daemon=True).start()
-
-    def _fork(self, fork_server: process_starter.ForkServer,
-              spec_path: str) -> process_starter.ForkedProcess:
-        """Starts the node from the warm fork server, with the streams Popen would give it."""
-        streams = self._sink.popen_streams()
-        stdout, read_end = streams.get('stdout'), None
-        if stdout is subprocess.PIPE:
-            read_end, out_fd = os.pipe()
-        else:
-            out_fd = stdout.fileno() if stdout is not None else sys.stdout.fileno()
-        err_fd = out_fd if streams.get('stderr') is subprocess.STDOUT else sys.stderr.fileno()
-        try:
-            process = fork_server.spawn(spec_path, self._environment(), os.getcwd(),
-                                        out_fd, err_fd)
-        except OSError:
-            if read_end is not None:
-                os.close(read_end)
-            raise
-        finally:
-            if read_end is not None:
-                os.close(out_fd)
-        if read_end is not None:
-            process.stdout = os.fdopen(read_end, 'rb')
-        return process
 
     def _start_in_tmux(self, command: list[str]) -> None:
         script = os.path.join(self._setup.directory, self.name.replace('/', '_') + '.sh')

@@ -102,6 +102,28 @@ class ForkServer:
                           f'{answer[0] if answer else "no answer"}')
         return answer[0]
 
+    def spawn_like_popen(self, spec_path: str, env: dict[str, str], cwd: str,
+                         streams: dict) -> ForkedProcess:
+        """``spawn`` with ``Popen``-style ``stdout``/``stderr`` (PIPE, a file, STDOUT, unset)."""
+        stdout, read_end = streams.get('stdout'), None
+        if stdout is subprocess.PIPE:
+            read_end, out_fd = os.pipe()
+        else:
+            out_fd = stdout.fileno() if stdout is not None else sys.stdout.fileno()
+        err_fd = out_fd if streams.get('stderr') is subprocess.STDOUT else sys.stderr.fileno()
+        try:
+            process = self.spawn(spec_path, env, cwd, out_fd, err_fd)
+        except OSError:
+            if read_end is not None:
+                os.close(read_end)
+            raise
+        finally:
+            if read_end is not None:
+                os.close(out_fd)
+        if read_end is not None:
+            process.stdout = os.fdopen(read_end, 'rb')
+        return process
+
     def _read(self) -> None:
         while True:
             try:
