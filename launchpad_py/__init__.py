@@ -14,6 +14,7 @@ from launchpad_py.flags import LAUNCH_TYPE
 
 # RPC, usable on its own
 from launchpad_py import courier
+from launchpad_py.courier import batched_handler
 
 # Setup: programs, nodes, handles, addresses
 from launchpad_py.program import AbstractAddressBuilder

@@ -1,5 +1,6 @@
 """The public surface is curated: these lists pin what `import launchpad_py as lp` offers."""
 
+import datetime
 import inspect
 import types
 
@@ -30,8 +31,9 @@ ORIGINAL = {
     'CacherNode': [('handle', 'P', E), ('refresh_interval_ms', 'P', 1000),
                    ('stale_after_ms', 'P', 10000), ('num_caches', 'P', 1),
                    ('courier_kwargs', 'K', None), ('courier_client_kwargs', 'K', None)],
-    'batched_handler': [('batch_size', 'P', E), ('timeout', 'P', None), ('pad_batch', 'P', False),
-                        ('max_parallelism', 'P', 1)],
+    'batched_handler': [('batch_size', 'P', E), ('max_parallelism', 'P', 1),
+                        ('timeout', 'P', datetime.timedelta(milliseconds=200)),
+                        ('pad_batch', 'P', False)],
     'PythonProcess': None,
     'Address': [('name', 'P', 'default')],
     'AbstractAddressBuilder': None,

@@ -19,6 +19,9 @@ from launchpad_py.courier.client import Client
 from launchpad_py.courier.client import list_methods
 from launchpad_py.courier.server import Server
 
+# Batching concurrent calls into one
+from launchpad_py.courier.batching import batched_handler
+
 # Errors
 from launchpad_py.courier.errors import CourierCancelledError
 from launchpad_py.courier.errors import CourierError

@@ -5,34 +5,37 @@
     future = client.futures.add(1, 2)     # concurrent.futures.Future
     courier.list_methods(client)          # ['add', ...]
 
-Channels are shared per address within a process, so many clients of one
-server cost one connection.
+A client of a server on this host talks over its Unix socket (large arrays
+through shared memory) and falls back to gRPC whenever that socket is not
+there; ``transport='grpc'`` forces gRPC. Channels and connections are shared
+per address within a process, so many clients of one server cost one.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
 import datetime
+import functools
 import threading
 from typing import Any
 
-import grpc
-
-from launchpad_py.courier import errors, serialization, wire
-from launchpad_py.courier.server import GRPC_OPTIONS
+from launchpad_py.courier import frames, grpc_client, grpc_chunks, uds, uds_client
 
 Timeout = float | int | datetime.timedelta | None
+TRANSPORTS = ('auto', 'grpc')
 
-_channels: dict[str, grpc.Channel] = {}
-_channels_lock = threading.Lock()
+_local_channels: dict[str, uds_client.LocalChannel] = {}
+_local_lock = threading.Lock()
 
 
-def _channel(address: str) -> grpc.Channel:
-    with _channels_lock:
-        channel = _channels.get(address)
+def _local_channel(address: str) -> uds_client.LocalChannel | None:
+    port = uds.local_port(address)
+    if port is None:
+        return None
+    with _local_lock:
+        channel = _local_channels.get(address)
         if channel is None:
-            channel = grpc.insecure_channel(address, options=GRPC_OPTIONS)
-            _channels[address] = channel
+            channel = _local_channels[address] = uds_client.LocalChannel(address, port)
         return channel
 
 
@@ -47,23 +50,45 @@ def _seconds(timeout: Timeout) -> float | None:
     raise TypeError(f'timeout must be a float, int or timedelta (got {timeout!r})')
 
 
-def _decode_reply(reply: bytes) -> Any:
-    status, value = serialization.loads(reply)
+def decode_reply(frame: frames.Frame, device_arrays: bool = False) -> Any:
+    """The call's value, or its remote exception raised here."""
+    status, value = frame.value(device_arrays)
     if status == 'ok':
         return value
     raise value.rebuild()
 
 
 class Client:
-    """A proxy whose attribute calls run on the remote object."""
+    """A proxy whose attribute calls run on the remote object.
 
-    def __init__(self, address: str, *, timeout: Timeout = None, wait_for_ready: bool = True):
+    ``device_arrays=True`` turns JAX arrays in replies back into JAX arrays
+    (by default they arrive as numpy arrays).
+    """
+
+    def __init__(self, address: str, *, timeout: Timeout = None, wait_for_ready: bool = True,
+                 transport: str = 'auto', device_arrays: bool = False,
+                 max_message_bytes: int = grpc_chunks.MAX_MESSAGE_BYTES):
         if not isinstance(address, str) or ':' not in address:
             raise ValueError(f"address must be 'host:port' (got {address!r})")
+        if transport not in TRANSPORTS:
+            raise ValueError(f'transport must be one of {TRANSPORTS} (got {transport!r})')
         self._address = address
         self._timeout = _seconds(timeout)
         self._wait_for_ready = wait_for_ready
-        self._stub = _channel(address).unary_unary(wire.CALL)
+        self._transport = transport
+        self._device_arrays = device_arrays
+        self._max_message_bytes = max_message_bytes
+        self._local = _local_channel(address) if transport == 'auto' else None
+        self._grpc_caller: grpc_client.GrpcCaller | None = None
+        self._decode = functools.partial(decode_reply, device_arrays=device_arrays)
+
+    @property
+    def _grpc(self) -> grpc_client.GrpcCaller:
+        # Made on first use: a client that only ever talks locally opens no gRPC channel.
+        if self._grpc_caller is None:
+            self._grpc_caller = grpc_client.GrpcCaller(
+                self._address, self._timeout, self._wait_for_ready, self._max_message_bytes)
+        return self._grpc_caller
 
     @property
     def address(self) -> str:
@@ -75,36 +100,23 @@ class Client:
         return _FutureMethods(self)
 
     def call(self, method: str, *args, **kwargs) -> Any:
-        request = serialization.dumps((method, args, kwargs))
-        try:
-            reply = self._stub(request, timeout=self._timeout, wait_for_ready=self._wait_for_ready)
-        except grpc.RpcError as exc:
-            raise errors.translate_rpc_error(exc, self._address, method) from None
-        return _decode_reply(reply)
+        request = (method, args, kwargs)
+        if self._local is not None:
+            value = self._local.call(request, self._timeout, self._decode)
+            if value is not uds_client.NOT_LOCAL:
+                return value
+        return self._grpc.call(request, self._decode)
 
     def call_future(self, method: str, *args, **kwargs) -> concurrent.futures.Future:
-        request = serialization.dumps((method, args, kwargs))
-        result: concurrent.futures.Future = concurrent.futures.Future()
-        call = self._stub.future(request, timeout=self._timeout, wait_for_ready=self._wait_for_ready)
-
-        def finish(done) -> None:
-            try:
-                result.set_result(_decode_reply(done.result()))
-            except grpc.RpcError as exc:
-                result.set_exception(errors.translate_rpc_error(exc, self._address, method))
-            except BaseException as exc:  # The remote exception, rebuilt.
-                result.set_exception(exc)
-
-        call.add_done_callback(finish)
-        return result
+        request = (method, args, kwargs)
+        if self._local is not None:
+            future = self._local.call_future(request, self._timeout, self._decode)
+            if future is not uds_client.NOT_LOCAL:
+                return future
+        return self._grpc.call_future(request, self._decode)
 
     def list_methods(self) -> list[str]:
-        stub = _channel(self._address).unary_unary(wire.LIST_METHODS)
-        try:
-            reply = stub(b'', timeout=self._timeout, wait_for_ready=self._wait_for_ready)
-        except grpc.RpcError as exc:
-            raise errors.translate_rpc_error(exc, self._address, 'list_methods') from None
-        return serialization.loads(reply)
+        return self._grpc.list_methods()
 
     def __call__(self, *args, **kwargs) -> Any:
         return self.call('__call__', *args, **kwargs)
@@ -117,14 +129,17 @@ class Client:
         return _Method(self, name)
 
     def __reduce__(self):
-        return (_rebuild_client, (self._address, self._timeout, self._wait_for_ready))
+        return (_rebuild_client, (self._address, self._timeout, self._wait_for_ready,
+                                  self._transport, self._device_arrays, self._max_message_bytes))
 
     def __repr__(self) -> str:
         return f'courier.Client({self._address!r})'
 
 
-def _rebuild_client(address: str, timeout: float | None, wait_for_ready: bool) -> Client:
-    return Client(address, timeout=timeout, wait_for_ready=wait_for_ready)
+def _rebuild_client(address, timeout, wait_for_ready, transport='auto', device_arrays=False,
+                    max_message_bytes=grpc_chunks.MAX_MESSAGE_BYTES) -> Client:
+    return Client(address, timeout=timeout, wait_for_ready=wait_for_ready, transport=transport,
+                  device_arrays=device_arrays, max_message_bytes=max_message_bytes)
 
 
 class _Method:
@@ -146,7 +161,7 @@ class _FutureMethods:
     def __getattr__(self, name: str):
         if name.startswith('_') and name != '__call__':
             raise AttributeError(name)
-        return lambda *args, **kwargs: self._client.call_future(name, *args, **kwargs)
+        return functools.partial(self._client.call_future, name)
 
 
 def list_methods(client: Client) -> list[str]:

@@ -1,4 +1,4 @@
-"""Serves the public methods of any Python object over gRPC.
+"""Serves the public methods of any Python object over gRPC (and a same-host socket).
 
     server = courier.Server(Counter(), port=0)
     server.start()            # server.address == '127.0.0.1:PORT'
@@ -6,16 +6,21 @@
 Public means: a name from ``dir()`` (or reachable with ``getattr``, so
 delegating wrappers work) that does not start with ``_`` and is not ``run``,
 whose value is callable; plus ``__call__`` when the object itself is callable.
+
+A server bound to loopback also listens on a Unix socket (see ``uds.py``);
+clients on this host use it automatically. At most ``thread_pool_size``
+calls run at once, whichever path they came by.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
+import threading
 from typing import Any, Callable
 
 import grpc
 
-from launchpad_py.courier import errors, serialization, wire
+from launchpad_py.courier import errors, frames, grpc_chunks, uds, uds_server, wire
 
 # Unlimited message sizes; SO_REUSEPORT off so two servers can never silently share a port.
 GRPC_OPTIONS = [
@@ -43,21 +48,33 @@ def public_methods(obj: Any) -> list[str]:
 
 
 class Server:
-    """A gRPC server for one object; calls run on a bounded thread pool."""
+    """A server for one object; calls run on a bounded thread pool.
+
+    ``local_transport=False`` turns the same-host socket off (gRPC only);
+    ``max_message_bytes`` is the largest single gRPC message (bigger replies
+    are streamed in chunks).
+    """
 
     def __init__(self, obj: Any, port: int = 0, *, host: str = '127.0.0.1',
                  thread_pool_size: int = 16, label: str | None = None,
-                 thread_initializer: Callable[[], None] | None = None):
+                 thread_initializer: Callable[[], None] | None = None,
+                 local_transport: bool = True,
+                 max_message_bytes: int = grpc_chunks.MAX_MESSAGE_BYTES):
         if not isinstance(thread_pool_size, int) or thread_pool_size < 1:
             raise ValueError(f'thread_pool_size must be a positive int (got {thread_pool_size!r})')
         self._obj = obj
         self._host = host
         self._requested_port = port
         self._label = label
+        self._local_transport = local_transport
+        self._initializer = thread_initializer
+        self._permits = threading.BoundedSemaphore(thread_pool_size)
         self._pool = concurrent.futures.ThreadPoolExecutor(
             thread_pool_size, thread_name_prefix=f'courier-{label or "server"}',
             initializer=thread_initializer)  # E.g. to tell handler threads which node they serve.
+        self._chunks = grpc_chunks.ReplyStash(max_message_bytes)
         self._server: grpc.Server | None = None
+        self._local: uds_server.LocalListener | None = None
         self._port: int | None = None
 
     @property
@@ -70,11 +87,19 @@ class Server:
     def address(self) -> str:
         return f'{self._host}:{self.port}'
 
+    @property
+    def local_path(self) -> str | None:
+        """The Unix socket clients on this host use, or None when there is none."""
+        return self._local.path if self._local is not None else None
+
     def start(self) -> 'Server':
-        server = grpc.server(self._pool, options=GRPC_OPTIONS,
-                             maximum_concurrent_rpcs=None)
+        # gRPC gets its own threads for the (cheap) chunk transfers; calls take
+        # a permit, so thread_pool_size still bounds the calls that run at once.
+        server = grpc.server(self._pool, options=GRPC_OPTIONS, maximum_concurrent_rpcs=None)
         server.add_generic_rpc_handlers([grpc.method_handlers_generic_handler(wire.SERVICE, {
             'Call': grpc.unary_unary_rpc_method_handler(self._handle_call),
+            'CallChunked': grpc.stream_unary_rpc_method_handler(self._handle_chunked_call),
+            'Fetch': grpc.unary_stream_rpc_method_handler(self._chunks.fetch),
             'ListMethods': grpc.unary_unary_rpc_method_handler(self._handle_list_methods),
         })])
         target = f'{self._host}:{self._requested_port}'
@@ -88,11 +113,19 @@ class Server:
             raise errors.CourierError(
                 f'courier server {self._label or ""} could not bind {target}: '
                 'the port is in use or the host is not local') from cause
+        if self._local_transport and uds.local_port(f'{self._host}:{port}') is not None:
+            self._local = uds_server.LocalListener(port, self._dispatch_frame, self._unsendable,
+                                                   self._pool, self._label, self._initializer)
+            if not self._local.start():
+                self._local = None
         server.start()
         self._server, self._port = server, port
         return self
 
     def stop(self, grace: float | None = None) -> None:
+        if self._local is not None:
+            self._local.stop()
+            self._local = None
         if self._server is not None:
             self._server.stop(grace).wait()
             self._server = None
@@ -119,14 +152,31 @@ class Server:
             f'{type(self._obj).__name__} served by {self._label or "this server"} has no public '
             f'method {name!r}; available: {available}')
 
+    def _dispatch_frame(self, frame: frames.Frame) -> tuple:
+        """Runs one request: ``('ok', value)`` or ``('error', RemoteFailure)``."""
+        with self._permits:
+            try:
+                frame.method, args, kwargs = frame.value()
+                return 'ok', self._resolve(frame.method)(*args, **kwargs)
+            except Exception as exc:  # Every failure travels back to the caller.
+                return 'error', wire.RemoteFailure.capture(exc, self._label, frame.method)
+
+    def _unsendable(self, frame: frames.Frame, exc: Exception) -> tuple:
+        """The reply for a result that cannot be serialized: the caller learns why."""
+        return 'error', wire.RemoteFailure.capture(exc, self._label, frame.method)
+
     def _handle_call(self, request: bytes, context: grpc.ServicerContext) -> bytes:
-        method = '?'
+        # A writable copy, so arrays the method receives behave as on the local path.
+        return self._reply(frames.from_bytes(bytearray(request)))
+
+    def _reply(self, frame: frames.Frame) -> bytes:
         try:
-            method, args, kwargs = serialization.loads(request)
-            result = self._resolve(method)(*args, **kwargs)
-            return serialization.dumps(('ok', result))
-        except Exception as exc:  # Every failure travels back to the caller.
-            return serialization.dumps(('error', wire.RemoteFailure.capture(exc, self._label, method)))
+            return self._chunks.reply(self._dispatch_frame(frame))
+        except (TypeError, MemoryError) as exc:
+            return self._chunks.reply(self._unsendable(frame, exc))
+
+    def _handle_chunked_call(self, chunks, context: grpc.ServicerContext) -> bytes:
+        return self._reply(frames.from_bytes(grpc_chunks.join(chunks)))
 
     def _handle_list_methods(self, request: bytes, context: grpc.ServicerContext) -> bytes:
-        return serialization.dumps(public_methods(self._obj))
+        return frames.to_bytes(public_methods(self._obj))

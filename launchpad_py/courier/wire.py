@@ -1,8 +1,9 @@
 """The call and reply messages shared by courier servers and clients.
 
 A request is ``(method, args, kwargs)``. A reply is ``('ok', value)`` or
-``('error', RemoteFailure)``. Keeping this in one module keeps the server
-and client in agreement about the wire format.
+``('error', RemoteFailure)``. Both travel as frames (``frames.py``), whichever
+path carries them. Keeping this in one module keeps the server and client in
+agreement about the wire format.
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ from launchpad_py.courier import errors, serialization
 
 SERVICE = 'courier.Courier'
 CALL = f'/{SERVICE}/Call'
+CALL_CHUNKED = f'/{SERVICE}/CallChunked'
+FETCH = f'/{SERVICE}/Fetch'
 LIST_METHODS = f'/{SERVICE}/ListMethods'
 
 

@@ -19,7 +19,7 @@ import threading
 
 from launchpad_py import errors, node_process
 from launchpad_py.courier import serialization
-from launchpad_py.launchers import control, flag_transfer, output, shipping
+from launchpad_py.launchers import control, flag_transfer, output, process_starter, shipping
 from launchpad_py.launchers.controller import ProgramController
 from launchpad_py.launchers.options import LaunchOptions
 from launchpad_py.launchers.resources import PythonProcess, hide_gpus_from_other_groups
@@ -72,23 +72,26 @@ class ProcessWorker(Worker):
         return path
 
     def _environment(self) -> dict[str, str]:
-        env = dict(os.environ)
-        env.update(self._resources.environment())
-        env['PYTHONPATH'] = node_process.python_path(env)
+        env = _base_environment(self._resources.environment())
         env['PYTHONUNBUFFERED'] = '1'
         env[control.KEY_ENV] = self._setup.control.key.hex()
         return env
 
     def start(self) -> None:
-        command = [self._resources.interpreter, '-m', 'launchpad_py.launchers.worker',
-                   self._spec_path()]
+        spec_path = self._spec_path()
+        command = [self._resources.interpreter, '-m', 'launchpad_py.launchers.worker', spec_path]
         if self._setup.mode == 'tmux_session':
             self._start_in_tmux(command)
             return
+        fork_server = self._setup.fork_server(self._resources)
         try:
-            self._process = subprocess.Popen(command, env=self._environment(), cwd=os.getcwd(),
-                                             start_new_session=True, stdin=subprocess.DEVNULL,
-                                             **self._sink.popen_streams())
+            if fork_server is not None:
+                self._process = fork_server.spawn_like_popen(
+                    spec_path, self._environment(), os.getcwd(), self._sink.popen_streams())
+            else:
+                self._process = subprocess.Popen(
+                    command, env=self._environment(), cwd=os.getcwd(), start_new_session=True,
+                    stdin=subprocess.DEVNULL, **self._sink.popen_streams())
         except OSError as exc:
             raise errors.LaunchError(
                 f'cannot start node {self.name} with interpreter '
@@ -179,6 +182,14 @@ class ProcessWorker(Worker):
         self.kill()
 
 
+def _base_environment(extra: dict[str, str]) -> dict[str, str]:
+    """This process's environment plus ``extra``, with our ``sys.path`` on PYTHONPATH."""
+    env = dict(os.environ)
+    env.update(extra)
+    env['PYTHONPATH'] = node_process.python_path(env)
+    return env
+
+
 def _wait_pid_gone(pid: int | None) -> None:
     if pid is None:
         return
@@ -206,6 +217,18 @@ class _ProgramSetup:
         self.control = control.ControlServer(os.path.join(self.directory, 'control'),
                                              self._on_connect)
         self.tmux_session = f'launchpad_{program.name}_{os.getpid()}' if mode == 'tmux_session' else None
+        self._fork_server: process_starter.ForkServer | None = None
+        self._fork_lock = threading.Lock()
+
+    def fork_server(self, resources: PythonProcess) -> process_starter.ForkServer | None:
+        """The program's fork server (started on first use), or None to exec this node."""
+        if not process_starter.can_fork(resources.interpreter, resources.environment()):
+            return None
+        with self._fork_lock:
+            if self._fork_server is None:
+                self._fork_server = process_starter.ForkServer.start(
+                    _base_environment({}), self.die_with_parent)
+            return self._fork_server
 
     def _on_connect(self, hello, channel: control.Channel) -> None:
         if not (isinstance(hello, tuple) and len(hello) == 4 and hello[0] == 'hello'
@@ -234,6 +257,8 @@ class _ProgramSetup:
 
     def finish(self) -> None:
         self.control.close()
+        if self._fork_server is not None:
+            self._fork_server.close()
         if self.tmux_session:
             subprocess.run(['tmux', 'kill-session', '-t', self.tmux_session], capture_output=True)
         if self.mode == 'output_to_files' or self.mode == 'tmux_session':

@@ -24,7 +24,12 @@ def _kill_own_group() -> None:
         os._exit(1)
 
 
-def main(spec_path: str) -> int:
+def main(spec_path: str, parent_pid: int | None = None) -> int:
+    """Runs the node described by ``spec_path``.
+
+    ``parent_pid``: the process this one must die with when it is not the
+    launcher itself (a node forked by ``process_starter``).
+    """
     from launchpad_py import node_process
     from launchpad_py.courier import serialization
     from launchpad_py.launchers import control, flag_transfer
@@ -32,7 +37,7 @@ def main(spec_path: str) -> int:
     with open(spec_path, 'rb') as spec_file:
         spec = serialization.loads(spec_file.read())
     if spec['parent_pid'] is not None:
-        node_process.die_with_parent(spec['parent_pid'])
+        node_process.die_with_parent(parent_pid or spec['parent_pid'])
     os.environ.update(spec['env'])
     channel = control.connect_to_launcher(spec['control_address'])
     channel.send('hello', spec['worker_id'], os.getpid(), os.getpgrp())

@@ -1,0 +1,128 @@
+"""launchpad_py's courier as a benchmark peer.
+
+The server is a ``CourierNode`` launched with ``local_mp`` (its own process,
+as in a real program); the benchmark process is the caller. ``launchpad``
+lets the client pick its path (the same-host socket here), and
+``launchpad_grpc`` forces gRPC, the cross-host path.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import threading
+import time
+
+from . import procs
+from .harness import Budget, call_loop
+from .peer import EchoService, Peer, fifo_inflight
+
+BATCH = 16
+
+
+class BatchedEchoService(EchoService):
+    """``EchoService`` plus ``echo`` through a batched handler (16 callers, 2 ms timeout)."""
+
+    def __init__(self):
+        import launchpad_py as lp
+        self.echo_batched = lp.batched_handler(BATCH, timeout=0.002)(lambda x: x)
+
+
+def connect(address: str, transport: str = 'auto'):
+    return _Caller(address, transport)
+
+
+class _Caller:
+    """The fan-in caller: ``call``/``close`` over a courier client."""
+
+    def __init__(self, address: str, transport: str):
+        from launchpad_py import courier
+        self._client = courier.Client(address, transport=transport)
+
+    def call(self, method, *args):
+        return self._client.call(method, *args)
+
+    def close(self):
+        pass
+
+
+class LaunchpadPeer(Peer):
+    supports = frozenset({'tiny_sync', 'inflight', 'fanin', 'array', 'launch', 'idle_rss'})
+
+    def __init__(self, transport: str = 'auto'):
+        self.transport = transport
+        self.name = 'launchpad' if transport == 'auto' else 'launchpad_grpc'
+        self.controller = None
+        self.client = None
+
+    def start(self) -> None:
+        import launchpad_py as lp
+        from launchpad_py import courier
+        program = lp.Program('bench')
+        handle = program.add_node(lp.CourierNode(BatchedEchoService, courier_kwargs={
+            'thread_pool_size': 2 * BATCH}), label='echo')
+        self.controller = _quiet_launch(program)
+        self.client = courier.Client(handle.dereference().address, transport=self.transport)
+
+    def stop(self) -> None:
+        if self.controller is not None:
+            self.controller.stop()
+            self.controller = None
+
+    def call(self, method, *args):
+        return self.client.call(method, *args)
+
+    def inflight(self, method, args, depth, budget):
+        futures = self.client.futures
+        return fifo_inflight(lambda: getattr(futures, method)(*args), lambda f: f.result(),
+                             depth, budget)
+
+    def server_pid(self):
+        return self.client.pid()
+
+    def fanin_spec(self):
+        return (__name__, 'connect', {'address': self.client.address,
+                                      'transport': self.transport})
+
+    def batched(self, callers: int, method: str, budget: Budget) -> float:
+        """Total calls/s of ``callers`` threads each calling ``method`` synchronously."""
+        start = threading.Barrier(callers)
+
+        def run(_):
+            start.wait(timeout=60)
+            return call_loop(lambda: self.client.call(method, 1), budget)
+
+        with concurrent.futures.ThreadPoolExecutor(callers) as pool:
+            results = list(pool.map(run, range(callers)))
+        return sum(n / dt for n, dt in results)
+
+    def launch(self, n: int, timeout: float) -> float:
+        """Seconds from ``lp.launch`` of ``n`` courier nodes to each answering one call."""
+        import launchpad_py as lp
+        program = lp.Program(f'bench{n}')
+        handles = [program.add_node(lp.CourierNode(EchoService), label='echo') for _ in range(n)]
+        t0 = time.perf_counter()
+        controller = _quiet_launch(program)
+        try:
+            for handle in handles:
+                handle.dereference().ping()
+            elapsed = time.perf_counter() - t0
+            self.last_program_rss = [procs.rss_bytes(s.pid) for s in controller.statuses()
+                                     if s.pid is not None]
+            return elapsed
+        finally:
+            controller.stop()
+
+    def program_rss(self, n: int = 10) -> list[int]:
+        """RSS of every node process of an idle ``n``-node program (whole tree)."""
+        self.launch(n, 300)
+        return [r for r in self.last_program_rss if r]
+
+
+def _quiet_launch(program):
+    """``local_mp`` with node output in files; the list of log paths is not printed."""
+    import contextlib
+    import io
+
+    import launchpad_py as lp
+    with contextlib.redirect_stdout(io.StringIO()):
+        return lp.launch(program, launch_type='local_mp', terminal='output_to_files')

@@ -1,0 +1,258 @@
+"""The one courier message format, on a Unix socket or inside gRPC messages.
+
+A frame is a fixed header, the ids of segments its sender released, a table
+of out-of-band buffers, the pickle stream, then the buffers kept in band::
+
+    header | released ids (u64 each) | buffer table (i64 offset, u64 length) |
+    pickle | in-band buffers
+
+A buffer whose offset is ``-1`` follows the pickle in the frame; any other
+offset points into the frame's shared-memory segment, whose descriptor rides
+on the frame's first bytes (``SCM_RIGHTS``). Over gRPC every buffer is in band.
+"""
+
+from __future__ import annotations
+
+import array
+import collections
+import mmap
+import socket
+import struct
+from typing import Any
+
+from launchpad_py.courier import serialization, shm
+
+# A reply too large for one gRPC message says so with a CHUNKED frame (see grpc_chunks).
+REQUEST, REPLY, CHUNKED = 1, 2, 4
+# call_id, kind, released count, buffer count, pickle length, segment id, segment size
+HEADER = struct.Struct('<QBxHIQQQ')
+_ENTRY = struct.Struct('<qQ')
+_BUFFER_ALIGN = 16
+_PADDING = bytes(_BUFFER_ALIGN)
+_IOV_MAX = 512
+# Below this, reading goes through the reader's scratch buffer (one syscall for
+# a small frame); above it, a buffer is received straight into its own memory.
+_SMALL_READ = 64 * 1024
+# Received in-band buffers this large get their own anonymous mapping: zeroing
+# a ``bytearray`` page by page costs more than the transfer (numpy does the same).
+_MMAP_MIN = 4 * 1024 * 1024
+
+
+class Frame:
+    """A decoded frame, before its payload is unpickled."""
+
+    __slots__ = ('call_id', 'kind', 'pickled', 'buffers', 'released', 'method')
+
+    def __init__(self, call_id, kind, pickled, buffers, released):
+        self.call_id, self.kind, self.pickled = call_id, kind, pickled
+        self.buffers, self.released = buffers, released
+        self.method = '?'  # Set by the server once the request is decoded.
+
+    def value(self, device_arrays: bool = False) -> Any:
+        return serialization.decode(self.pickled, self.buffers, device_arrays=device_arrays)
+
+
+def encode(call_id: int, kind: int, obj: Any, pool: shm.SegmentPool | None = None,
+           released: list[int] = (), shm_min_bytes: int | None = None) -> tuple[list, int | None]:
+    """The frame's parts (for ``sendmsg``) and the segment descriptor to pass, if any."""
+    pickled, buffers = serialization.encode(obj)
+    if not buffers and not released:  # The common small call: one part, one syscall.
+        return [HEADER.pack(call_id, kind, 0, 0, len(pickled), 0, 0) + pickled], None
+    shared = [] if pool is None or shm_min_bytes is None else [
+        b for b in buffers if b.nbytes >= shm_min_bytes]
+    segment_id = segment_size = 0
+    fd = None
+    offsets: dict[int, int] = {}
+    if shared and sum(b.nbytes for b in shared) >= shm_min_bytes:
+        try:
+            segment_id, fd, segment_size, places = pool.write(shared)
+        except OSError:  # No shared memory to be had (limits, no memfd): the socket carries it.
+            shared = []
+        else:
+            offsets = {id(b): place for b, place in zip(shared, places)}
+    table = b''.join(_ENTRY.pack(offsets.get(id(b), -1), b.nbytes) for b in buffers)
+    head = HEADER.pack(call_id, kind, len(released), len(buffers), len(pickled),
+                       segment_id, segment_size)
+    ids = struct.pack(f'<{len(released)}Q', *released) if released else b''
+    parts = [head + ids + table, pickled]
+    position = len(parts[0]) + len(pickled)
+    for buffer in buffers:
+        if id(buffer) not in offsets:
+            if position % _BUFFER_ALIGN:
+                parts.append(_PADDING[:_padding(position)])
+                position += _padding(position)
+            parts.append(buffer)
+            position += buffer.nbytes
+    return parts, fd
+
+
+def _padding(position: int) -> int:
+    """Bytes that put an in-band buffer on an aligned offset (numpy wants aligned data)."""
+    return -position % _BUFFER_ALIGN
+
+
+def to_bytes(obj: Any, kind: int = REPLY) -> bytes:
+    """A whole frame as one ``bytes`` (the gRPC message body)."""
+    parts, _ = encode(0, kind, obj)
+    return b''.join(parts)
+
+
+def from_bytes(data: bytes | bytearray | memoryview) -> Frame:
+    """Parses a frame held in memory; buffers are views of ``data``.
+
+    Arrays decoded from a ``bytes`` frame are read-only; pass a ``bytearray``
+    for writable ones.
+    """
+    view = memoryview(data)
+    call_id, kind, n_released, n_buffers, pickle_len, _, _ = HEADER.unpack_from(view, 0)
+    pos = HEADER.size + 8 * n_released
+    entries = [_ENTRY.unpack_from(view, pos + i * _ENTRY.size) for i in range(n_buffers)]
+    pos += _ENTRY.size * n_buffers
+    pickled = view[pos:pos + pickle_len]
+    pos += pickle_len
+    buffers = []
+    for _, length in entries:
+        pos += _padding(pos)
+        buffers.append(view[pos:pos + length])
+        pos += length
+    return Frame(call_id, kind, pickled, buffers, [])
+
+
+def send(sock: socket.socket, parts: list, fd: int | None) -> None:
+    """Writes all parts with scatter/gather ``sendmsg``; the descriptor goes first."""
+    if fd is None and len(parts) == 1:
+        sock.sendall(parts[0])
+        return
+    views = [p if isinstance(p, memoryview) else memoryview(p) for p in parts if len(p)]
+    views = [v if v.format == 'B' and v.ndim == 1 and v.contiguous else v.cast('B')
+             for v in views]
+    if fd is not None:
+        rights = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array('i', [fd]))]
+        sent = sock.sendmsg(views[:1], rights)
+        views = _advance(views, sent)
+    while views:
+        views = _advance(views, sock.sendmsg(views[:_IOV_MAX]))
+
+
+def _advance(views: list[memoryview], sent: int) -> list[memoryview]:
+    index = 0
+    while sent and sent >= views[index].nbytes:
+        sent -= views[index].nbytes
+        index += 1
+    views = views[index:]
+    if sent:
+        views[0] = views[0][sent:]
+    return views
+
+
+def alloc(n: int):
+    """Writable memory for a received buffer (contents undefined)."""
+    if n < _MMAP_MIN:
+        return bytearray(n)
+    memory = mmap.mmap(-1, n, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    try:
+        memory.madvise(mmap.MADV_HUGEPAGE)
+    except (AttributeError, OSError):
+        pass
+    return memory
+
+
+class Reader:
+    """Reads frames from a Unix stream socket, with their segment descriptors."""
+
+    def __init__(self, sock: socket.socket, released: shm.ReleaseQueue, scratch: int = 256 * 1024):
+        self._sock = sock
+        self._released = released
+        self._buf = bytearray(scratch)
+        self._view = memoryview(self._buf)
+        self._start = self._end = 0
+        self._fds: collections.deque[int] = collections.deque()
+        self._ancillary = socket.CMSG_SPACE(16 * array.array('i').itemsize)
+
+    def close(self) -> None:
+        import os
+        while self._fds:
+            os.close(self._fds.popleft())
+
+    def _recv(self, target: memoryview) -> int:
+        n, ancdata, _, _ = self._sock.recvmsg_into([target], self._ancillary)
+        for level, kind, data in ancdata:
+            if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+                fds = array.array('i')
+                fds.frombytes(data[:len(data) - len(data) % fds.itemsize])
+                self._fds.extend(fds)
+        if not n:
+            raise EOFError('the peer closed the connection')
+        return n
+
+    def _fill(self, n: int) -> None:
+        """Ensures ``n`` unread bytes are in the scratch buffer."""
+        if self._end - self._start >= n:
+            return
+        if self._start + n > len(self._buf):
+            left = self._end - self._start
+            if n > len(self._buf):
+                bigger = bytearray(max(n, 2 * len(self._buf)))
+                bigger[:left] = self._view[self._start:self._end]
+                self._buf, self._view = bigger, memoryview(bigger)
+            else:
+                self._view[:left] = self._view[self._start:self._end]
+            self._start, self._end = 0, left
+        while self._end - self._start < n:
+            self._end += self._recv(self._view[self._end:])
+
+    def _take(self, n: int) -> memoryview:
+        self._fill(n)
+        view = self._view[self._start:self._start + n]
+        self._start += n
+        return view
+
+    def _read_into(self, target: memoryview) -> None:
+        n = target.nbytes
+        have = min(n, self._end - self._start)
+        target[:have] = self._view[self._start:self._start + have]
+        self._start += have
+        if n - have <= _SMALL_READ:
+            target[have:] = self._take(n - have)
+            return
+        while have < n:
+            have += self._recv(target[have:])
+
+    def read(self) -> Frame:
+        start = self._start
+        if self._end - start >= HEADER.size:  # Fast path: a small frame already buffered.
+            call_id, kind, n_released, n_buffers, pickle_len, segment_id, _ = \
+                HEADER.unpack_from(self._buf, start)
+            begin = start + HEADER.size
+            if not (n_released or n_buffers or segment_id) and self._end - begin >= pickle_len:
+                self._start = begin + pickle_len
+                return Frame(call_id, kind, bytes(self._view[begin:self._start]), [], [])
+        call_id, kind, n_released, n_buffers, pickle_len, segment_id, segment_size = \
+            HEADER.unpack(self._take(HEADER.size))
+        position = HEADER.size + 8 * n_released + _ENTRY.size * n_buffers + pickle_len
+        released = list(struct.unpack(f'<{n_released}Q', self._take(8 * n_released))) \
+            if n_released else []
+        entries = [_ENTRY.unpack(self._take(_ENTRY.size)) for _ in range(n_buffers)]
+        if pickle_len <= _SMALL_READ:
+            pickled = bytes(self._take(pickle_len))
+        else:
+            pickled = alloc(pickle_len)
+            self._read_into(memoryview(pickled))
+        buffers = []
+        for offset, length in entries:
+            if offset < 0:
+                self._take(_padding(position))
+                position += _padding(position) + length
+                memory = alloc(length)
+                self._read_into(memoryview(memory))
+                buffers.append(memory)
+            else:
+                buffers.append(None)
+        if segment_id:
+            if not self._fds:
+                raise EOFError('a frame announced a shared-memory segment but carried none')
+            segment = shm.map_segment(self._fds.popleft(), segment_size, segment_id,
+                                      self._released)
+            buffers = [segment[offset:offset + length] if buffer is None else buffer
+                       for buffer, (offset, length) in zip(buffers, entries)]
+        return Frame(call_id, kind, pickled, buffers, released)

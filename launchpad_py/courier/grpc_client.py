@@ -1,0 +1,118 @@
+"""The gRPC path of a ``Client``: the one that works across hosts.
+
+Requests larger than one message go as a chunk stream; a ``CHUNKED`` answer
+means the reply is pulled in chunks (see ``grpc_chunks``). Channels are
+shared per address within a process.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import threading
+from typing import Any, Callable
+
+import grpc
+
+from launchpad_py.courier import errors, frames, grpc_chunks, wire
+
+_channels: dict[str, grpc.Channel] = {}
+_channels_lock = threading.Lock()
+
+# Unlimited message sizes (chunking keeps each under gRPC's hard 2 GiB cap).
+CHANNEL_OPTIONS = [
+    ('grpc.max_send_message_length', -1),
+    ('grpc.max_receive_message_length', -1),
+]
+
+
+def channel(address: str) -> grpc.Channel:
+    with _channels_lock:
+        found = _channels.get(address)
+        if found is None:
+            found = _channels[address] = grpc.insecure_channel(address, options=CHANNEL_OPTIONS)
+        return found
+
+
+class GrpcCaller:
+    """Sends requests to one address over gRPC and decodes the replies."""
+
+    def __init__(self, address: str, timeout: float | None, wait_for_ready: bool,
+                 max_message_bytes: int):
+        self._address = address
+        self._timeout = timeout
+        self._wait_for_ready = wait_for_ready
+        self._limit = max_message_bytes
+        grpc_channel = channel(address)
+        self._call = grpc_channel.unary_unary(wire.CALL)
+        self._call_chunked = grpc_channel.stream_unary(wire.CALL_CHUNKED)
+        self._fetch = grpc_channel.unary_stream(wire.FETCH)
+        self._list = grpc_channel.unary_unary(wire.LIST_METHODS)
+
+    def _options(self) -> dict:
+        return {'timeout': self._timeout, 'wait_for_ready': self._wait_for_ready}
+
+    def _start(self, request: tuple, future: bool):
+        parts, _ = frames.encode(0, frames.REQUEST, request)
+        size = grpc_chunks.size(parts)
+        if size <= self._limit:
+            stub = self._call.future if future else self._call
+            try:
+                message = b''.join(parts)
+            except MemoryError:
+                raise MemoryError(f'cannot send {size} bytes to {request[0]!r} on '
+                                  f'{self._address}: no memory for the gRPC message') from None
+            return stub(message, **self._options())
+        stub = self._call_chunked.future if future else self._call_chunked
+        return stub(grpc_chunks.split(parts, self._limit), **self._options())
+
+    def _finish(self, reply: bytes, method: str, decode: Callable) -> Any:
+        frame = frames.from_bytes(reply)
+        if frame.kind == frames.CHUNKED:
+            token, _ = frame.value()
+            try:
+                whole = grpc_chunks.join(self._fetch(token, **self._options()))
+            except grpc.RpcError as exc:
+                raise errors.translate_rpc_error(exc, self._address, method) from None
+            return decode(frames.from_bytes(whole))
+        # A writable copy: arrays decoded from it behave as on every other path.
+        return decode(frames.from_bytes(bytearray(reply)))
+
+    def call(self, request: tuple, decode: Callable) -> Any:
+        try:
+            reply = self._start(request, future=False)
+        except grpc.RpcError as exc:
+            raise errors.translate_rpc_error(exc, self._address, request[0]) from None
+        return self._finish(reply, request[0], decode)
+
+    def call_future(self, request: tuple, decode: Callable) -> concurrent.futures.Future:
+        result: concurrent.futures.Future = concurrent.futures.Future()
+        method = request[0]
+
+        def finish(done) -> None:
+            try:
+                reply = done.result()
+                if frames.from_bytes(reply).kind == frames.CHUNKED:
+                    # Fetching blocks on gRPC, so never on gRPC's own callback thread.
+                    threading.Thread(target=settle, args=(reply,), name='courier-fetch',
+                                     daemon=True).start()
+                    return
+            except grpc.RpcError as exc:
+                result.set_exception(errors.translate_rpc_error(exc, self._address, method))
+                return
+            settle(reply)
+
+        def settle(reply: bytes) -> None:
+            try:
+                result.set_result(self._finish(reply, method, decode))
+            except BaseException as exc:  # The remote exception, rebuilt.
+                result.set_exception(exc)
+
+        self._start(request, future=True).add_done_callback(finish)
+        return result
+
+    def list_methods(self) -> list[str]:
+        try:
+            reply = self._list(b'', **self._options())
+        except grpc.RpcError as exc:
+            raise errors.translate_rpc_error(exc, self._address, 'list_methods') from None
+        return frames.from_bytes(reply).value()

@@ -1,0 +1,155 @@
+"""The server side of the same-host path (see ``uds.py``).
+
+Each connection has a reader thread. A connection opened for synchronous
+calls carries one call at a time, so its reader runs the call itself (no
+thread hand-off, which is most of a tiny call's cost); calls that arrive on a
+futures connection go to the server's thread pool. Either way the server's
+``thread_pool_size`` bounds how many calls run at once (``dispatch`` takes
+the permit).
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import os
+import socket
+import threading
+import time
+from typing import Callable
+
+from launchpad_py.courier import frames, uds
+
+SYNC_REQUEST, FUTURE_REQUEST = 1, 3
+
+
+class LocalListener:
+    """Accepts same-host connections for one server."""
+
+    def __init__(self, port: int, dispatch: Callable, unsendable: Callable,
+                 executor: concurrent.futures.Executor, label: str | None,
+                 thread_initializer: Callable[[], None] | None = None):
+        self._port = port
+        # Small calls are answered on the connection's own thread, which must be
+        # set up like the executor's threads.
+        self._thread_initializer = thread_initializer
+        self._dispatch = dispatch
+        self._unsendable = unsendable
+        self._executor = executor
+        self._name = f'courier-{label or "server"}-uds'
+        self._connections: set[uds.Connection] = set()
+        self._threads: list[threading.Thread] = []
+        self._lock = threading.Lock()
+        self._closed = False
+        self.path = uds.socket_path(port)
+        self._listener: socket.socket | None = None
+        self._inode: int | None = None
+
+    def start(self) -> bool:
+        """Starts listening; False when this host offers no private socket directory."""
+        if self.path is None:
+            return False
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:  # A socket left by a crashed server of the same port is stale: ours now.
+            os.unlink(self.path)
+        except FileNotFoundError:
+            pass
+        try:
+            listener.bind(self.path)
+            listener.listen(128)
+        except OSError:
+            listener.close()
+            return False
+        self._listener = listener
+        self._inode = os.stat(self.path).st_ino
+        self._spawn(self._accept_loop)
+        return True
+
+    def _spawn(self, target, *args) -> None:
+        def run() -> None:
+            if self._thread_initializer is not None:
+                self._thread_initializer()
+            target(*args)
+
+        thread = threading.Thread(target=run, name=self._name, daemon=True)
+        with self._lock:
+            self._threads = [t for t in self._threads if t.is_alive()] + [thread]
+        thread.start()
+
+    def _accept_loop(self) -> None:
+        while True:
+            try:
+                sock, _ = self._listener.accept()
+            except OSError:
+                return
+            try:
+                sock.sendall(uds.greeting(self._port))
+            except OSError:
+                sock.close()
+                continue
+            connection = uds.Connection(sock)
+            with self._lock:
+                if self._closed:
+                    connection.close()
+                    return
+                self._connections.add(connection)
+            self._spawn(self._serve, connection)
+
+    def _serve(self, connection: uds.Connection) -> None:
+        try:
+            while True:  # No local keeps a frame: its shared memory is released sooner.
+                self._take(connection, connection.read())
+        except (EOFError, OSError, RuntimeError):  # Peer gone, or the pool shut down on stop.
+            pass
+        finally:
+            with self._lock:
+                self._connections.discard(connection)
+            connection.close()
+
+    def _take(self, connection: uds.Connection, frame: frames.Frame) -> None:
+        if frame.kind == SYNC_REQUEST:
+            self._answer(connection, frame)
+        else:
+            self._executor.submit(self._answer, connection, frame)
+
+    def _answer(self, connection: uds.Connection, frame: frames.Frame) -> None:
+        reply = self._dispatch(frame)
+        try:
+            try:
+                connection.send(frame.call_id, frames.REPLY, reply)
+            except (TypeError, MemoryError) as exc:  # The result itself cannot travel.
+                connection.send(frame.call_id, frames.REPLY, self._unsendable(frame, exc))
+        except OSError:
+            pass  # The caller went away; its reader has reported that already.
+
+    def stop(self) -> None:
+        with self._lock:
+            self._closed = True
+            connections = list(self._connections)
+            threads = list(self._threads)
+        if self._listener is not None:
+            self._remove_path()
+            try:
+                self._listener.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            self._listener.close()
+        for connection in connections:
+            try:
+                connection.sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+        # A call still running user code is not waited for long (like gRPC's
+        # handlers, it finishes on its own); idle readers end at once.
+        deadline = time.monotonic() + 2.0
+        current = threading.current_thread()
+        for thread in threads:
+            if thread is not current:
+                thread.join(timeout=max(0.0, deadline - time.monotonic()))
+
+    def _remove_path(self) -> None:
+        """Unlinks the socket file unless another server has taken the path since."""
+        try:
+            if os.stat(self.path).st_ino == self._inode:
+                os.unlink(self.path)
+        except OSError:
+            pass

@@ -1,0 +1,20 @@
+"""Node classes for the process-starting tests; importable by node processes."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+
+class Describe:
+    """Reports how its process was started."""
+
+    def __init__(self, message=None):
+        if message:
+            print(message, flush=True)
+
+    def process(self):
+        return {'pid': os.getpid(), 'ppid': os.getppid(), 'pgid': os.getpgrp(),
+                'sid': os.getsid(0), 'executable': sys.executable,
+                'marker': os.environ.get('LP_TEST_MARKER'),
+                'pythonpath_marker': os.environ.get('PYTHONLP_TEST')}
