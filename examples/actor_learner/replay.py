@@ -30,9 +30,6 @@ def reverb_tables():
 
 def reverb_missing_reason() -> str | None:
     """Why the Reverb variant cannot run here, or None when it can."""
-    import launchpad_py as lp
-    if not hasattr(lp, 'ReverbNode'):
-        return 'needs lp.ReverbNode (issue 4)'
     try:
         import reverb  # noqa: F401
     except ImportError:

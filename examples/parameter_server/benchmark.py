@@ -19,7 +19,7 @@ import time
 from absl import app, flags
 
 import launchpad_py as lp
-from examples.parameter_server.program import TOPOLOGIES, cacher_missing_reason, make_program
+from examples.parameter_server.program import TOPOLOGIES, make_program
 
 OUTPUT_DIR = flags.DEFINE_string('output_dir', 'docs/images', 'Where the CSV and PNG go.')
 REQUESTERS = flags.DEFINE_list('requesters', ['1', '2', '4', '8', '16', '32'],
@@ -49,9 +49,6 @@ def run_point(topology: str, num_requesters: int, launch_type: str) -> float:
 def sweep(launch_type: str) -> list[dict]:
     rows = []
     for topology in TOPOLOGY_LIST.value:
-        if topology == 'cached' and cacher_missing_reason():
-            print(f'benchmark: skipping the cached topology: {cacher_missing_reason()}', flush=True)
-            continue
         base = None
         for count in (int(n) for n in REQUESTERS.value):
             qps = max(run_point(topology, count, launch_type) for _ in range(REPEATS.value))

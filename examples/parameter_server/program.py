@@ -106,18 +106,12 @@ def measure(requesters: list, duration_s: float, result_path: str | None = None)
     lp.stop()
 
 
-def cacher_missing_reason() -> str | None:
-    return None if hasattr(lp, 'CacherNode') else 'needs lp.CacherNode (issue 4)'
-
-
 def make_program(topology: str = 'single', num_requesters: int = 4, *, num_servers: int = 2,
                  param_size: int = 10_000, duration_s: float = 2.0,
                  refresh_interval_ms: int = 50, result_path: str | None = None) -> lp.Program:
     """Builds one topology; see the module docstring."""
     if topology not in TOPOLOGIES:
         raise ValueError(f'topology must be one of {TOPOLOGIES} (got {topology!r})')
-    if topology == 'cached' and cacher_missing_reason():
-        raise RuntimeError(f'the cached topology {cacher_missing_reason()}')
     program = lp.Program(f'parameter_server_{topology}')
     replicas = num_servers if topology == 'replicated' else 1
     with program.group('server'):

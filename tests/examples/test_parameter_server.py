@@ -7,11 +7,10 @@ import json
 import subprocess
 import sys
 
-import pytest
 
 import launchpad_py as lp
 from conftest import REPO
-from examples.parameter_server.program import cacher_missing_reason, make_program
+from examples.parameter_server.program import make_program
 
 
 def _run(tmp_path, launch_type: str, topology: str, num_requesters: int) -> dict:
@@ -40,7 +39,6 @@ def test_replicated_servers_as_processes(tmp_path):
     _assert_served(_run(tmp_path, 'test_mp', 'replicated', 4), 4)
 
 
-@pytest.mark.skipif(cacher_missing_reason() is not None, reason=cacher_missing_reason() or '')
 def test_cached_server_as_processes(tmp_path):
     """One server behind an lp.CacherNode; requesters read through the cache under test_mp."""
     _assert_served(_run(tmp_path, 'test_mp', 'cached', 4), 4)
