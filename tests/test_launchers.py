@@ -212,3 +212,14 @@ def test_test_case_cleanup_reraises_node_failure():
     _CaseWithFailingNode('test_node_fails').run(result)
     assert len(result.errors) == 1
     assert 'NodeFailedError' in result.errors[0][1] and "'crasher'" in result.errors[0][1]
+
+
+def test_node_specs_are_removed_once_read():
+    """A node's spec (pickled code) does not stay on disk once its process has read it."""
+    import glob
+    import tempfile
+    program = lp.Program('spec_cleanup_check')
+    program.add_node(lp.CourierNode(Greeter), label='greeter')
+    pattern = f'{tempfile.gettempdir()}/launchpad_spec_cleanup_check_*/*.spec'
+    with lp.launch(program, launch_type='test_mp'):
+        assert glob.glob(pattern) == []

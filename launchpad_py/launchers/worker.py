@@ -36,6 +36,11 @@ def main(spec_path: str, parent_pid: int | None = None) -> int:
 
     with open(spec_path, 'rb') as spec_file:
         spec = serialization.loads(spec_file.read())
+    # Read once: removing it now leaves no pickled code behind, even if the launcher is killed.
+    try:
+        os.remove(spec_path)
+    except OSError:
+        pass
     if spec['parent_pid'] is not None:
         node_process.die_with_parent(parent_pid or spec['parent_pid'])
     os.environ.update(spec['env'])
