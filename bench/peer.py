@@ -47,10 +47,6 @@ class Peer:
     def stop(self) -> None:
         raise NotImplementedError
 
-    def call(self, method: str, *args):
-        """One synchronous call."""
-        raise NotImplementedError
-
     def inflight(self, method: str, args: tuple, depth: int, budget: Budget) -> tuple[int, float]:
         """Keeps ``depth`` calls outstanding; returns (completed calls, seconds)."""
         raise NotImplementedError
@@ -58,7 +54,8 @@ class Peer:
     def server_pid(self) -> int | None:
         return None
 
-    def call(self, method, *args):
+    def call(self, method: str, *args):
+        """One synchronous call."""
         return self.client.call(method, *args)
 
     # -- fan-in: several caller processes against one server -----------------

@@ -115,10 +115,16 @@ def _report_failure(channel: Channel, finished: threading.Event, exc: BaseExcept
     return 1
 
 
-def python_path(env: dict[str, str]) -> str:
-    """A ``PYTHONPATH`` for a node process: our import path first, so it unpickles our code."""
+def child_environment(extra: dict[str, str] | None = None) -> dict[str, str]:
+    """This process's environment plus ``extra``, for a node process it starts.
+
+    Our import path goes first on ``PYTHONPATH``, so the child can unpickle our code.
+    """
+    env = dict(os.environ)
+    env.update(extra or {})
     paths = [p for p in sys.path if p and os.path.isdir(p)]
-    return os.pathsep.join(paths + [env.get('PYTHONPATH', '')]).rstrip(os.pathsep)
+    env['PYTHONPATH'] = os.pathsep.join(paths + [env.get('PYTHONPATH', '')]).rstrip(os.pathsep)
+    return env
 
 
 def rebuild_exception(exception_bytes: bytes | None) -> BaseException | None:

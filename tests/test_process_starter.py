@@ -6,7 +6,6 @@ import os
 import sys
 
 import psutil
-import pytest
 
 import launchpad_py as lp
 from conftest import run_script

@@ -14,7 +14,7 @@ import threading
 import time
 from typing import Any, Callable
 
-from launchpad_py.courier import errors, frames, uds, uds_server
+from launchpad_py.courier import errors, uds, uds_server
 
 _NOT_LOCAL = object()
 

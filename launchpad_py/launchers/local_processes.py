@@ -72,7 +72,7 @@ class ProcessWorker(Worker):
         return path
 
     def _environment(self) -> dict[str, str]:
-        env = _base_environment(self._resources.environment())
+        env = node_process.child_environment(self._resources.environment())
         env['PYTHONUNBUFFERED'] = '1'
         env[control.KEY_ENV] = self._setup.control.key.hex()
         return env
@@ -134,7 +134,8 @@ class ProcessWorker(Worker):
                 self.events.stop_requested()
             elif kind == 'failed':
                 _, summary, text, exception_bytes = message
-                self._failure = FailureReport(summary, text, node_process.rebuild_exception(exception_bytes))
+                exception = node_process.rebuild_exception(exception_bytes)
+                self._failure = FailureReport(summary, text, exception)
             elif kind == 'finished':
                 self._finished = True
         self._channel_closed.set()
@@ -150,8 +151,9 @@ class ProcessWorker(Worker):
         self._sink.close()
         failure = self._failure
         if failure is None and not self._finished and code != 0:
-            failure = FailureReport(node_process.describe_exit(code), f'{node_process.describe_exit(code)}\n'
-                                    f'--- output tail ---\n{self._sink.tail()}')
+            exit_text = node_process.describe_exit(code)
+            failure = FailureReport(exit_text,
+                                    f'{exit_text}\n--- output tail ---\n{self._sink.tail()}')
         self.events.exited(self, code, failure)
 
     # -- stopping -------------------------------------------------------------------
@@ -180,14 +182,6 @@ class ProcessWorker(Worker):
     def cleanup(self) -> None:
         # Anything the node left in its process group (its own subprocesses) goes too.
         self.kill()
-
-
-def _base_environment(extra: dict[str, str]) -> dict[str, str]:
-    """This process's environment plus ``extra``, with our ``sys.path`` on PYTHONPATH."""
-    env = dict(os.environ)
-    env.update(extra)
-    env['PYTHONPATH'] = node_process.python_path(env)
-    return env
 
 
 def _wait_pid_gone(pid: int | None) -> None:
@@ -227,7 +221,7 @@ class _ProgramSetup:
         with self._fork_lock:
             if self._fork_server is None:
                 self._fork_server = process_starter.ForkServer.start(
-                    _base_environment({}), self.die_with_parent)
+                    node_process.child_environment(), self.die_with_parent)
             return self._fork_server
 
     def _on_connect(self, hello, channel: control.Channel) -> None:

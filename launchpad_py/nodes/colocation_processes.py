@@ -89,7 +89,7 @@ class _Supervisor:
         with theirs:
             child.process = subprocess.Popen(
                 [sys.executable, '-m', 'launchpad_py.nodes.colocation_child', str(theirs.fileno())],
-                pass_fds=[theirs.fileno()], env=_environment(), stdin=subprocess.DEVNULL)
+                pass_fds=[theirs.fileno()], env=node_process.child_environment(), stdin=subprocess.DEVNULL)
         child.channel = Channel(mpc.Connection(ours.detach()))
         child.generation += 1
         child.channel.send('start', child.data, self._context.bind_host, self._scope.name,
@@ -173,12 +173,6 @@ class _Supervisor:
             except subprocess.TimeoutExpired:
                 child.process.send_signal(signal.SIGKILL)
                 child.process.wait()
-
-
-def _environment() -> dict[str, str]:
-    env = dict(os.environ)
-    env['PYTHONPATH'] = node_process.python_path(env)
-    return env
 
 
 def _summary(code: int, failure: tuple | None) -> str:
