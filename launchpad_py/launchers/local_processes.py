@@ -8,6 +8,7 @@ control channel and the exit status, never the terminal mode.
 
 from __future__ import annotations
 
+import logging
 import os
 import select
 import shlex
@@ -22,9 +23,11 @@ from launchpad_py.courier import serialization
 from launchpad_py.launchers import control, flag_transfer, output, process_starter, shipping
 from launchpad_py.launchers.controller import ProgramController
 from launchpad_py.launchers.options import LaunchOptions
-from launchpad_py.launchers.resources import PythonProcess, hide_gpus_from_other_groups
+from launchpad_py.launchers.resources import PythonProcess, apply_gpu_defaults
 from launchpad_py.launchers.worker_api import Events, FailureReport, Worker
 from launchpad_py.program import Executable, Program
+
+_log = logging.getLogger(__name__)
 
 
 class ProcessWorker(Worker):
@@ -282,8 +285,13 @@ def _launch(program: Program, options: LaunchOptions, launch_type: str, test: bo
             raise errors.ResourcesError(
                 f'local_resources[{group!r}] must be lp.PythonProcess(...) for {launch_type} '
                 f'(got {spec!r})')
-    resources = hide_gpus_from_other_groups(resources, list(program.groups))
     prepared = shipping.prepare(program)
+    counts = {group: 0 for group in program.groups}
+    for executable, _ in prepared:
+        counts[executable.label] = counts.get(executable.label, 0) + 1
+    resources, notes = apply_gpu_defaults(resources, counts, os.environ)
+    for note in notes:
+        _log.info('%s: %s', launch_type, note)
     setup = _ProgramSetup(program, mode, test)
     controller = ProgramController(program.name, launch_type, options.grace,
                                    keep_process_alive=not test, on_finish=setup.finish)

@@ -23,7 +23,7 @@ import sys
 import threading
 import time
 
-from launchpad_py import errors, runtime
+from launchpad_py import devices, errors, runtime
 from launchpad_py.courier import serialization
 from launchpad_py import node_process
 from launchpad_py.node_process import Channel
@@ -68,6 +68,10 @@ class _Supervisor:
         self._events: queue.Queue = queue.Queue()
         self._stopping = False
         self._reported_ready = False
+        # Children share this process's GPUs: several must not each preallocate them.
+        sees_gpus = devices.visible_gpus(os.environ.get('CUDA_VISIBLE_DEVICES')) != frozenset()
+        self._gpu_sharing = (devices.sharing_environment(os.environ)
+                             if sees_gpus and len(children) > 1 else {})
 
     def run(self) -> None:
         threading.Thread(target=self._watch_stop, daemon=True,
@@ -89,7 +93,8 @@ class _Supervisor:
         with theirs:
             child.process = subprocess.Popen(
                 [sys.executable, '-m', 'launchpad_py.nodes.colocation_child', str(theirs.fileno())],
-                pass_fds=[theirs.fileno()], env=node_process.child_environment(), stdin=subprocess.DEVNULL)
+                pass_fds=[theirs.fileno()], env=node_process.child_environment(self._gpu_sharing),
+                stdin=subprocess.DEVNULL)
         child.channel = Channel(mpc.Connection(ours.detach()))
         child.generation += 1
         child.channel.send('start', child.data, self._context.bind_host, self._scope.name,
