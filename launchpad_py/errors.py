@@ -33,6 +33,10 @@ class LaunchError(LaunchpadError, RuntimeError):
     """A node failed to start; the message names it and shows its output tail."""
 
 
+class PeerFailedError(LaunchpadError, RuntimeError):
+    """A call reached a node whose own object had failed: that node's failure is the cause."""
+
+
 class NodeFailedError(LaunchpadError, RuntimeError):
     """A node raised while the program ran.
 

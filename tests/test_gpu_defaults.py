@@ -111,8 +111,8 @@ def test_groups_kept_off_gpus_are_named_in_one_log_line(caplog):
                        local_resources={'actor': hidden, 'evaluator': hidden}):
             pass
     lines = [r.getMessage() for r in caplog.records if 'GPU' in r.getMessage()]
-    assert lines == ["test_mp: groups 'actor', 'evaluator' run without GPUs "
-                     "(CUDA_VISIBLE_DEVICES=''; JAX on the CPU unless jax_platforms says otherwise)"]
+    assert lines == ["test_mp: groups 'actor', 'evaluator' run without GPUs (CUDA_VISIBLE_"
+                     "DEVICES=''; JAX on the CPU unless jax_platforms says otherwise)"]
 
 
 def test_colocated_children_sharing_gpus_do_not_preallocate():

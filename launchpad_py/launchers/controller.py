@@ -213,6 +213,11 @@ class ProgramController:
             self._failed = worker
             _log.error('node %s of program %r failed: %s', worker.name, self.name, failure.summary)
             self._begin_stop()
+        elif failure is not None and self._is_the_cause(failure):
+            # The first failure only lost a peer; this one is why, so it is what wait() raises.
+            _log.error('node %s of program %r failed: %s (so %s failed)', worker.name, self.name,
+                       failure.summary, self._failed.name)
+            worker.state, worker.failure, self._failed = NodeState.FAILED, failure, worker
         elif failure is not None:
             worker.state = NodeState.STOPPED
             _log.debug('node %s raised while the program stopped: %s', worker.name, failure.summary)
@@ -221,6 +226,11 @@ class ProgramController:
         if self._startup_failure is not None or all(
                 w.state != NodeState.STARTING for w in self._workers):
             self._ready.set()
+
+    def _is_the_cause(self, failure: FailureReport) -> bool:
+        first = self._failed
+        return (first is not None and first.failure.follows_from_a_peer
+                and not failure.follows_from_a_peer)
 
     def _begin_stop(self) -> None:
         if self._stopping:

@@ -99,8 +99,9 @@ class PythonProcess:
         return self.gpus is not None or 'CUDA_VISIBLE_DEVICES' in self.env
 
 
-def apply_gpu_defaults(resources: dict[str, PythonProcess], process_counts: dict[str, int],
-                       launcher_env: Mapping[str, str]) -> tuple[dict[str, PythonProcess], list[str]]:
+def apply_gpu_defaults(
+        resources: dict[str, PythonProcess], process_counts: dict[str, int],
+        launcher_env: Mapping[str, str]) -> tuple[dict[str, PythonProcess], list[str]]:
     """Each group's resources with the GPU defaults of docs/gpus.md, and what to log about them.
 
     ``process_counts`` maps every group of the program to its number of

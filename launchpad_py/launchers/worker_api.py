@@ -12,6 +12,12 @@ import enum
 import queue
 import traceback
 
+from launchpad_py.courier.errors import CourierUnavailableError
+from launchpad_py.errors import PeerFailedError
+
+# A node that raised one of these failed because a node it called had failed or gone.
+_CONSEQUENCES = (CourierUnavailableError, PeerFailedError)
+
 
 class NodeState(str, enum.Enum):
     STARTING = 'starting'
@@ -34,6 +40,13 @@ class FailureReport:
     def from_exception(cls, exc: BaseException) -> 'FailureReport':
         text = ''.join(traceback.format_exception(exc))
         return cls(f'{type(exc).__name__}: {exc}', text, exc)
+
+    @property
+    def follows_from_a_peer(self) -> bool:
+        """True when the node failed only because a node it called had failed or gone."""
+        if self.exception is not None:
+            return isinstance(self.exception, _CONSEQUENCES)
+        return self.summary.split(':', 1)[0] in {kind.__name__ for kind in _CONSEQUENCES}
 
 
 @dataclasses.dataclass

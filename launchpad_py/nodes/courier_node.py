@@ -10,7 +10,7 @@ import dataclasses
 import threading
 from typing import Any, Callable, Generic, Iterator, TypeVar
 
-from launchpad_py import courier, runtime
+from launchpad_py import courier, errors, runtime
 from launchpad_py.nodes.deferred_call import DeferredCall, target_name
 from launchpad_py.program.address import Address, get_port_from_address
 from launchpad_py.program.handle import Handle
@@ -63,8 +63,8 @@ class _UnderConstruction:
     def _target(self) -> Any:
         self._done.wait()
         if self._error is not None:
-            raise RuntimeError(f'the object of node {self._label!r} failed to construct: '
-                               f'{type(self._error).__name__}: {self._error}')
+            raise errors.PeerFailedError(f'the object of node {self._label!r} failed to construct: '
+                                         f'{type(self._error).__name__}: {self._error}')
         return self._obj
 
     def __getattr__(self, name: str) -> Any:
