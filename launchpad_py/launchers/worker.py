@@ -8,13 +8,9 @@ group, so nothing outlives the launcher.
 
 from __future__ import annotations
 
-import importlib
 import os
 import signal
 import sys
-
-#: Comma-separated modules imported before any node code (the compatibility runner uses it).
-PRELOAD_ENV = 'LAUNCHPAD_PY_PRELOAD'
 
 
 def _kill_own_group() -> None:
@@ -48,8 +44,6 @@ def main(spec_path: str, parent_pid: int | None = None) -> int:
     channel.send('hello', spec['worker_id'], os.getpid(), os.getpgrp())
 
     def load():
-        for module in filter(None, os.environ.get(PRELOAD_ENV, '').split(',')):
-            importlib.import_module(module)
         executable = serialization.loads(spec['executable'])
         flag_transfer.restore(spec['flags'], spec['args'])
         return executable

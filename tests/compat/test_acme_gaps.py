@@ -1,12 +1,18 @@
 """Gaps found by running Acme's distributed agents (docs/migrating.md), reproduced without Acme.
 
-When Acme's learner fails to build (a dataset error, a missing package), its
-actors and evaluator fail a moment later, calling a learner that is gone; one
-of those consequences used to reach the controller first and be what
-``wait()`` raised, while the learner's own error was logged only at DEBUG.
+- Colocated actors (``multiprocessing_colocate_actors=True``) failed to start under
+  the compatibility runner: their child processes did not alias ``launchpad``.
+- When Acme's learner fails to build (a dataset error, a missing package), its
+  actors and evaluator fail a moment later, calling a learner that is gone; one
+  of those consequences used to reach the controller first and be what
+  ``wait()`` raised, while the learner's own error was logged only at DEBUG.
 """
 
 from __future__ import annotations
+
+import os
+import subprocess
+import sys
 
 import pytest
 
@@ -14,6 +20,22 @@ import launchpad_py as lp
 from launchpad_py.courier.errors import CourierUnavailableError
 from launchpad_py.errors import PeerFailedError
 from launchpad_py.nodes.courier_node import _UnderConstruction
+from conftest import REPO
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+@pytest.mark.parametrize('launch_type', ['local_mt', 'local_mp'])
+def test_colocated_children_see_the_launchpad_alias(launch_type):
+    """Children of a MultiProcessingColocation run `import launchpad` code under the runner."""
+    result = subprocess.run(
+        [sys.executable, '-m', 'launchpad_py.compat', os.path.join(HERE, 'colocated_actors.py'),
+         f'--lp_launch_type={launch_type}'],
+        capture_output=True, text=True, timeout=120, cwd=REPO)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "No module named 'launchpad'" not in result.stderr
+    for index in (0, 1):
+        assert f'actor {index} counted' in result.stdout, result.stdout[-3000:]
 
 
 def lose_the_learner():
