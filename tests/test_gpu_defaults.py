@@ -9,6 +9,7 @@ import pytest
 import launchpad_py as lp
 from launchpad_py import devices
 from launchpad_py.launchers.resources import apply_gpu_defaults
+from gpu_probe import JaxProbe
 from nodes_for_node_types import ContextReporter
 
 NAMES = ['CUDA_VISIBLE_DEVICES', 'JAX_PLATFORMS', 'XLA_PYTHON_CLIENT_PREALLOCATE',
@@ -56,6 +57,19 @@ def test_a_group_kept_off_gpus_runs_jax_on_the_cpu():
     assert seen['actor'] == [{'CUDA_VISIBLE_DEVICES': '', 'JAX_PLATFORMS': 'cpu',
                               'XLA_PYTHON_CLIENT_PREALLOCATE': None,
                               'TF_FORCE_GPU_ALLOW_GROWTH': None}] * 2
+
+
+def test_jax_in_a_group_kept_off_gpus_tries_no_accelerator():
+    """With gpus=[], JAX starts its CPU backend only: no CUDA attempt, so no CUDA traceback."""
+    pytest.importorskip('jax')
+    program = lp.Program('jax_off_gpus')
+    with program.group('actor'):
+        probe = program.add_node(lp.CourierNode(JaxProbe))
+    with lp.launch(program, launch_type='test_mp',
+                   local_resources={'actor': lp.PythonProcess(gpus=[])}):
+        platform, messages = probe.dereference().backends_tried()
+    assert platform == 'cpu'
+    assert messages == ["Initializing backend 'cpu'", "Backend 'cpu' initialized"]
 
 
 def test_processes_that_may_share_a_gpu_do_not_preallocate():
