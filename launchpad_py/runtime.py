@@ -135,6 +135,16 @@ def bind_node(node: NodeContext, whole_process: bool = False) -> None:
         _process_node = node
 
 
+def thread_node() -> NodeContext | None:
+    """The node the calling thread was bound to, without the process-wide fallback."""
+    return getattr(_thread_scope, 'node', None)
+
+
+def process_node() -> NodeContext | None:
+    """The node that owns this whole process, if one does (a node process)."""
+    return _process_node
+
+
 def inherit_binding() -> Callable[[], None]:
     """A function that gives the thread calling it the calling thread's program and node.
 

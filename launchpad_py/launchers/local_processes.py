@@ -18,9 +18,9 @@ import subprocess
 import tempfile
 import threading
 
-from launchpad_py import errors, node_process
+from launchpad_py import errors, flag_transfer, node_process
 from launchpad_py.courier import serialization
-from launchpad_py.launchers import control, flag_transfer, output, process_starter, shipping
+from launchpad_py.launchers import control, output, process_starter, shipping
 from launchpad_py.launchers.controller import ProgramController
 from launchpad_py.launchers.options import LaunchOptions
 from launchpad_py.launchers.resources import PythonProcess, apply_gpu_defaults

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import threading
 
-from launchpad_py import runtime
+from launchpad_py import node_logging, runtime
 from launchpad_py.courier import serialization
 from launchpad_py.launchers import shipping
 from launchpad_py.launchers.controller import ProgramController
@@ -59,6 +59,7 @@ def _launch(program: Program, options: LaunchOptions, launch_type: str, test: bo
         # Each node gets its own copy of its arguments, as it would in a process;
         # this also reports unpicklable arguments as early as local_mp would.
         executables = [serialization.loads(data) for _, data in shipping.prepare(program)]
+    node_logging.configure_launcher()
     controller = ProgramController(program.name, launch_type, options.grace,
                                    keep_process_alive=not test)
     workers = [ThreadWorker(e, controller.scope, controller.events) for e in executables]

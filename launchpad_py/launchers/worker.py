@@ -26,9 +26,9 @@ def main(spec_path: str, parent_pid: int | None = None) -> int:
     ``parent_pid``: the process this one must die with when it is not the
     launcher itself (a node forked by ``process_starter``).
     """
-    from launchpad_py import node_process
+    from launchpad_py import flag_transfer, node_logging, node_process
     from launchpad_py.courier import serialization
-    from launchpad_py.launchers import control, flag_transfer
+    from launchpad_py.launchers import control
 
     with open(spec_path, 'rb') as spec_file:
         spec = serialization.loads(spec_file.read())
@@ -45,7 +45,9 @@ def main(spec_path: str, parent_pid: int | None = None) -> int:
 
     def load():
         executable = serialization.loads(spec['executable'])
-        flag_transfer.restore(spec['flags'], spec['args'])
+        setup = flag_transfer.restore(spec['flags'], spec['args'])
+        # The launcher labels this process's output lines itself.
+        node_logging.configure(setup, f'{executable.label}/{executable.index}')
         return executable
 
     return node_process.run(channel, spec['program'], spec['bind_host'], load, _kill_own_group)

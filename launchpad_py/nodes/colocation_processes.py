@@ -23,9 +23,8 @@ import sys
 import threading
 import time
 
-from launchpad_py import devices, errors, runtime
+from launchpad_py import devices, errors, flag_transfer, node_process, runtime
 from launchpad_py.courier import serialization
-from launchpad_py import node_process
 from launchpad_py.node_process import Channel
 from launchpad_py.program.node import ExecutionContext, Executable
 
@@ -66,6 +65,10 @@ class _Supervisor:
         self._context = context
         self._scope = scope
         self._events: queue.Queue = queue.Queue()
+        # Children get this process's flags and log as it does. A node process's output
+        # is labelled by its launcher; a thread's (local_mt) is not, so children label it.
+        self._setup = flag_transfer.capture()
+        self._label_lines = runtime.process_node() is None
         self._stopping = False
         self._reported_ready = False
         # Children share this process's GPUs: several must not each preallocate them.
@@ -98,7 +101,7 @@ class _Supervisor:
         child.channel = Channel(mpc.Connection(ours.detach()))
         child.generation += 1
         child.channel.send('start', child.data, self._context.bind_host, self._scope.name,
-                           os.getpid())
+                           os.getpid(), self._setup, self._label_lines)
         threading.Thread(target=self._read, args=(child, child.generation, child.process,
                                                    child.channel),
                          name=f'lp-colocated-{child.executable.label}/{child.executable.index}',

@@ -1,12 +1,13 @@
 """``CourierNode``: builds a user object, serves its public methods, calls ``run()``.
 
-    learner = p.add_node(lp.CourierNode(Learner, replay, lr=1e-3))
+    learner = p.add_node(lp.CourierNode(Learner, replay, lr=1e-3), label='learner')
     actor = lp.CourierNode(Actor, learner)   # the handle becomes a client of Learner
 """
 
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import threading
 from typing import Any, Callable, Generic, Iterator, TypeVar
 
@@ -28,7 +29,7 @@ class CourierHandle(Handle[T], Generic[T]):
         self._client_kwargs = client_kwargs
 
     def set_client_kwargs(self, **client_kwargs) -> None:
-        """Options for the clients this handle makes, e.g. ``timeout=5``."""
+        """Options for the clients this handle makes, e.g. ``call_timeout=5``."""
         self._client_kwargs = client_kwargs
 
     @property
@@ -109,13 +110,27 @@ class _ServeObject:
             server.stop()
 
 
+def _checked_client_kwargs(kwargs: dict | None, constructor: Callable) -> dict:
+    """Rejects options ``courier.Client`` does not take now rather than at the first call."""
+    kwargs = dict(kwargs or {})
+    try:
+        inspect.signature(courier.Client).bind('host:0', **kwargs)
+    except TypeError as exc:
+        raise errors.ProgramError(
+            f'courier_client_kwargs={kwargs!r} of CourierNode({target_name(constructor)}) do not '
+            f'fit courier.Client(server_address, compress, call_timeout, wait_for_ready, *, '
+            f'timeout, transport, device_arrays, max_message_bytes): {exc}') from None
+    return kwargs
+
+
 class CourierNode(Node, Generic[T]):
     """Serves ``constructor(*args, **kwargs)`` over courier.
 
     Options are keyword-only and prefixed so they never collide with the
     constructor's own arguments: ``courier_kwargs`` go to the server (e.g.
     ``{'thread_pool_size': 32}``), ``courier_client_kwargs`` to every client
-    made from this node's handles (e.g. ``{'timeout': 5}``).
+    made from this node's handles: ``courier.Client``'s own parameters, e.g.
+    ``{'call_timeout': 5, 'wait_for_ready': False}``.
     """
 
     def __init__(self, constructor: Callable[..., T], *args,
@@ -124,7 +139,7 @@ class CourierNode(Node, Generic[T]):
         super().__init__()
         self._call = DeferredCall(constructor, args, kwargs)
         self._server_kwargs = dict(courier_kwargs or {})
-        self._client_kwargs = dict(courier_client_kwargs or {})
+        self._client_kwargs = _checked_client_kwargs(courier_client_kwargs, constructor)
         self._address = self._new_address()
 
     def configure(self, *args, **kwargs) -> None:
