@@ -61,6 +61,7 @@ def _launch(program: Program, options: LaunchOptions, launch_type: str, test: bo
         executables = [serialization.loads(data) for _, data in shipping.prepare(program)]
     controller = ProgramController(program.name, launch_type, options.grace,
                                    keep_process_alive=not test)
+    controller.scope.servers = shipping.server_addresses(executables)
     workers = [ThreadWorker(e, controller.scope, controller.events) for e in executables]
     return controller.start(workers, options.ready_timeout)
 
