@@ -43,29 +43,40 @@ def call_after_go(server, go_path: str, log_path: str) -> None:
 
 
 class Worker:
-    """Keeps its server up after the stop until the call it expects from a stop handler is done."""
+    """Keeps its server up after the stop until a stop handler has called it and released it."""
 
     def __init__(self):
-        self._done = threading.Event()
+        self._released = threading.Event()
 
     def work(self):
         time.sleep(0.3)  # Work in progress while the program stops.
-        self._done.set()
         return 'done'
+
+    def release(self):
+        self._released.set()
 
     def run(self):
         lp.wait_for_stop()
-        self._done.wait(30)
+        self._released.wait(30)
 
 
 def call_in_stop_handler(worker, log_path: str) -> None:
-    """A stop handler that calls a node which is still alive."""
+    """A stop handler that calls a node which is still alive, then lets it end."""
     def handler():
         try:
             outcome = worker.work()
         except courier.CourierError as exc:
             outcome = f'{type(exc).__name__}: {exc}'
         _append(log_path, f'handler {outcome}')
+        try:
+            worker.release()
+        except courier.CourierError:
+            pass  # Its answer may race with its server's stop; only the release matters.
 
     lp.register_stop_handler(handler)
     lp.wait_for_stop()
+
+
+def ignore_the_stop_until(release: threading.Event) -> None:
+    """A node that ignores the stop; the test releases it once it has checked the report."""
+    release.wait(60)

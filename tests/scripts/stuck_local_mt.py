@@ -1,0 +1,67 @@
+"""A local_mt program stopped by one of its nodes while another ignores the stop.
+
+Usage: stuck_local_mt.py MODE [--lp_termination_notice_secs=N]
+MODE: 'wait' (the script waits on the program), 'return' (it returns right after
+lp.launch), 'handler' (a stop handler blocks instead of a node), 'acme' (like Acme: an
+actor's executor thread calls the learner, which stops the program; nothing is stuck).
+"""
+
+import concurrent.futures
+import threading
+import time
+
+from absl import app
+
+import launchpad_py as lp
+
+
+def stop_the_program():
+    print(f'stop requested at {time.time()}', flush=True)
+    lp.stop()
+
+
+def ignore_the_stop():
+    threading.Event().wait()
+
+
+def block_in_a_stop_handler():
+    lp.register_stop_handler(lambda: threading.Event().wait())
+    lp.wait_for_stop()
+
+
+class Learner:
+    def __init__(self):
+        self._steps = 0
+
+    def step(self):
+        self._steps += 1
+        if self._steps == 50:
+            stop_the_program()
+        return self._steps
+
+
+def act(learner):
+    """Acme's actors fetch variables on an executor thread and never check for a stop."""
+    fetcher = concurrent.futures.ThreadPoolExecutor(1)
+    while True:
+        fetcher.submit(learner.step).result()
+
+
+def main(argv):
+    mode = argv[1]
+    program = lp.Program('stuck')
+    if mode == 'acme':
+        learner = program.add_node(lp.CourierNode(Learner), label='learner')
+        program.add_node(lp.PyNode(act, learner), label='actor')
+    else:
+        program.add_node(lp.PyNode(block_in_a_stop_handler if mode == 'handler'
+                                   else ignore_the_stop), label='stubborn')
+        program.add_node(lp.PyNode(stop_the_program), label='limiter')
+    controller = lp.launch(program, launch_type='local_mt')
+    if mode != 'return':
+        controller.wait()
+        print('wait returned', flush=True)
+
+
+if __name__ == '__main__':
+    app.run(main)
