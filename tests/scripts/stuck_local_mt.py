@@ -2,11 +2,13 @@
 
 Usage: stuck_local_mt.py MODE [--lp_termination_notice_secs=N]
 MODE: 'wait' (the script waits on the program), 'return' (it returns right after
-lp.launch), 'handler' (a stop handler blocks instead of a node), 'acme' (like Acme: an
-actor's executor thread calls the learner, which stops the program; nothing is stuck).
+lp.launch), 'handler' (a stop handler blocks instead of a node), 'acme' (like Acme: the
+learner stops the program, and the actor's executor thread calls it once it is gone).
 """
 
 import concurrent.futures
+import os
+import tempfile
 import threading
 import time
 
@@ -40,24 +42,38 @@ class Learner:
         return self._steps
 
 
-def act(learner):
+def _wait_for_file(path):
+    pause, deadline = threading.Event(), time.monotonic() + 30
+    while not os.path.exists(path) and time.monotonic() < deadline:
+        pause.wait(0.02)
+
+
+def act(learner, learner_gone):
     """Acme's actors fetch variables on an executor thread and never check for a stop."""
     fetcher = concurrent.futures.ThreadPoolExecutor(1)
-    while True:
-        fetcher.submit(learner.step).result()
+    while fetcher.submit(learner.step).result() < 50:
+        pass
+    _wait_for_file(learner_gone)  # Makes sure the next call finds the learner gone.
+    fetcher.submit(learner.step).result()
 
 
 def main(argv):
     mode = argv[1]
     program = lp.Program('stuck')
+    learner_gone = os.path.join(tempfile.mkdtemp(), 'learner_gone')
     if mode == 'acme':
         learner = program.add_node(lp.CourierNode(Learner), label='learner')
-        program.add_node(lp.PyNode(act, learner), label='actor')
+        program.add_node(lp.PyNode(act, learner, learner_gone), label='actor')
     else:
         program.add_node(lp.PyNode(block_in_a_stop_handler if mode == 'handler'
                                    else ignore_the_stop), label='stubborn')
         program.add_node(lp.PyNode(stop_the_program), label='limiter')
     controller = lp.launch(program, launch_type='local_mt')
+    if mode == 'acme':
+        pause = threading.Event()
+        while controller.statuses()[0].state != lp.NodeState.STOPPED:
+            pause.wait(0.02)
+        open(learner_gone, 'w').close()
     if mode != 'return':
         controller.wait()
         print('wait returned', flush=True)
