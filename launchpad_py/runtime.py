@@ -129,6 +129,7 @@ def current_scope() -> ProgramScope:
             return _active[-1]
         if _default is None:
             _default = ProgramScope('default')
+            _default.servers = []  # No program: a stop here must not change any call.
         return _default
 
 

@@ -49,6 +49,8 @@ def fail_fast_on_unavailable(addresses: Iterable[str] | None = None) -> Callable
     """
     global _polling
     rule = None if addresses is None else frozenset(addresses)
+    if rule == frozenset():
+        return lambda: None
     with _cond:
         _rules.append(rule)
         if not _polling:

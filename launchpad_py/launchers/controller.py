@@ -262,7 +262,9 @@ class ProgramController:
                 # A thread cannot be killed: see stuck.py for what happens instead.
                 worker.state = NodeState.KILLED
                 self._killed.append(f'{worker.name} (thread left running)')
-                self._stuck[worker.name] = worker.stack()
+                stack = worker.stack()
+                if stack:  # Only threads have one; a process that was never started has not.
+                    self._stuck[worker.name] = stack
         if self._stuck and self._handlers is not None and self._handlers.is_alive():
             self._stuck['the stop handlers'] = stuck.thread_stack(self._handlers)
         self._stop_deadline = None
