@@ -36,6 +36,7 @@ class ProgramScope:
         self.stop_event = threading.Event()
         self.servers: list[str] | None = None
         self._end_fail_fast: Callable[[], None] | None = None
+        self._ended = False
         self._request_program_stop = request_program_stop or self.handle_stop
         self._handlers: list[Callable[[], None]] = []
         self._lock = threading.Lock()
@@ -52,8 +53,8 @@ class ProgramScope:
                 return
             self._stopping = True
             handlers, self._handlers = self._handlers, []
-            # Nodes now end in any order: a call to one already gone must not wait for it.
-            self._end_fail_fast = fail_fast.fail_fast_on_unavailable(self.servers)
+            if not self._ended:  # Nodes now end in any order: never wait for one gone.
+                self._end_fail_fast = fail_fast.fail_fast_on_unavailable(self.servers)
         for handler in handlers:
             try:
                 handler()
@@ -64,6 +65,7 @@ class ProgramScope:
     def end(self) -> None:
         """The program is over here: calls to its servers wait for them again."""
         with self._lock:
+            self._ended = True
             end, self._end_fail_fast = self._end_fail_fast, None
         if end is not None:
             end()

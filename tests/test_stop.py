@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -96,6 +97,27 @@ def test_local_mt_names_a_blocking_stop_handler_with_its_stack():
     assert 'stubborn/0, the stop handlers did not end' in result.stderr
     assert 'in block_in_a_stop_handler' in result.stderr
     assert 'in <lambda>' in result.stderr
+
+
+def test_second_ctrl_c_ends_a_stuck_local_mt_program_at_once():
+    """The first Ctrl-C starts a graceful stop; the second one ends the process without grace."""
+    launcher = subprocess.Popen(
+        [sys.executable, os.path.join(SCRIPTS, 'stuck_local_mt.py'), 'ctrl_c',
+         '--lp_termination_notice_secs=60'],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
+    try:
+        assert launcher.stdout.readline() == 'launched\n'
+        launcher.send_signal(signal.SIGINT)
+        while 'press again to kill it' not in launcher.stderr.readline():
+            pass
+        second = time.monotonic()
+        launcher.send_signal(signal.SIGINT)
+        _, err = launcher.communicate(timeout=30)
+    finally:
+        launcher.kill()
+    assert launcher.returncode == 137, err
+    assert time.monotonic() - second <= 1 + 1  # Process exit included.
+    assert 'stubborn/0 did not end within the 0s grace period' in err
 
 
 def test_local_mt_acme_like_program_exits_zero_after_its_step_limit():

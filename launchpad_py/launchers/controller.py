@@ -237,7 +237,9 @@ class ProgramController:
             self._ready.set()
 
     def _begin_stop(self) -> None:
-        if self._stopping:
+        if self._stopping:  # A new request may shorten the grace (a second Ctrl-C: none).
+            if self._stop_deadline is not None:
+                self._stop_deadline = min(self._stop_deadline, time.monotonic() + self._grace)
             return
         self._stopping = True
         self._stop_deadline = time.monotonic() + self._grace

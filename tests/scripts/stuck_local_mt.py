@@ -3,7 +3,8 @@
 Usage: stuck_local_mt.py MODE [--lp_termination_notice_secs=N]
 MODE: 'wait' (the script waits on the program), 'return' (it returns right after
 lp.launch), 'handler' (a stop handler blocks instead of a node), 'acme' (like Acme: the
-learner stops the program, and the actor's executor thread calls it once it is gone).
+learner stops the program, and the actor's executor thread calls it once it is gone),
+'ctrl_c' (nothing stops the program: the test sends SIGINT).
 """
 
 import concurrent.futures
@@ -67,8 +68,10 @@ def main(argv):
     else:
         program.add_node(lp.PyNode(block_in_a_stop_handler if mode == 'handler'
                                    else ignore_the_stop), label='stubborn')
-        program.add_node(lp.PyNode(stop_the_program), label='limiter')
+        if mode != 'ctrl_c':
+            program.add_node(lp.PyNode(stop_the_program), label='limiter')
     controller = lp.launch(program, launch_type='local_mt')
+    print('launched', flush=True)
     if mode == 'acme':
         pause = threading.Event()
         while controller.statuses()[0].state != lp.NodeState.STOPPED:
