@@ -9,6 +9,7 @@ learner stops the program, and the actor's executor thread calls it once it is g
 
 import concurrent.futures
 import os
+import sys
 import tempfile
 import threading
 import time
@@ -18,8 +19,13 @@ from absl import app
 import launchpad_py as lp
 
 
+def say(line):
+    sys.stdout.write(line + '\n')  # One write: lines from several threads stay whole.
+    sys.stdout.flush()
+
+
 def stop_the_program():
-    print(f'stop requested at {time.time()}', flush=True)
+    say(f'stop requested at {time.time()}')
     lp.stop()
 
 
@@ -71,7 +77,7 @@ def main(argv):
         if mode != 'ctrl_c':
             program.add_node(lp.PyNode(stop_the_program), label='limiter')
     controller = lp.launch(program, launch_type='local_mt')
-    print('launched', flush=True)
+    say('launched')
     if mode == 'acme':
         pause = threading.Event()
         while controller.statuses()[0].state != lp.NodeState.STOPPED:
@@ -79,7 +85,7 @@ def main(argv):
         open(learner_gone, 'w').close()
     if mode != 'return':
         controller.wait()
-        print('wait returned', flush=True)
+        say('wait returned')
 
 
 if __name__ == '__main__':
