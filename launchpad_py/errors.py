@@ -50,3 +50,15 @@ class NodeFailedError(LaunchpadError, RuntimeError):
         self.label = label
         self.index = index
         self.remote_traceback = remote_traceback
+
+
+class StuckNodesError(LaunchpadError, RuntimeError):
+    """Nodes running as threads (``test_mt``) ignored a stop for the grace period.
+
+    ``nodes`` names them; the message shows each one's Python stack. Their
+    threads are left running: threads cannot be killed.
+    """
+
+    def __init__(self, nodes: list[str], message: str):
+        super().__init__(message)
+        self.nodes = nodes

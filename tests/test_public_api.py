@@ -54,7 +54,7 @@ OURS = {
     'CacherHandle', 'ColocationHandle', 'ColocationNode', 'Handle', 'LaunchError',
     'LaunchpadError', 'NodeContext', 'NodeFailedError', 'NodeSerializationError', 'NodeState',
     'NodeStatus', 'NotRunningError', 'ProgramController', 'ProgramError', 'ResourcesError',
-    'ReverbHandle', 'UnknownLaunchTypeError', 'get_node_context',
+    'ReverbHandle', 'StuckNodesError', 'UnknownLaunchTypeError', 'get_node_context',
 }
 _KINDS = {inspect.Parameter.POSITIONAL_OR_KEYWORD: 'P', inspect.Parameter.VAR_POSITIONAL: 'V',
           inspect.Parameter.KEYWORD_ONLY: 'K', inspect.Parameter.VAR_KEYWORD: 'KW'}

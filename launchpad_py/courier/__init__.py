@@ -19,6 +19,9 @@ from launchpad_py.courier.client import Client
 from launchpad_py.courier.client import list_methods
 from launchpad_py.courier.server import Server
 
+# Failing fast on servers that are gone (used when a program stops)
+from launchpad_py.courier.fail_fast import fail_fast_on_unavailable
+
 # Batching concurrent calls into one
 from launchpad_py.courier.batching import batched_handler
 

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import concurrent.futures
 import threading
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 
 import grpc
 
-from launchpad_py.courier import errors, frames, grpc_chunks, wire
+from launchpad_py.courier import errors, fail_fast, frames, grpc_chunks, wire
 
 _channels: dict[str, grpc.Channel] = {}
 _channels_lock = threading.Lock()
@@ -30,7 +30,31 @@ def channel(address: str) -> grpc.Channel:
         found = _channels.get(address)
         if found is None:
             found = _channels[address] = grpc.insecure_channel(address, options=CHANNEL_OPTIONS)
+            fail_fast.track_grpc_channel(address, found, lambda: _forget(address, found))
         return found
+
+
+def _forget(address: str, closed: grpc.Channel) -> None:
+    with _channels_lock:
+        if _channels.get(address) is closed:
+            del _channels[address]
+
+
+class _Stubs(NamedTuple):
+    """One channel and its methods, replaced together when the channel is."""
+
+    channel: grpc.Channel
+    call: Any
+    call_chunked: Any
+    fetch: Any
+    list: Any
+
+    @classmethod
+    def of(cls, grpc_channel: grpc.Channel) -> '_Stubs':
+        return cls(grpc_channel, grpc_channel.unary_unary(wire.CALL),
+                   grpc_channel.stream_unary(wire.CALL_CHUNKED),
+                   grpc_channel.unary_stream(wire.FETCH),
+                   grpc_channel.unary_unary(wire.LIST_METHODS))
 
 
 class GrpcCaller:
@@ -42,51 +66,68 @@ class GrpcCaller:
         self._timeout = timeout
         self._wait_for_ready = wait_for_ready
         self._limit = max_message_bytes
-        grpc_channel = channel(address)
-        self._call = grpc_channel.unary_unary(wire.CALL)
-        self._call_chunked = grpc_channel.stream_unary(wire.CALL_CHUNKED)
-        self._fetch = grpc_channel.unary_stream(wire.FETCH)
-        self._list = grpc_channel.unary_unary(wire.LIST_METHODS)
+        self._stubs = _Stubs.of(channel(address))
 
-    def _options(self) -> dict:
-        return {'timeout': self._timeout, 'wait_for_ready': self._wait_for_ready}
+    def _use(self) -> tuple[_Stubs, dict]:
+        """The stubs and call options for the next call (see ``fail_fast``)."""
+        stubs = self._stubs
+        if fail_fast.closed_here(stubs.channel):
+            stubs = self._stubs = _Stubs.of(channel(self._address))
+        wait = self._wait_for_ready and not fail_fast.applies(self._address)
+        return stubs, {'timeout': self._timeout, 'wait_for_ready': wait}
 
-    def _start(self, request: tuple, future: bool):
+    def _error(self, error: Exception, method: str, stubs: _Stubs) -> errors.CourierError:
+        if fail_fast.closed_here(stubs.channel):
+            return errors.CourierUnavailableError(
+                f'server unavailable calling {method!r} on {self._address}: it is gone, and '
+                'calls to it fail fast while its program stops')
+        return errors.translate_rpc_error(error, self._address, method)
+
+    def _start(self, request: tuple, future: bool, stubs: _Stubs, options: dict):
         parts, _ = frames.encode(0, frames.REQUEST, request)
         size = grpc_chunks.size(parts)
         if size <= self._limit:
-            stub = self._call.future if future else self._call
+            stub = stubs.call.future if future else stubs.call
             try:
-                message = b''.join(parts)
+                payload = b''.join(parts)
             except MemoryError:
                 raise MemoryError(f'cannot send {size} bytes to {request[0]!r} on '
                                   f'{self._address}: no memory for the gRPC message') from None
-            return stub(message, **self._options())
-        stub = self._call_chunked.future if future else self._call_chunked
-        return stub(grpc_chunks.split(parts, self._limit), **self._options())
+        else:
+            stub = stubs.call_chunked.future if future else stubs.call_chunked
+            payload = grpc_chunks.split(parts, self._limit)
+        try:
+            return stub(payload, **options)
+        except ValueError as exc:  # The channel was closed by fail_fast since _use() chose it.
+            if fail_fast.closed_here(stubs.channel):
+                raise self._error(exc, request[0], stubs) from None
+            raise
 
     def _finish(self, reply: bytes, method: str, decode: Callable) -> Any:
         frame = frames.from_bytes(reply)
         if frame.kind == frames.CHUNKED:
             token, _ = frame.value()
+            stubs, options = self._use()
             try:
-                whole = grpc_chunks.join(self._fetch(token, **self._options()))
+                whole = grpc_chunks.join(stubs.fetch(token, **options))
             except grpc.RpcError as exc:
-                raise errors.translate_rpc_error(exc, self._address, method) from None
+                raise self._error(exc, method, stubs) from None
             return decode(frames.from_bytes(whole))
         # A writable copy: arrays decoded from it behave as on every other path.
         return decode(frames.from_bytes(bytearray(reply)))
 
     def call(self, request: tuple, decode: Callable) -> Any:
+        stubs, options = self._use()
         try:
-            reply = self._start(request, future=False)
+            reply = self._start(request, False, stubs, options)
         except grpc.RpcError as exc:
-            raise errors.translate_rpc_error(exc, self._address, request[0]) from None
+            raise self._error(exc, request[0], stubs) from None
         return self._finish(reply, request[0], decode)
 
     def call_future(self, request: tuple, decode: Callable) -> concurrent.futures.Future:
         result: concurrent.futures.Future = concurrent.futures.Future()
         method = request[0]
+        stubs, options = self._use()
 
         def finish(done) -> None:
             try:
@@ -97,7 +138,7 @@ class GrpcCaller:
                                      daemon=True).start()
                     return
             except grpc.RpcError as exc:
-                result.set_exception(errors.translate_rpc_error(exc, self._address, method))
+                result.set_exception(self._error(exc, method, stubs))
                 return
             settle(reply)
 
@@ -107,12 +148,13 @@ class GrpcCaller:
             except BaseException as exc:  # The remote exception, rebuilt.
                 result.set_exception(exc)
 
-        self._start(request, future=True).add_done_callback(finish)
+        self._start(request, True, stubs, options).add_done_callback(finish)
         return result
 
     def list_methods(self) -> list[str]:
+        stubs, options = self._use()
         try:
-            reply = self._list(b'', **self._options())
+            reply = stubs.list(b'', **options)
         except grpc.RpcError as exc:
-            raise errors.translate_rpc_error(exc, self._address, 'list_methods') from None
+            raise self._error(exc, 'list_methods', stubs) from None
         return frames.from_bytes(reply).value()

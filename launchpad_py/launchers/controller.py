@@ -19,6 +19,7 @@ import threading
 import time
 
 from launchpad_py import errors, runtime
+from launchpad_py.launchers import stuck
 from launchpad_py.launchers.worker_api import (Events, FailureReport, NodeState, NodeStatus,
                                                Worker)
 
@@ -49,6 +50,8 @@ class ProgramController:
         self._startup_failure: Worker | None = None
         self._failure_seen = False
         self._killed: list[str] = []
+        self._stuck: dict[str, str] = {}  # Name -> Python stack of what could not be killed.
+        self._handlers: threading.Thread | None = None
         # A non-daemon supervisor keeps the launching script alive while the program
         # runs, as a script ending with lp.launch(p) expects.
         self._thread = threading.Thread(target=self._supervise, name=f'lp-supervisor-{name}',
@@ -98,12 +101,14 @@ class ProgramController:
         if not self._done.wait(timeout):
             raise TimeoutError(f'program {self.name!r} still running after {timeout}s')
         self._raise_failure()
+        self._raise_stuck()
 
     def stop(self, grace: float | None = None, timeout: float | None = None) -> None:
         """Stops the program and waits until every node is gone."""
         self.request_stop(grace)
         if not self._done.wait(timeout):
             raise TimeoutError(f'program {self.name!r} did not stop within {timeout}s')
+        self._raise_stuck()
 
     def request_stop(self, grace: float | None = None) -> None:
         """Starts stopping the program; returns at once."""
@@ -155,6 +160,11 @@ class ProgramController:
         error = errors.NodeFailedError(worker.label, worker.index, failure.traceback, failure.summary)
         raise error from failure.exception
 
+    def _raise_stuck(self) -> None:
+        """Only where the process was not ended for them (test_mt): see ``stuck``."""
+        if self._stuck:
+            raise stuck.error(self.name, self._grace, self._stuck)
+
     def _supervise(self) -> None:
         try:
             while not all(w.state in _ENDED for w in self._workers):
@@ -174,6 +184,10 @@ class ProgramController:
             if self._killed:
                 _log.warning('program %r: killed %s after the %.0fs grace period',
                              self.name, ', '.join(self._killed), self._grace)
+            if self._stuck and not self._thread.daemon:
+                stuck.end_process(stuck.report(self.name, self._grace, self._stuck))
+            elif self._stuck:
+                _log.warning('%s', stuck.report(self.name, self._grace, self._stuck))
             if self._on_finish:
                 self._on_finish()
             self._ready.set()
@@ -233,14 +247,23 @@ class ProgramController:
                 and not failure.follows_from_a_peer)
 
     def _begin_stop(self) -> None:
-        if self._stopping:
+        if self._stopping:  # A new request may shorten the grace (a second Ctrl-C: none).
+            if self._stop_deadline is not None:
+                self._stop_deadline = min(self._stop_deadline, time.monotonic() + self._grace)
             return
         self._stopping = True
         self._stop_deadline = time.monotonic() + self._grace
-        self._scope.handle_stop()
+        # Stop handlers may block; the supervisor must stay free to enforce the deadline.
+        self._handlers = threading.Thread(target=self._run_stop_handlers, daemon=True,
+                                          name=f'lp-stop-handlers-{self.name}')
+        self._handlers.start()
         for worker in self._workers:
             if worker.state not in _ENDED:
                 worker.request_stop()
+
+    def _run_stop_handlers(self) -> None:
+        runtime.bind_thread(self._scope)
+        self._scope.handle_stop()
 
     def _kill_stragglers(self) -> None:
         for worker in self._workers:
@@ -248,9 +271,14 @@ class ProgramController:
                 worker.state = NodeState.KILLED
                 self._killed.append(worker.name)
             elif worker.state not in _ENDED:
-                # A thread cannot be killed: leave it behind (it is a daemon) and say so.
+                # A thread cannot be killed: see stuck.py for what happens instead.
                 worker.state = NodeState.KILLED
                 self._killed.append(f'{worker.name} (thread left running)')
+                stack = worker.stack()
+                if stack:  # Only threads have one; a process that was never started has not.
+                    self._stuck[worker.name] = stack
+        if self._stuck and self._handlers is not None and self._handlers.is_alive():
+            self._stuck['the stop handlers'] = stuck.thread_stack(self._handlers)
         self._stop_deadline = None
 
     def _tails(self, names: list[str]) -> str:

@@ -295,6 +295,7 @@ def _launch(program: Program, options: LaunchOptions, launch_type: str, test: bo
     setup = _ProgramSetup(program, mode, test)
     controller = ProgramController(program.name, launch_type, options.grace,
                                    keep_process_alive=not test, on_finish=setup.finish)
+    controller.scope.servers = shipping.server_addresses([e for e, _ in prepared])
     workers = []
     for executable, data in prepared:
         worker = ProcessWorker(executable, data, setup,

@@ -1,9 +1,9 @@
 """``local_mt`` and ``test_mt``: every node is a thread of the launching process.
 
 Node threads share one ``ProgramScope``, so a stop reaches all of them at
-once and each stop handler runs once. Threads cannot be killed: a node that
-ignores the stop for the grace period is reported and left behind as a
-daemon thread.
+once and each stop handler runs once. Threads cannot be killed: when a node
+ignores the stop for the grace period, ``local_mt`` ends the launching
+process with the stuck nodes' stacks and ``test_mt`` raises (see ``stuck``).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import threading
 
 from launchpad_py import node_logging, runtime
 from launchpad_py.courier import serialization
-from launchpad_py.launchers import shipping
+from launchpad_py.launchers import shipping, stuck
 from launchpad_py.launchers.controller import ProgramController
 from launchpad_py.launchers.options import LaunchOptions
 from launchpad_py.launchers.worker_api import Events, FailureReport, Worker
@@ -42,7 +42,10 @@ class ThreadWorker(Worker):
             self.events.exited(self, 0, None)
 
     def request_stop(self) -> None:
-        self._scope.handle_stop()
+        """Nothing to do: the controller stops the scope this thread shares with it."""
+
+    def stack(self) -> str:
+        return stuck.thread_stack(self._thread)
 
     def kill(self) -> bool:
         return False
@@ -62,6 +65,7 @@ def _launch(program: Program, options: LaunchOptions, launch_type: str, test: bo
     node_logging.configure_launcher()
     controller = ProgramController(program.name, launch_type, options.grace,
                                    keep_process_alive=not test)
+    controller.scope.servers = shipping.server_addresses(executables)
     workers = [ThreadWorker(e, controller.scope, controller.events) for e in executables]
     return controller.start(workers, options.ready_timeout)
 

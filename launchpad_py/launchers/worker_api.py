@@ -111,5 +111,9 @@ class Worker(abc.ABC):
     def output_tail(self) -> str:
         return ''
 
+    def stack(self) -> str:
+        """Where a node that cannot be killed is stuck (threads only)."""
+        return ''
+
     def cleanup(self) -> None:
         """Releases what the worker holds once the program is over."""
