@@ -49,16 +49,17 @@ class LocalListener:
         if self.path is None:
             return False
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        try:  # A socket left by a crashed server of the same port is stale: ours now.
-            os.unlink(self.path)
-        except FileNotFoundError:
-            pass
-        try:
-            listener.bind(self.path)
-            listener.listen(128)
-        except OSError:
-            listener.close()
-            return False
+        with uds.directory_lock(os.path.dirname(self.path), exclusive=False):
+            try:  # A socket left by a crashed server of the same port is stale: ours now.
+                os.unlink(self.path)
+            except FileNotFoundError:
+                pass
+            try:
+                listener.bind(self.path)
+                listener.listen(128)
+            except OSError:
+                listener.close()
+                return False
         self._listener = listener
         self._inode = os.stat(self.path).st_ino
         self._spawn(self._accept_loop)
