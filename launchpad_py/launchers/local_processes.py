@@ -45,7 +45,6 @@ class ProcessWorker(Worker):
         self._data = data
         self._sink = output.make_sink(setup.mode, self.name, setup.log_directory, setup.test)
         self._channel: control.Channel | None = None
-        self._connected = threading.Event()
         self._channel_closed = threading.Event()
         self._process: subprocess.Popen | None = None
         self._pid: int | None = None
@@ -145,7 +144,6 @@ class ProcessWorker(Worker):
         with self._lock:
             self._channel, self._pid, self._pgid = channel, pid, pgid
             stop_now = self._stop_pending
-        self._connected.set()
         if stop_now:
             channel.send('stop')
         while True:
@@ -179,7 +177,7 @@ class ProcessWorker(Worker):
         failure = self._failure
         if failure is None and not self._finished and code != 0:
             exit_text = (node_process.describe_exit(code) if code is not None else
-                         'ended without a word (its exit status is unknown: its fork server '
+                         'ended without reporting why (its exit status is unknown: its fork server '
                          'had died)')
             failure = FailureReport(exit_text,
                                     f'{exit_text}\n--- output tail ---\n{self._sink.tail()}')
