@@ -18,7 +18,7 @@ from launchpad_py.launchers import controller as controller_module
 from launchpad_py.launchers import process_starter
 from process_nodes import Describe, call_until_stopped
 
-_STARTER = 'launchpad_py.launchers.process_starter'
+_STARTER = 'launchpad_py.launchers.fork_server'
 _SLOW = {'slow': lp.PythonProcess(env={'LAUNCHPAD_PY_PRELOAD': 'slow_start'})}
 
 
@@ -162,7 +162,7 @@ def test_random_node_killed_at_random_moment_never_hangs(seed):
     victim = _kill_random_node(rng, 1.5, outcome)
     started = time.monotonic()
     error = outcome.result(timeout=30)
-    assert time.monotonic() - started < 15
+    assert time.monotonic() - started < 5, "a death must end the launch (or wait) within seconds"
     assert isinstance(error, (lp.LaunchError, lp.NodeFailedError)), error
     if victim is not None:
         assert victim in str(error) and 'SIGKILL' in str(error), (victim, str(error))

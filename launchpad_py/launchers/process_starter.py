@@ -2,7 +2,8 @@
 
 A new interpreter spends most of a node's start importing launchpad_py,
 grpc, numpy and cloudpickle; with 100 nodes on a few cores that dominates
-launch time. The fork server is one process per program that has imported
+launch time. The fork server (``fork_server.py``; this module is the
+launcher's end) is one process per program that has imported
 them (and created nothing else: no gRPC object, no thread, so forking it is
 safe) and forks one child per node. Each child starts its own session, takes
 the stdout/stderr it is handed, sets its environment and runs the worker
@@ -26,7 +27,6 @@ import itertools
 import os
 import pickle
 import select
-import signal
 import socket
 import subprocess
 import sys
@@ -34,7 +34,7 @@ import threading
 from typing import Callable
 
 _EXEC_TIME_PREFIXES = ('PYTHON', 'LD_', 'MALLOC_', 'GLIBC_')
-_MAX_MESSAGE = 1 << 20
+MAX_MESSAGE = 1 << 20
 
 
 def can_fork(interpreter: str, extra_env: dict[str, str]) -> bool:
@@ -92,6 +92,7 @@ class ForkServer:
         self._children: dict[int, ForkedProcess] = {}
         self._early_exits: dict[int, int] = {}
         self._closing = False
+        self._running = False  # The current server process has not been seen to end.
         self._process: subprocess.Popen | None = None
         self._sock: socket.socket | None = None
         self._reader: threading.Thread | None = None
@@ -109,7 +110,7 @@ class ForkServer:
 
     @property
     def alive(self) -> bool:
-        return self._reader is not None and self._reader.is_alive()
+        return self._running
 
     def _start_process(self) -> None:
         """Runs a server in our working directory, as the nodes do, so ``sys.path`` agrees."""
@@ -119,10 +120,11 @@ class ForkServer:
                     and threading.current_thread() is threading.main_thread() else 0)
         with child:
             self._process = subprocess.Popen(
-                [sys.executable, '-m', 'launchpad_py.launchers.process_starter',
+                [sys.executable, '-m', 'launchpad_py.launchers.fork_server',
                  str(child.fileno()), str(die_with)], pass_fds=[child.fileno()], env=self._env,
                 cwd=os.getcwd(), stdin=subprocess.DEVNULL, start_new_session=True)
         self._sock = parent
+        self._running = True
         self._reader = threading.Thread(target=self._read, args=(parent, self._process),
                                         name='lp-fork-server', daemon=True)
         self._reader.start()
@@ -173,7 +175,7 @@ class ForkServer:
     def _read(self, sock: socket.socket, server: subprocess.Popen) -> None:
         while True:
             try:
-                data, fds, _, _ = socket.recv_fds(sock, _MAX_MESSAGE, 1)
+                data, fds, _, _ = socket.recv_fds(sock, MAX_MESSAGE, 1)
             except OSError:
                 data, fds = b'', []
             if not data:
@@ -208,7 +210,8 @@ class ForkServer:
         """The server ended: fail requests in flight, keep watching its children."""
         from launchpad_py.node_process import describe_exit
         reason = f'the fork server (pid {server.pid}) died: {describe_exit(server.wait())}'
-        with self._lock:
+        with self._lock:  # From here on, spawn starts a new server instead of queueing.
+            self._running = False
             pending, self._started = list(self._started.values()), {}
             orphans, self._children = list(self._children.values()), {}
             closing = self._closing
@@ -244,110 +247,3 @@ def _watch_orphans(orphans: list[ForkedProcess]) -> None:
         ready, _, _ = select.select(list(waiting), [], [])
         for pidfd in ready:
             waiting.pop(pidfd)._set_exit(None)
-
-
-# -- the server process ------------------------------------------------------------
-
-
-def _preload() -> None:
-    """Imports what every node needs; creates no gRPC object and starts no thread."""
-    import launchpad_py  # noqa: F401  (first: it sets gRPC's log level)
-    from launchpad_py.launchers import worker  # noqa: F401
-
-    import absl.flags  # noqa: F401
-    import cloudpickle  # noqa: F401
-    import grpc  # noqa: F401
-    import numpy  # noqa: F401
-    import portpicker  # noqa: F401
-
-
-def _child(fds: list[int], spec_path: str, env: dict, cwd: str, inherited: list[int]) -> None:
-    """In the forked child: becomes a node process like an exec'd one, then runs it.
-
-    ``fds`` are its stdout, stderr and control channel; ``inherited`` are the
-    server's own descriptors, closed here.
-    """
-    code = 1
-    try:
-        for extra in inherited:
-            os.close(extra)
-        stdout_fd, stderr_fd, control_fd = fds
-        os.setsid()
-        null = os.open(os.devnull, os.O_RDONLY)
-        os.dup2(null, 0)
-        os.dup2(stdout_fd, 1)
-        os.dup2(stderr_fd, 2)
-        for extra in {null, stdout_fd, stderr_fd} - {0, 1, 2}:
-            os.close(extra)
-        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-        os.chdir(cwd)
-        os.environ.clear()
-        os.environ.update(env)
-        # What importing courier set in the server's environment, set again (gRPC reads it later).
-        os.environ.setdefault('GRPC_VERBOSITY', 'ERROR')
-        from launchpad_py.launchers import worker
-        # Our parent is the fork server, whose death must not end us: no PDEATHSIG here,
-        # the control channel tells us when the launcher is gone.
-        code = worker.main(spec_path, control_fd, die_with_parent=False)
-        sys.stdout.flush()
-        sys.stderr.flush()
-    except SystemExit as exc:
-        code = exc.code if isinstance(exc.code, int) else 1
-    except BaseException:  # Reported on the node's own stderr, like a crashed interpreter.
-        import traceback
-        traceback.print_exc()
-    finally:
-        os._exit(code)
-
-
-def _serve(fd: int) -> None:
-    sock = socket.socket(fileno=fd)
-    children: dict[int, int] = {}  # pidfd -> pid
-    while True:
-        ready, _, _ = select.select([sock, *children], [], [])
-        for pidfd in [r for r in ready if r is not sock]:
-            pid = children.pop(pidfd)
-            os.close(pidfd)
-            _, status = os.waitpid(pid, 0)
-            sock.send(pickle.dumps(('exited', pid, os.waitstatus_to_exitcode(status))))
-        if sock not in ready:
-            continue
-        try:
-            data, fds, _, _ = socket.recv_fds(sock, _MAX_MESSAGE, 3)
-        except OSError:
-            data = b''
-        if not data:
-            return  # The launcher closed us; our children run on (it watches their channels).
-        _, request_id, spec_path, env, cwd = pickle.loads(data)
-        try:
-            pid = os.fork()
-        except OSError as exc:
-            sock.send(pickle.dumps(('failed', request_id, f'fork failed: {exc}')))
-            for extra in fds:
-                os.close(extra)
-            continue
-        if pid == 0:
-            _child(fds, spec_path, env, cwd, [fd, *children])
-        for extra in fds:
-            os.close(extra)
-        pidfd = os.pidfd_open(pid)
-        children[pidfd] = pid
-        # The launcher gets the pidfd too: it tells when the child ends, even after we die.
-        socket.send_fds(sock, [pickle.dumps(('started', request_id, pid))], [pidfd])
-
-
-def _die_with(parent_pid: int) -> None:
-    import ctypes
-    try:
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        return
-    if os.getppid() != parent_pid:
-        os._exit(1)
-
-
-if __name__ == '__main__':
-    if int(sys.argv[2]):
-        _die_with(int(sys.argv[2]))
-    _preload()
-    _serve(int(sys.argv[1]))
