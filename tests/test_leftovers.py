@@ -142,3 +142,13 @@ def test_sweep_removes_only_what_is_dead(tmp_path):
         assert all(os.path.isdir(path) for path in live)
         out, err = launcher.communicate('stop\n', timeout=60)
     assert launcher.returncode == 0, err
+
+
+def test_process_ending_without_stopping_its_server_removes_the_socket():
+    """A script that exits with a courier server still running leaves no socket file."""
+    result = run_script('from launchpad_py import courier\n'
+                        'server = courier.Server(object()).start()\n'
+                        'print(server.local_path, flush=True)\n')
+    assert result.returncode == 0, result.stderr
+    path = result.stdout.strip()
+    assert path.endswith('.sock') and not os.path.exists(path)

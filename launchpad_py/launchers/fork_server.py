@@ -68,7 +68,16 @@ def _child(fds: list[int], spec_path: str, env: dict, cwd: str, inherited: list[
         import traceback
         traceback.print_exc()
     finally:
+        _remove_socket_files()  # What an interpreter's exit would do; os._exit does not.
         os._exit(code)
+
+
+def _remove_socket_files() -> None:
+    try:
+        from launchpad_py.courier import uds_server
+        uds_server.remove_socket_files()
+    except BaseException:  # Nothing may keep a forked child from exiting.
+        pass
 
 
 def _serve(fd: int) -> None:

@@ -22,6 +22,8 @@ PRELOAD_ENV = 'LAUNCHPAD_PY_PRELOAD'
 
 def _kill_own_group() -> None:
     try:
+        from launchpad_py.courier import uds_server
+        uds_server.remove_socket_files()  # SIGKILL would leave them behind.
         os.killpg(os.getpgrp(), signal.SIGKILL)
     finally:
         os._exit(1)

@@ -25,7 +25,13 @@ def main(fd: int) -> int:
     node_process.die_with_parent(supervisor_pid)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     return node_process.run(channel, program_name, bind_host, lambda: serialization.loads(data),
-                            lambda: os._exit(1))
+                            _supervisor_gone)
+
+
+def _supervisor_gone() -> None:
+    from launchpad_py.courier import uds_server
+    uds_server.remove_socket_files()  # os._exit runs no atexit hook.
+    os._exit(1)
 
 
 if __name__ == '__main__':
