@@ -21,7 +21,8 @@ from launchpad_py.launchers import rundir
 from process_nodes import Describe
 
 TERMINALS = ['current_terminal', 'output_to_files', pytest.param(
-    'tmux_session', marks=pytest.mark.skipif(not shutil.which('tmux'), reason='tmux not installed'))]
+    'tmux_session', marks=pytest.mark.skipif(not shutil.which('tmux'),
+                                             reason='tmux not installed'))]
 
 # Runs a server node and a colocated one; prints the launcher's pid, the node pids and ports.
 # Then: 'end' stops the program, 'kill_launcher' SIGKILLs the launcher itself.
@@ -97,13 +98,15 @@ def test_program_that_ends_leaves_only_its_logs(tmp_path):
     assert _dead_launch_directories() == []
 
 
-def test_next_start_removes_what_a_killed_launcher_left(tmp_path):
-    """A launcher killed with SIGKILL leaves sockets behind; the next launch removes them."""
+@pytest.mark.parametrize('launch_type', ['test_mp', 'test_mt'])
+def test_next_start_removes_what_a_killed_launcher_left(tmp_path, launch_type):
+    """What a launcher killed with SIGKILL left, the next launch of any kind removes."""
     info = _run(tmp_path / 'tmp', 'current_terminal', 'kill_launcher')
+    # The colocated node died by SIGKILL with its supervisor's group: its socket stayed.
     assert _sockets(info['ports']), 'nothing was left to clean: the test proves nothing'
     program = lp.Program('next_start')
     program.add_node(lp.CourierNode(Describe), label='next')
-    with lp.launch(program, launch_type='test_mp'):
+    with lp.launch(program, launch_type=launch_type):
         assert _sockets(info['ports']) == []
         assert _dead_launch_directories() == []
     assert os.listdir(tmp_path / 'tmp') == []

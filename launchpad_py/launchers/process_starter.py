@@ -181,6 +181,7 @@ class ForkServer:
             if not data:
                 break
             self._take(*pickle.loads(data), fds)
+        sock.close()
         self._server_gone(server)
 
     def _take(self, kind: str, key: int, value, fds: list[int]) -> None:
