@@ -1,7 +1,9 @@
 """The control channel between a launcher and its worker processes.
 
-Workers connect back to the launcher (authenticated with a per-program
-secret) and exchange small messages::
+A launcher that starts a worker itself hands it one end of a socket pair;
+a worker it cannot hand a socket (a tmux window) connects back to the
+launcher's ``ControlServer`` (authenticated with a per-program secret).
+Either way they exchange small messages::
 
     worker → launcher: ('hello', worker_id, pid, pgid), ('ready',), ('stop_program',),
                        ('failed', summary, traceback, exception_bytes), ('finished',)

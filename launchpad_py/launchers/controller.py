@@ -48,6 +48,7 @@ class ProgramController:
         self._stop_deadline: float | None = None
         self._failed: Worker | None = None
         self._startup_failure: Worker | None = None
+        self._launch_failure: str | None = None
         self._failure_seen = False
         self._killed: list[str] = []
         self._stuck: dict[str, str] = {}  # Name -> Python stack of what could not be killed.
@@ -65,11 +66,13 @@ class ProgramController:
         runtime.activate(self._scope)
         _running.add(self)
         self._thread.start()
+        started = 0
         try:
             for worker in self._workers:
                 worker.start()
+                started += 1
         except BaseException:
-            self.request_stop()
+            self._events.queue.put(('abort', None, self._workers[started:]))
             self._done.wait()
             raise
         if not self._ready.wait(ready_timeout):
@@ -78,6 +81,10 @@ class ProgramController:
             raise errors.LaunchError(
                 f'program {self.name!r}: nodes {pending} did not become ready within '
                 f'{ready_timeout:.0f}s; their output:\n' + self._tails(pending))
+        if self._launch_failure is not None:
+            self._done.wait()
+            raise errors.LaunchError(f'program {self.name!r} failed to start: '
+                                     f'{self._launch_failure}')
         if self._startup_failure is not None:
             self._done.wait()
             self._failure_seen = True
@@ -215,6 +222,28 @@ class ProgramController:
             self._on_exit(worker, *payload)
         elif kind == 'stop':
             self._begin_stop()
+        elif kind == 'abort':  # Starting a node raised: the payload never started.
+            for unstarted in payload:
+                unstarted.state = NodeState.STOPPED
+            self._abort_launch()
+        elif kind == 'process_died':
+            self._on_process_died(payload)
+
+    def _on_process_died(self, reason: str) -> None:
+        if self._ready.is_set() or self._stopping:
+            _log.warning('program %r: %s; its running nodes go on', self.name, reason)
+            return
+        _log.error('program %r failed to start: %s', self.name, reason)
+        self._launch_failure = reason
+        self._abort_launch()
+        self._ready.set()
+
+    def _abort_launch(self) -> None:
+        """Stops a launch that failed; nodes not yet ready have nothing to finish: killed now."""
+        self._begin_stop()
+        for worker in self._workers:
+            if worker.state == NodeState.STARTING:
+                worker.kill()
 
     def _on_exit(self, worker: Worker, exit_code: int | None, failure: FailureReport | None) -> None:
         if worker.state in _ENDED:
@@ -226,7 +255,10 @@ class ProgramController:
             worker.state, worker.failure = NodeState.FAILED, failure
             self._failed = worker
             _log.error('node %s of program %r failed: %s', worker.name, self.name, failure.summary)
-            self._begin_stop()
+            if self._startup_failure is worker:
+                self._abort_launch()
+            else:
+                self._begin_stop()
         elif failure is not None and self._is_the_cause(failure):
             # The first failure only lost a peer; this one is why, so it is what wait() raises.
             _log.error('node %s of program %r failed: %s (so %s failed)', worker.name, self.name,

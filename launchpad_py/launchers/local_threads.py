@@ -12,7 +12,7 @@ import threading
 
 from launchpad_py import node_logging, runtime
 from launchpad_py.courier import serialization
-from launchpad_py.launchers import shipping, stuck
+from launchpad_py.launchers import rundir, shipping, stuck
 from launchpad_py.launchers.controller import ProgramController
 from launchpad_py.launchers.options import LaunchOptions
 from launchpad_py.launchers.worker_api import Events, FailureReport, Worker
@@ -63,6 +63,7 @@ def _launch(program: Program, options: LaunchOptions, launch_type: str, test: bo
         # this also reports unpicklable arguments as early as local_mp would.
         executables = [serialization.loads(data) for _, data in shipping.prepare(program)]
     node_logging.configure_launcher()
+    rundir.sweep()  # Sockets a killed launcher's nodes left; ours are made after this.
     controller = ProgramController(program.name, launch_type, options.grace,
                                    keep_process_alive=not test)
     controller.scope.servers = shipping.server_addresses(executables)

@@ -77,6 +77,13 @@ class Events:
     def stop_requested(self) -> None:
         self.queue.put(('stop', None, None))
 
+    def process_died(self, reason: str) -> None:
+        """A process of the program that runs no node (a fork server) died: ``reason`` says how.
+
+        Before every node is ready this fails the launch; afterwards it is only logged.
+        """
+        self.queue.put(('process_died', None, reason))
+
 
 class Worker(abc.ABC):
     """One node's executable being run somewhere."""

@@ -34,7 +34,13 @@ def main(fd: int) -> int:
                                label_lines_here=label_lines)
         return executable
 
-    return node_process.run(channel, program_name, bind_host, load, lambda: os._exit(1))
+    return node_process.run(channel, program_name, bind_host, load, _supervisor_gone)
+
+
+def _supervisor_gone() -> None:
+    from launchpad_py.courier import uds_server
+    uds_server.remove_socket_files()  # os._exit runs no atexit hook.
+    os._exit(1)
 
 
 if __name__ == '__main__':
