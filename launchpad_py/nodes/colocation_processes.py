@@ -23,7 +23,7 @@ import sys
 import threading
 import time
 
-from launchpad_py import devices, errors, flag_transfer, node_process, runtime
+from launchpad_py import devices, errors, flag_transfer, flags, node_process, runtime
 from launchpad_py.courier import serialization
 from launchpad_py.node_process import Channel
 from launchpad_py.program.node import ExecutionContext, Executable
@@ -70,6 +70,7 @@ class _Supervisor:
         self._setup = flag_transfer.capture()
         self._label_lines = runtime.process_node() is None
         self._stopping = False
+        self._kill_at: float | None = None
         self._reported_ready = False
         # Children share this process's GPUs: several must not each preallocate them.
         sees_gpus = devices.visible_gpus(os.environ.get('CUDA_VISIBLE_DEVICES')) != frozenset()
@@ -83,9 +84,21 @@ class _Supervisor:
             for child in self._children:
                 self._start(child)
             while not all(child.ended for child in self._children):
-                self._handle(*self._events.get())
+                self._handle(*self._next_event())
         finally:
             self._end_children()
+
+    def _next_event(self):
+        """The next event; once the children's grace after a stop ran out, kills them first."""
+        while True:
+            timeout = None if self._kill_at is None else max(0.0, self._kill_at - time.monotonic())
+            try:
+                return self._events.get(timeout=timeout)
+            except queue.Empty:
+                self._kill_at = None
+                for child in self._children:
+                    if child.process is not None and child.process.poll() is None:
+                        child.process.send_signal(signal.SIGKILL)
 
     def _watch_stop(self) -> None:
         self._context.stop_event.wait()
@@ -130,6 +143,7 @@ class _Supervisor:
     def _handle(self, kind: str, child: _Child | None, generation: int | None, payload) -> None:
         if kind == 'stop':
             self._stopping = True
+            self._kill_at = time.monotonic() + _children_grace()
             for other in self._children:
                 if not other.ended:
                     other.channel.send('stop')
@@ -181,6 +195,16 @@ class _Supervisor:
             except subprocess.TimeoutExpired:
                 child.process.send_signal(signal.SIGKILL)
                 child.process.wait()
+
+
+def _children_grace() -> float:
+    """How long children may take to stop: a second less than the launcher waits for us.
+
+    The supervisor must end within the launcher's grace period: as a thread
+    (``local_mt``) it cannot be killed, so it kills its children first.
+    """
+    notice = float(flags.value_or_default(flags.TERMINATION_NOTICE_SECS))
+    return max(notice - 1.0, notice / 2)
 
 
 def _summary(code: int, failure: tuple | None) -> str:

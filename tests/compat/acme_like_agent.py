@@ -30,3 +30,20 @@ class Actor:
         print(f'actor {self._index} counted', flush=True)
         if total == 2:
             lp.stop()
+
+
+class SlowToStop:
+    """Takes 30 s to stop, as Acme's actors can (their Reverb adder flushes to a stopped server)."""
+
+    def __init__(self):
+        lp.register_stop_handler(lambda: threading.Event().wait(30))
+
+    def ping(self):
+        return 'pong'
+
+
+def stop_once_built(handles):
+    for handle in handles:
+        handle.ping()
+    print('both built; stopping', flush=True)
+    lp.stop()

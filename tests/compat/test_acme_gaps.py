@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -36,6 +37,20 @@ def test_colocated_children_see_the_launchpad_alias(launch_type):
     assert "No module named 'launchpad'" not in result.stderr
     for index in (0, 1):
         assert f'actor {index} counted' in result.stdout, result.stdout[-3000:]
+
+
+@pytest.mark.parametrize('launch_type', ['local_mt', 'local_mp'])
+def test_colocated_children_slow_to_stop_do_not_outlast_the_grace_period(launch_type):
+    """The colocation kills its children before the grace ends, so its thread ends too."""
+    start = time.monotonic()
+    result = subprocess.run(
+        [sys.executable, '-m', 'launchpad_py.compat', os.path.join(HERE, 'colocated_slow_stop.py'),
+         f'--lp_launch_type={launch_type}', '--lp_termination_notice_secs=3'],
+        capture_output=True, text=True, timeout=120, cwd=REPO)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert 'both built; stopping' in result.stdout
+    assert 'grace period' not in result.stderr, result.stderr[-3000:]
+    assert time.monotonic() - start < 60
 
 
 def lose_the_learner():
