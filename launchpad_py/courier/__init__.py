@@ -19,10 +19,17 @@ from launchpad_py.courier.client import Client
 from launchpad_py.courier.client import list_methods
 from launchpad_py.courier.server import Server
 
+# The secret callers prove (see auth.py)
+from launchpad_py.courier.auth import default_secret
+from launchpad_py.courier.auth import forget_secret
+from launchpad_py.courier.auth import register_secret
+from launchpad_py.courier.auth import set_default_secret
+
 # Batching concurrent calls into one
 from launchpad_py.courier.batching import batched_handler
 
 # Errors
+from launchpad_py.courier.errors import AuthenticationError
 from launchpad_py.courier.errors import CourierCancelledError
 from launchpad_py.courier.errors import CourierError
 from launchpad_py.courier.errors import CourierTimeoutError

@@ -5,10 +5,16 @@
     future = client.futures.add(1, 2)     # concurrent.futures.Future
     courier.list_methods(client)          # ['add', ...]
 
-A client of a server on this host talks over its Unix socket (large arrays
-through shared memory) and falls back to gRPC whenever that socket is not
-there; ``transport='grpc'`` forces gRPC. Channels and connections are shared
-per address within a process, so many clients of one server cost one.
+A client of a server on this host's loopback talks over its Unix socket
+(large arrays through shared memory) and falls back to gRPC whenever that
+socket is not there; a client of a server on another host talks raw TCP
+(see ``tcp.py``). ``transport='grpc'`` or ``'tcp'`` forces one. Channels and
+connections are shared per address within a process, so many clients of one
+server cost one.
+
+Over TCP and gRPC the client proves the secret (``secret=``, else the one
+registered for the address, else the process default; see ``auth.py``).
+A pickled client carries no secret: it uses the receiving process's.
 """
 
 from __future__ import annotations
@@ -19,24 +25,65 @@ import functools
 import threading
 from typing import Any
 
-from launchpad_py.courier import frames, grpc_client, grpc_chunks, uds, uds_client
+from launchpad_py.courier import (auth, errors, frames, grpc_client, grpc_chunks, tcp, uds,
+                                  uds_client)
 
 Timeout = float | int | datetime.timedelta | None
-TRANSPORTS = ('auto', 'grpc')
+TRANSPORTS = ('auto', 'grpc', 'tcp')
 
-_local_channels: dict[str, uds_client.LocalChannel] = {}
-_local_lock = threading.Lock()
+_channels: dict[tuple, uds_client.LocalChannel] = {}
+_channels_lock = threading.Lock()
 
 
 def _local_channel(address: str) -> uds_client.LocalChannel | None:
     port = uds.local_port(address)
     if port is None:
         return None
-    with _local_lock:
-        channel = _local_channels.get(address)
+    with _channels_lock:
+        channel = _channels.get(('unix', address))
         if channel is None:
-            channel = _local_channels[address] = uds_client.LocalChannel(address, port)
+            channel = _channels[('unix', address)] = uds_client.LocalChannel(
+                address, functools.partial(uds.connect, port))
         return channel
+
+
+def _tcp_channel(address: str, secret: bytes | None, wait_for_ready: bool,
+                 timeout: float | None) -> uds_client.LocalChannel:
+    key = ('tcp', address, secret)
+    with _channels_lock:
+        channel = _channels.get(key)
+        if channel is None:
+            finder = _TcpPort(address, secret, wait_for_ready, timeout)
+            channel = _channels[key] = uds_client.LocalChannel(address, finder.connect)
+        return channel
+
+
+class _TcpPort:
+    """Finds a server's raw-TCP port (one gRPC call, kept) and connects to it."""
+
+    def __init__(self, address: str, secret: bytes | None, wait_for_ready: bool,
+                 timeout: float | None):
+        self._address = address
+        self._host = address.rpartition(':')[0].strip('[]')
+        self._secret = secret
+        self._grpc = grpc_client.GrpcCaller(address, timeout, wait_for_ready,
+                                            grpc_chunks.MAX_MESSAGE_BYTES, secret)
+        self._port: int | None = None
+
+    def connect(self, timeout: float | None) -> tcp.Connection | None:
+        for fresh in (self._port is None, True):  # A cached port may be a restarted server's.
+            if fresh:
+                self._port = self._grpc.tcp_port()
+            if not self._port:
+                return None
+            try:
+                return tcp.connect(self._host, self._port, self._secret, self._address, timeout)
+            except errors.AuthenticationError:
+                raise
+            except errors.CourierUnavailableError:
+                if fresh:
+                    raise
+        return None
 
 
 def _seconds(timeout: Timeout) -> float | None:
@@ -62,12 +109,14 @@ class Client:
     """A proxy whose attribute calls run on the remote object.
 
     ``device_arrays=True`` turns JAX arrays in replies back into JAX arrays
-    (by default they arrive as numpy arrays).
+    (by default they arrive as numpy arrays). ``secret``: the bytes to prove
+    to the server (default: registered for the address, else the process's).
     """
 
     def __init__(self, address: str, *, timeout: Timeout = None, wait_for_ready: bool = True,
                  transport: str = 'auto', device_arrays: bool = False,
-                 max_message_bytes: int = grpc_chunks.MAX_MESSAGE_BYTES):
+                 max_message_bytes: int = grpc_chunks.MAX_MESSAGE_BYTES,
+                 secret: bytes | None = None):
         if not isinstance(address, str) or ':' not in address:
             raise ValueError(f"address must be 'host:port' (got {address!r})")
         if transport not in TRANSPORTS:
@@ -78,7 +127,10 @@ class Client:
         self._transport = transport
         self._device_arrays = device_arrays
         self._max_message_bytes = max_message_bytes
+        self._secret = auth.secret_for(address, secret)
         self._local = _local_channel(address) if transport == 'auto' else None
+        if transport == 'tcp' or (transport == 'auto' and self._local is None):
+            self._local = _tcp_channel(address, self._secret, wait_for_ready, self._timeout)
         self._grpc_caller: grpc_client.GrpcCaller | None = None
         self._decode = functools.partial(decode_reply, device_arrays=device_arrays)
 
@@ -87,7 +139,8 @@ class Client:
         # Made on first use: a client that only ever talks locally opens no gRPC channel.
         if self._grpc_caller is None:
             self._grpc_caller = grpc_client.GrpcCaller(
-                self._address, self._timeout, self._wait_for_ready, self._max_message_bytes)
+                self._address, self._timeout, self._wait_for_ready, self._max_message_bytes,
+                self._secret)
         return self._grpc_caller
 
     @property

@@ -8,12 +8,13 @@ shared per address within a process.
 from __future__ import annotations
 
 import concurrent.futures
+import struct
 import threading
 from typing import Any, Callable
 
 import grpc
 
-from launchpad_py.courier import errors, frames, grpc_chunks, wire
+from launchpad_py.courier import auth, errors, frames, grpc_chunks, wire
 
 _channels: dict[str, grpc.Channel] = {}
 _channels_lock = threading.Lock()
@@ -37,8 +38,9 @@ class GrpcCaller:
     """Sends requests to one address over gRPC and decodes the replies."""
 
     def __init__(self, address: str, timeout: float | None, wait_for_ready: bool,
-                 max_message_bytes: int):
+                 max_message_bytes: int, secret: bytes | None = None):
         self._address = address
+        self._secret = secret
         self._timeout = timeout
         self._wait_for_ready = wait_for_ready
         self._limit = max_message_bytes
@@ -47,9 +49,13 @@ class GrpcCaller:
         self._call_chunked = grpc_channel.stream_unary(wire.CALL_CHUNKED)
         self._fetch = grpc_channel.unary_stream(wire.FETCH)
         self._list = grpc_channel.unary_unary(wire.LIST_METHODS)
+        self._endpoints = grpc_channel.unary_unary(wire.ENDPOINTS)
 
-    def _options(self) -> dict:
-        return {'timeout': self._timeout, 'wait_for_ready': self._wait_for_ready}
+    def _options(self, method: str) -> dict:
+        options = {'timeout': self._timeout, 'wait_for_ready': self._wait_for_ready}
+        if self._secret is not None:  # Every call proves the secret (see auth.py).
+            options['metadata'] = auth.grpc_token(self._secret, method)
+        return options
 
     def _start(self, request: tuple, future: bool):
         parts, _ = frames.encode(0, frames.REQUEST, request)
@@ -61,16 +67,16 @@ class GrpcCaller:
             except MemoryError:
                 raise MemoryError(f'cannot send {size} bytes to {request[0]!r} on '
                                   f'{self._address}: no memory for the gRPC message') from None
-            return stub(message, **self._options())
+            return stub(message, **self._options(wire.CALL))
         stub = self._call_chunked.future if future else self._call_chunked
-        return stub(grpc_chunks.split(parts, self._limit), **self._options())
+        return stub(grpc_chunks.split(parts, self._limit), **self._options(wire.CALL_CHUNKED))
 
     def _finish(self, reply: bytes, method: str, decode: Callable) -> Any:
         frame = frames.from_bytes(reply)
         if frame.kind == frames.CHUNKED:
             token, _ = frame.value()
             try:
-                whole = grpc_chunks.join(self._fetch(token, **self._options()))
+                whole = grpc_chunks.join(self._fetch(token, **self._options(wire.FETCH)))
             except grpc.RpcError as exc:
                 raise errors.translate_rpc_error(exc, self._address, method) from None
             return decode(frames.from_bytes(whole))
@@ -112,7 +118,17 @@ class GrpcCaller:
 
     def list_methods(self) -> list[str]:
         try:
-            reply = self._list(b'', **self._options())
+            reply = self._list(b'', **self._options(wire.LIST_METHODS))
         except grpc.RpcError as exc:
             raise errors.translate_rpc_error(exc, self._address, 'list_methods') from None
         return frames.from_bytes(reply).value()
+
+    def tcp_port(self) -> int:
+        """The server's raw-TCP port (0: it has none). Plain bytes: nothing to unpickle."""
+        try:
+            reply = self._endpoints(b'', **self._options(wire.ENDPOINTS))
+        except grpc.RpcError as exc:
+            if exc.code() == grpc.StatusCode.UNIMPLEMENTED:
+                return 0
+            raise errors.translate_rpc_error(exc, self._address, 'Endpoints') from None
+        return struct.unpack('<H', reply)[0] if len(reply) == 2 else 0
