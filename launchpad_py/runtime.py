@@ -23,10 +23,11 @@ _log = logging.getLogger(__name__)
 
 
 class ProgramScope:
-    """Stop state of one program in this process."""
+    """Stop state of one program in this process, and the program's courier secret."""
 
     def __init__(self, name: str, request_program_stop: Callable[[], None] | None = None):
         self.name = name
+        self.secret: bytes | None = None  # Set by the launcher; colocated children inherit it.
         self.stop_event = threading.Event()
         self._request_program_stop = request_program_stop or self.handle_stop
         self._handlers: list[Callable[[], None]] = []

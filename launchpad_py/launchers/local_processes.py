@@ -19,7 +19,8 @@ import threading
 
 from launchpad_py import errors, node_process
 from launchpad_py.courier import serialization
-from launchpad_py.launchers import control, flag_transfer, output, process_starter, shipping
+from launchpad_py.launchers import (control, flag_transfer, output, process_starter,
+                                    program_secret, shipping)
 from launchpad_py.launchers.controller import ProgramController
 from launchpad_py.launchers.options import LaunchOptions
 from launchpad_py.launchers.resources import PythonProcess, hide_gpus_from_other_groups
@@ -61,6 +62,7 @@ class ProcessWorker(Worker):
             'program': setup.program_name, 'worker_id': self.worker_id,
             'control_address': setup.control.address, 'executable': self._data,
             'flags': setup.flags, 'args': list(self._resources.args), 'bind_host': '127.0.0.1',
+            'secret': setup.secret,
             # In tmux the parent is the window's shell, so only the channel watch applies.
             'parent_pid': os.getpid() if setup.die_with_parent and setup.mode != 'tmux_session'
             else None,
@@ -200,8 +202,11 @@ def _wait_pid_gone(pid: int | None) -> None:
 class _ProgramSetup:
     """What all workers of one program share: control server, directory, terminal mode."""
 
-    def __init__(self, program: Program, mode: str, test: bool):
+    def __init__(self, program: Program, mode: str, test: bool, secret: bytes,
+                 forget_secret):
         self.program_name = program.name
+        self.secret = secret
+        self._forget_secret = forget_secret
         self.mode = mode
         self.test = test
         self.directory = tempfile.mkdtemp(prefix=f'launchpad_{program.name}_')
@@ -250,6 +255,7 @@ class _ProgramSetup:
         return int(created.stdout.strip())
 
     def finish(self) -> None:
+        self._forget_secret()
         self.control.close()
         if self._fork_server is not None:
             self._fork_server.close()
@@ -284,7 +290,8 @@ def _launch(program: Program, options: LaunchOptions, launch_type: str, test: bo
                 f'(got {spec!r})')
     resources = hide_gpus_from_other_groups(resources, list(program.groups))
     prepared = shipping.prepare(program)
-    setup = _ProgramSetup(program, mode, test)
+    secret, forget_secret = program_secret.issue(e for e, _ in prepared)
+    setup = _ProgramSetup(program, mode, test, secret, forget_secret)
     controller = ProgramController(program.name, launch_type, options.grace,
                                    keep_process_alive=not test, on_finish=setup.finish)
     workers = []

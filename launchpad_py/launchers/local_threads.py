@@ -12,7 +12,7 @@ import threading
 
 from launchpad_py import runtime
 from launchpad_py.courier import serialization
-from launchpad_py.launchers import shipping
+from launchpad_py.launchers import program_secret, shipping
 from launchpad_py.launchers.controller import ProgramController
 from launchpad_py.launchers.options import LaunchOptions
 from launchpad_py.launchers.worker_api import Events, FailureReport, Worker
@@ -59,8 +59,10 @@ def _launch(program: Program, options: LaunchOptions, launch_type: str, test: bo
         # Each node gets its own copy of its arguments, as it would in a process;
         # this also reports unpicklable arguments as early as local_mp would.
         executables = [serialization.loads(data) for _, data in shipping.prepare(program)]
+    secret, forget_secret = program_secret.issue(executables)
     controller = ProgramController(program.name, launch_type, options.grace,
-                                   keep_process_alive=not test)
+                                   keep_process_alive=not test, on_finish=forget_secret)
+    controller.scope.secret = secret
     workers = [ThreadWorker(e, controller.scope, controller.events) for e in executables]
     return controller.start(workers, options.ready_timeout)
 

@@ -54,7 +54,8 @@ def main(spec_path: str, parent_pid: int | None = None) -> int:
         flag_transfer.restore(spec['flags'], spec['args'])
         return executable
 
-    return node_process.run(channel, spec['program'], spec['bind_host'], load, _kill_own_group)
+    return node_process.run(channel, spec['program'], spec['bind_host'], load, _kill_own_group,
+                            secret=spec['secret'])
 
 
 if __name__ == '__main__':

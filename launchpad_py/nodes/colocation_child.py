@@ -3,7 +3,7 @@
     python -m launchpad_py.nodes.colocation_child FD
 
 ``FD`` is this end of a socket pair to the supervisor, which first sends
-``('start', executable_bytes, bind_host, program_name, supervisor_pid)``.
+``('start', executable_bytes, bind_host, program_name, supervisor_pid, secret)``.
 The child dies with its supervisor, and ignores Ctrl-C: the launcher turns
 Ctrl-C into a program stop, which reaches the child through the supervisor.
 """
@@ -21,11 +21,11 @@ def main(fd: int) -> int:
     from launchpad_py.courier import serialization
 
     channel = node_process.Channel(mpc.Connection(fd))
-    _, data, bind_host, program_name, supervisor_pid = channel.recv()
+    _, data, bind_host, program_name, supervisor_pid, secret = channel.recv()
     node_process.die_with_parent(supervisor_pid)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     return node_process.run(channel, program_name, bind_host, lambda: serialization.loads(data),
-                            lambda: os._exit(1))
+                            lambda: os._exit(1), secret=secret)
 
 
 if __name__ == '__main__':

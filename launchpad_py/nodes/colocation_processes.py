@@ -93,7 +93,7 @@ class _Supervisor:
         child.channel = Channel(mpc.Connection(ours.detach()))
         child.generation += 1
         child.channel.send('start', child.data, self._context.bind_host, self._scope.name,
-                           os.getpid())
+                           os.getpid(), self._scope.secret)
         threading.Thread(target=self._read, args=(child, child.generation, child.process,
                                                    child.channel),
                          name=f'lp-colocated-{child.executable.label}/{child.executable.index}',
