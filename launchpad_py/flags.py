@@ -4,7 +4,8 @@ from absl import flags
 
 LAUNCH_TYPE = flags.DEFINE_string(
     'lp_launch_type', 'local_mt',
-    'How to launch a program when lp.launch() is not told: local_mt, local_mp, test_mt, test_mp.')
+    'How to launch a program when lp.launch() is not told: local_mt, local_mp, test_mt, test_mp, '
+    'ssh.')
 TERMINATION_NOTICE_SECS = flags.DEFINE_integer(
     'lp_termination_notice_secs', 10,
     'Seconds a node has to exit after a stop request before its process is killed.')

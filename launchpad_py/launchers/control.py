@@ -9,7 +9,8 @@ secret) and exchange small messages::
 
 The worker treats the end of this connection as the launcher's death and
 kills its own process group, so no node outlives its launcher. The same
-channel works over TCP for launchers on other hosts.
+channel works over TCP (``family='AF_INET'``) for nodes on other hosts
+(see ``remote.py``).
 """
 
 from __future__ import annotations
@@ -30,11 +31,13 @@ KEY_ENV = 'LAUNCHPAD_PY_CONTROL_KEY'
 class ControlServer:
     """Accepts worker connections and hands each to ``on_connect(worker_id, hello, channel)``."""
 
-    def __init__(self, address: str, on_connect: Callable):
+    def __init__(self, address, on_connect: Callable, family: str = 'AF_UNIX'):
         self.key = secrets.token_bytes(32)
-        self.address = address
+        self._family = family
         self._on_connect = on_connect
-        self._listener = mpc.Listener(address, family='AF_UNIX', authkey=self.key)
+        self._listener = mpc.Listener(address, family=family, authkey=self.key)
+        #: A Unix path, or (host, port) with the port the listener got (family='AF_INET').
+        self.address = self._listener.address
         self._closed = False
         self._thread = threading.Thread(target=self._accept_loop, name='lp-control', daemon=True)
         self._thread.start()
@@ -63,7 +66,7 @@ class ControlServer:
             return
         self._closed = True
         try:  # Wake the accept loop with a connection of our own.
-            mpc.Client(self.address, family='AF_UNIX', authkey=self.key).close()
+            mpc.Client(self.address, family=self._family, authkey=self.key).close()
         except OSError:
             pass
         self._thread.join(5)
