@@ -17,3 +17,11 @@ def value_or_default(holder: flags.FlagHolder):
         return holder.value
     except flags.UnparsedFlagAccessError:
         return holder.default
+SSH_HOSTS = flags.DEFINE_list(
+    'lp_ssh_hosts', [],
+    'For --lp_launch_type=ssh: hosts (names or ssh aliases) that the nodes of groups without '
+    'resources are spread over, round-robin.')
+SSH_OPTIONS = flags.DEFINE_string(
+    'lp_ssh_options', '',
+    "For --lp_launch_type=ssh: extra ssh arguments for the hosts of --lp_ssh_hosts, e.g. "
+    "'-F cluster_ssh_config'.")

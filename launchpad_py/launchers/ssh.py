@@ -11,7 +11,9 @@ secret, then kept open so a dropped connection ends the node) and its output.
 
 from __future__ import annotations
 
-from launchpad_py import errors
+import shlex
+
+from launchpad_py import errors, flags
 from launchpad_py.launchers import remote
 from launchpad_py.launchers.controller import ProgramController
 from launchpad_py.launchers.options import LaunchOptions
@@ -21,14 +23,24 @@ from launchpad_py.program import Program
 _NODE_COMMAND = ['-m', 'launchpad_py.launchers.remote_node']
 
 
+def _default_hosts() -> list[SshHost]:
+    """The hosts of --lp_ssh_hosts, for groups that resources do not place."""
+    options = shlex.split(flags.value_or_default(flags.SSH_OPTIONS))
+    return [SshHost(name, ssh_options=options) for name in flags.value_or_default(flags.SSH_HOSTS)]
+
+
 def _hosts_of_groups(program: Program, resources: dict) -> dict[str, list[SshHost]]:
     hosts = {}
-    for group in program.groups:
+    defaults = _default_hosts()
+    for position, group in enumerate(program.groups):
         spec = resources.get(group)
+        if spec is None and defaults:  # Each group starts on the next host, to spread them.
+            spec = defaults[position % len(defaults):] + defaults[:position % len(defaults)]
         if spec is None:
             raise errors.ResourcesError(
                 f'group {group!r} of program {program.name!r} has no host: pass '
-                f"resources={{{group!r}: lp.SshHost('hostname')}} to lp.launch")
+                f"resources={{{group!r}: lp.SshHost('hostname')}} to lp.launch, or name "
+                'hosts for every group with --lp_ssh_hosts')
         specs = [spec] if isinstance(spec, SshHost) else spec
         if isinstance(specs, (str, bytes)) or not isinstance(specs, (list, tuple)) or not specs \
                 or not all(isinstance(s, SshHost) for s in specs):
