@@ -1,0 +1,217 @@
+"""The SSH launcher on real sshd: three network-namespace hosts h1..h3 and sshd on loopback (lo).
+
+The hosts come from ../shared/infra/ssh_hosts.sh (CI brings them up); they
+share this filesystem and process table, so remote pids are visible here.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+
+import psutil
+import pytest
+
+import launchpad_py as lp
+from launchpad_py import courier
+from conftest import REPO, SSH_OPTIONS, needs_ssh_hosts, ssh_host, wait_for
+from nodes_for_tests import Pinger, serve_forever
+from ssh_nodes import BIG, Store, print_gpus, use_store
+
+pytestmark = needs_ssh_hosts
+
+
+def _marked(token: str) -> list[psutil.Process]:
+    """Every process (on any namespace host) whose command line or environment holds ``token``."""
+    found = []
+    for process in psutil.process_iter():
+        try:
+            if process.pid != os.getpid() and (
+                    token in ' '.join(process.cmdline())
+                    or process.environ().get('LP_TEST_TOKEN') == token):
+                found.append(process)
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+            pass
+    return found
+
+
+def _wait_until_gone(token: str, timeout: float) -> float:
+    """Seconds until no process holds ``token``; fails after ``timeout``."""
+    start = time.monotonic()
+    wait_for(lambda: not _marked(token), timeout=timeout, what=f'processes of {token} to end')
+    return time.monotonic() - start
+
+
+def test_server_on_h2_serves_clients_on_h1_and_h3(tmp_path):
+    """Clients on h1 and h3 make calls, futures and 64 MiB round trips to a server on h2."""
+    program = lp.Program('across')
+    store = program.add_node(lp.CourierNode(Store), label='store')
+    with program.group('client'):
+        for index in range(2):
+            program.add_node(lp.PyNode(use_store, store, str(tmp_path / f'client{index}.json')))
+    resources = {'store': ssh_host('h2', env={'LP_TEST_HOST': 'h2'}),
+                 'client': [ssh_host('h1', env={'LP_TEST_HOST': 'h1'}),
+                            ssh_host('h3', env={'LP_TEST_HOST': 'h3'})]}
+    with lp.launch(program, launch_type='ssh', resources=resources) as controller:
+        wait_for(lambda: all(s.state == lp.NodeState.FINISHED or not controller.is_running
+                             for s in controller.statuses() if s.label == 'client'),
+                 timeout=120, what='both clients to finish')
+    hosts = {(s.label, s.index): s.host for s in controller.statuses()}
+    assert hosts == {('store', 0): 'h2', ('client', 0): 'h1', ('client', 1): 'h3'}
+    assert store.address.resolve().startswith('10.250.0.12:')
+    for index, host in enumerate(['h1', 'h3']):
+        with open(tmp_path / f'client{index}.json') as f:
+            result = json.load(f)
+        assert result['client_host'] == host and result['server_host'] == 'h2'
+        assert result['echo'] == 'hello' and result['futures'] == list(range(50))
+        assert result['big_bytes'] == BIG * 4 and result['big_equal']
+        assert result['big_total'] == float(BIG) * (BIG - 1) / 2
+
+
+def test_status_shows_host_and_remote_pid():
+    """Statuses name each node's host and the pid of its process there."""
+    program = lp.Program('status')
+    program.add_node(lp.PyNode(serve_forever), label='waiter')
+    with lp.launch(program, launch_type='ssh', resources={'waiter': ssh_host('h3')}) as controller:
+        (status,) = controller.statuses()
+        assert status.host == 'h3'
+        process = psutil.Process(status.pid)
+        assert 'launchpad_py.launchers.remote_node' in ' '.join(process.cmdline())
+        assert os.path.basename(os.readlink(f'/proc/{status.pid}/ns/net')) != os.path.basename(
+            os.readlink('/proc/self/ns/net')), 'the node should run in h3 network namespace'
+
+
+def test_loopback_address_is_unreachable_from_another_host():
+    """A server on this host's 127.0.0.1 cannot be reached from h1: loopback is per host."""
+    with courier.Server(Pinger()) as server:
+        probe = (f'import socket; s = socket.socket(); s.settimeout(5); '
+                 f'print(s.connect_ex(("127.0.0.1", {server.port})))')
+        done = subprocess.run(['ssh', *SSH_OPTIONS, 'h1', f'{sys.executable} -c {probe!r}'],
+                              capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert int(done.stdout.strip()) != 0  # Refused there, though it listens here.
+
+
+def test_program_that_would_hand_out_loopback_across_hosts_fails():
+    """A node reached through loopback (host lo) cannot serve nodes on h1: the launch says why."""
+    program = lp.Program('mixed')
+    pinger = program.add_node(lp.CourierNode(Pinger), label='pinger')
+    program.add_node(lp.PyNode(use_store, pinger, '/dev/null'), label='client')
+    resources = {'pinger': ssh_host('lo'), 'client': ssh_host('h1')}
+    with pytest.raises(lp.LaunchError, match=r"on host 'lo' would listen on 127\.0\.0\.1:\d+, "
+                                             r"a loopback address that nodes on \['h1'\]"):
+        lp.launch(program, launch_type='ssh', resources=resources)
+
+
+def test_crash_on_one_host_fails_program_naming_the_host():
+    """A node that raises on h3 stops the nodes on the other hosts; wait() names node and host."""
+    from nodes_for_tests import crash
+    program = lp.Program('crashing')
+    program.add_node(lp.CourierNode(Pinger), label='pinger')
+    program.add_node(lp.PyNode(crash, 'boom on h3'), label='crasher')
+    controller = lp.launch(program, launch_type='ssh', resources={
+        'pinger': ssh_host('h1'), 'crasher': ssh_host('h3')})
+    with pytest.raises(lp.NodeFailedError, match=r"'crasher'.*boom on h3 \(on host h3\)") as info:
+        controller.wait(timeout=60)
+    assert "raise ValueError(message)" in info.value.remote_traceback
+    states = {s.label: s.state for s in controller.statuses()}
+    assert states == {'pinger': lp.NodeState.STOPPED, 'crasher': lp.NodeState.FAILED}
+
+
+def test_bad_hosts_are_each_named_before_anything_starts(tmp_path):
+    """Down host, missing python, missing launchpad_py, missing workdir: one line each, no node."""
+    program = lp.Program('badhosts')
+    labels = ['down', 'nopython', 'nolp', 'noworkdir', 'fine']
+    for label in labels:
+        program.add_node(lp.PyNode(serve_forever), label=label)
+    resources = {
+        'down': ssh_host('lo', port=1),  # Nothing listens there.
+        'nopython': ssh_host('h1', python='/nonexistent/python3'),
+        'nolp': ssh_host('h2', python='/usr/bin/python3', env={'PYTHONNOUSERSITE': '1'}),
+        'noworkdir': ssh_host('h3', workdir=str(tmp_path / 'missing')),
+        'fine': ssh_host('h1'),
+    }
+    with pytest.raises(lp.LaunchError) as info:
+        lp.launch(program, launch_type='ssh', resources=resources)
+    lines = str(info.value).splitlines()
+    assert lines[0] == 'the ssh launcher cannot use these hosts; nothing was started:'
+    assert len(lines) == 5, str(info.value)
+    text = str(info.value)
+    assert 'lo:1: unreachable over ssh: ' in text and 'Connection refused' in text
+    assert "h1: python '/nonexistent/python3' cannot run there" in text
+    assert 'h2: launchpad_py ' in text and 'install launchpad_py==' in text
+    assert f"h3: workdir '{tmp_path / 'missing'}' does not exist there" in text
+
+
+def test_group_without_host_is_named():
+    """Every group needs a host; the error names the group that has none."""
+    program = lp.Program('nohost')
+    program.add_node(lp.PyNode(serve_forever), label='placed')
+    program.add_node(lp.PyNode(serve_forever), label='forgotten')
+    with pytest.raises(lp.ResourcesError, match="group 'forgotten' of program 'nohost' has no host"):
+        lp.launch(program, launch_type='ssh', resources={'placed': ssh_host('h1')})
+
+
+def test_gpus_set_cuda_visible_devices_on_that_host(capfd):
+    """gpus=[...] reaches the node as CUDA_VISIBLE_DEVICES; other groups then see no GPU."""
+    program = lp.Program('gpus')
+    program.add_node(lp.PyNode(print_gpus), label='learner')
+    program.add_node(lp.PyNode(print_gpus), label='actor')
+    resources = {'learner': ssh_host('h1', gpus=[1, 0]), 'actor': ssh_host('h2')}
+    printed: list[str] = []
+
+    def both_printed() -> bool:
+        printed.append(capfd.readouterr().out)
+        lines = ''.join(printed).splitlines()
+        return ('[learner/0] CUDA_VISIBLE_DEVICES=1,0' in lines
+                and '[actor/0] CUDA_VISIBLE_DEVICES=' in lines)
+
+    with lp.launch(program, launch_type='ssh', resources=resources):
+        wait_for(both_printed, timeout=60, what='both nodes to print their GPUs')
+
+
+def _start_spread_launcher(token: str) -> tuple[subprocess.Popen, list]:
+    launcher = subprocess.Popen([sys.executable, os.path.join(REPO, 'tests', 'ssh_nodes.py'),
+                                 token], cwd=REPO, stdout=subprocess.PIPE, text=True,
+                                env={**os.environ, 'PYTHONPATH': os.path.join(REPO, 'tests')})
+    line = launcher.stdout.readline()
+    assert line, 'the launcher ended before its nodes were ready'
+    return launcher, json.loads(line)
+
+
+def test_sigkill_of_launcher_leaves_no_process_on_any_host():
+    """SIGKILL the launcher: every node (and colocated child) on h1..h3 is gone within seconds."""
+    token = f'lp-sigkill-{uuid.uuid4().hex}'
+    launcher, nodes = _start_spread_launcher(token)
+    assert sorted(host for host, _ in nodes) == ['h1', 'h2', 'h3']
+    assert len(_marked(token)) >= 3 + 2  # Three nodes and two colocated children at least.
+    launcher.kill()
+    launcher.wait(timeout=10)
+    launcher.stdout.close()
+    seconds = _wait_until_gone(token, timeout=15)
+    print(f'all remote processes gone {seconds:.2f}s after SIGKILL of the launcher')
+
+
+def test_dropped_ssh_connection_ends_the_node_and_fails_the_program():
+    """Killing one node's ssh client ends that node on its host and fails the program."""
+    token = f'lp-drop-{uuid.uuid4().hex}'
+    program = lp.Program('drop')
+    program.add_node(lp.PyNode(serve_forever), label='waiter')
+    program.add_node(lp.PyNode(serve_forever), label='other')
+    env = {'LP_TEST_TOKEN': token}
+    controller = lp.launch(program, launch_type='ssh', resources={
+        'waiter': ssh_host('h2', env=env), 'other': ssh_host('h3')})
+    (waiter,) = [s for s in controller.statuses() if s.label == 'waiter']
+    clients = [p for p in psutil.Process().children() if 'ssh' == p.name()
+               and token in ' '.join(p.cmdline())]
+    assert len(clients) == 1
+    clients[0].kill()
+    with pytest.raises(lp.NodeFailedError, match=r"'waiter'.*connection to h2 ended"):
+        controller.wait(timeout=30)
+    assert not psutil.pid_exists(waiter.pid) or psutil.Process(waiter.pid).status() == 'zombie'
+    _wait_until_gone(token, timeout=15)
