@@ -20,6 +20,9 @@ SSH_HOST_NAMES = ['h1', 'h2', 'h3']
 needs_ssh_hosts = pytest.mark.skipif(
     os.geteuid() != 0, reason='SSH launcher tests need root to run sshd in network namespaces '
                               '(../shared/infra/ssh_hosts.sh up)')
+# Runs that take long by design (heartbeat timeouts, examples across hosts, fault runs).
+slow = pytest.mark.skipif(os.environ.get('LP_SLOW_TESTS') != '1',
+                          reason='slow run; set LP_SLOW_TESTS=1 to include it')
 # Every launcher the conformance suite covers.
 ALL_LAUNCH_TYPES = LAUNCH_TYPES + [pytest.param('ssh', marks=needs_ssh_hosts)]
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

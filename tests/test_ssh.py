@@ -19,7 +19,7 @@ import pytest
 
 import launchpad_py as lp
 from launchpad_py import courier
-from conftest import REPO, SSH_OPTIONS, needs_ssh_hosts, ssh_host, wait_for
+from conftest import REPO, SSH_OPTIONS, needs_ssh_hosts, slow, ssh_host, wait_for
 from nodes_for_tests import Pinger, serve_forever
 from ssh_nodes import BIG, Store, print_gpus, use_store
 
@@ -157,6 +157,7 @@ def test_group_without_host_is_named():
         lp.launch(program, launch_type='ssh', resources={'placed': ssh_host('h1')})
 
 
+@slow
 def test_gpus_set_cuda_visible_devices_on_that_host(capfd):
     """gpus=[...] reaches the node as CUDA_VISIBLE_DEVICES; other groups then see no GPU."""
     program = lp.Program('gpus')
@@ -214,4 +215,41 @@ def test_dropped_ssh_connection_ends_the_node_and_fails_the_program():
     with pytest.raises(lp.NodeFailedError, match=r"'waiter'.*connection to h2 ended"):
         controller.wait(timeout=30)
     assert not psutil.pid_exists(waiter.pid) or psutil.Process(waiter.pid).status() == 'zombie'
+    _wait_until_gone(token, timeout=15)
+
+
+@slow
+def test_frozen_launcher_nodes_end_after_heartbeat_timeout():
+    """A launcher that stops answering (SIGSTOP, as a lost host would) loses its nodes within seconds.
+
+    Its connections stay open, so only the heartbeat can tell.
+    """
+    from launchpad_py.launchers.remote import HEARTBEAT_TIMEOUT_S
+    token = f'lp-frozen-{uuid.uuid4().hex}'
+    launcher, nodes = _start_spread_launcher(token)
+    launcher.send_signal(signal.SIGSTOP)
+    try:
+        node_pids = [pid for _, pid in nodes]
+        start = time.monotonic()
+        wait_for(lambda: not any(psutil.pid_exists(pid) and psutil.Process(pid).status() != 'zombie'
+                                 for pid in node_pids),
+                 timeout=HEARTBEAT_TIMEOUT_S + 10, what='nodes to notice the silent launcher')
+        seconds = time.monotonic() - start
+    finally:
+        launcher.kill()
+        launcher.send_signal(signal.SIGCONT)
+        launcher.wait(timeout=10)
+        launcher.stdout.close()
+    assert seconds >= HEARTBEAT_TIMEOUT_S - 1.5  # They waited for the heartbeat, not less.
+    _wait_until_gone(token, timeout=15)
+
+
+@slow
+def test_ctrl_c_stops_nodes_on_every_host_gracefully():
+    """SIGINT to the launching script stops the program; the script exits 0 and nothing is left."""
+    token = f'lp-sigint-{uuid.uuid4().hex}'
+    launcher, _ = _start_spread_launcher(token)
+    launcher.send_signal(signal.SIGINT)
+    assert launcher.wait(timeout=30) == 0
+    launcher.stdout.close()
     _wait_until_gone(token, timeout=15)

@@ -33,10 +33,13 @@ _CHECK_MARK = 'LPCHECK '
 _CHECK_SCRIPT = '''
 import json, os, sys
 out = {"python": sys.version.split()[0], "ssh": os.environ.get("SSH_CONNECTION", "")}
-try:
-    import importlib.metadata, launchpad_py
+try:  # Found and versioned without importing it: the check stays quick.
+    import importlib.metadata, importlib.util
+    spec = importlib.util.find_spec("launchpad_py")
+    if spec is None:
+        raise ModuleNotFoundError("No module named 'launchpad_py'")
+    out["path"] = os.path.dirname(spec.origin or "")
     out["version"] = importlib.metadata.version("launchpad_py")
-    out["path"] = os.path.dirname(launchpad_py.__file__)
 except Exception as exc:
     out["error"] = f"{type(exc).__name__}: {exc}"
 print("LPCHECK " + json.dumps(out), flush=True)
