@@ -253,3 +253,26 @@ def test_ctrl_c_stops_nodes_on_every_host_gracefully():
     assert launcher.wait(timeout=30) == 0
     launcher.stdout.close()
     _wait_until_gone(token, timeout=15)
+
+
+def test_node_lost_while_others_start_ends_them_without_waiting_for_grace():
+    """A node whose process dies before dialing back ends the launch; the others stop at once.
+
+    They are still waiting for the address table, so a stop must reach them
+    there instead of the grace period running out.
+    """
+    from launchpad_py.launchers import remote
+    from launchpad_py.launchers.options import LaunchOptions
+    from launchpad_py.launchers.ssh_host import check_hosts
+    program = lp.Program('lost')
+    program.add_node(lp.PyNode(serve_forever), label='healthy')
+    program.add_node(lp.PyNode(serve_forever), label='lost')
+    host = ssh_host('h1')
+    (launcher_ip,) = check_hosts([host]).values()
+    argv = host.ssh_argv(host.remote_command(['-m', 'launchpad_py.launchers.remote_node']))
+    placements = {('healthy', 0): remote.Placement(argv, 'h1', launcher_ip),
+                  ('lost', 0): remote.Placement(['sh', '-c', 'exit 7'], 'nowhere', launcher_ip)}
+    start = time.monotonic()
+    with pytest.raises(lp.LaunchError, match=r"'lost'.*ended before it reached the launcher"):
+        remote.launch(program, LaunchOptions(grace=60.0), 'ssh', placements)
+    assert time.monotonic() - start < 30, 'the healthy node was left to the grace period'

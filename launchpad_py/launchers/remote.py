@@ -81,7 +81,7 @@ class RemoteWorker(Worker):
         self._pid: int | None = None
         self._failure: FailureReport | None = None
         self._finished = False
-        self._stop_pending = False
+        self._stop_requested = False
         self._channel_closed = threading.Event()
         self._lock = threading.Lock()
 
@@ -120,7 +120,11 @@ class RemoteWorker(Worker):
     def on_connect(self, pid: int, addresses: list[str], channel: node_process.Channel) -> None:
         with self._lock:
             self._channel, self._pid, self.addresses = channel, pid, addresses
-        self._setup.bound(self)
+            stop_now = self._stop_requested
+        if stop_now:  # Stopped while it was starting: it ends without running.
+            channel.send('stop')
+        else:
+            self._setup.bound(self)
         while True:
             try:
                 message = channel.recv()
@@ -147,11 +151,9 @@ class RemoteWorker(Worker):
     def run(self, program_name: str, flags) -> None:
         """Ships the executable, now that every address of the program is known."""
         with self._lock:
-            data = serialization.dumps(self.executable)
-            self.send('run', program_name, data, flags, list(self.placement.args))
-            stop_now = self._stop_pending
-        if stop_now:
-            self.send('stop')
+            if not self._stop_requested:
+                data = serialization.dumps(self.executable)
+                self.send('run', program_name, data, flags, list(self.placement.args))
 
     def fail_before_run(self, summary: str) -> None:
         """Ends a node that cannot run (e.g. unreachable address), with ``summary`` as its failure."""
@@ -176,10 +178,9 @@ class RemoteWorker(Worker):
 
     def request_stop(self) -> None:
         with self._lock:
-            if self._channel is None or self.addresses is None:
-                self._stop_pending = True
+            self._stop_requested = True
             channel = self._channel
-        if channel is not None:
+        if channel is not None:  # Before 'run' too: the node then ends without running.
             channel.send('stop')
 
     def kill(self) -> bool:
