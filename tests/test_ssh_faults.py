@@ -23,7 +23,7 @@ from conftest import REPO, needs_ssh_hosts
 from test_ssh import _marked
 
 RUNS = int(os.environ.get('LP_SSH_FAULT_RUNS', '0'))
-pytestmark = [needs_ssh_hosts, pytest.mark.skipif(
+pytestmark = [needs_ssh_hosts, pytest.mark.timeout(180 * max(RUNS, 1)), pytest.mark.skipif(
     RUNS <= 0, reason='fault run; set LP_SSH_FAULT_RUNS=20 to run it')]
 
 
@@ -70,11 +70,13 @@ def _one_run(rng: random.Random) -> dict:
 def test_random_sigkills_leave_nothing_and_never_hang():
     """RUNS launches, one random SIGKILL each: 0 hangs, 0 processes left on any host."""
     rng = random.Random(int(os.environ.get('LP_SSH_FAULT_SEED', '11')))
-    results = [_one_run(rng) for _ in range(RUNS)]
-    for index, result in enumerate(results):
+    results = []
+    for index in range(RUNS):
+        result = _one_run(rng)
+        results.append(result)
         print(f'run {index:2d}: killed {result["victim"]:8s} after {result["delay"]:.2f}s '
               f'({result["nodes_up"]} node processes up); hang={result["hang"]}, '
-              f'left={result["left"]}, clean after {result["clean_s"]:.2f}s')
+              f'left={result["left"]}, clean after {result["clean_s"]:.2f}s', flush=True)
     hangs = sum(r['hang'] for r in results)
     left = sum(r['left'] for r in results)
     print(f'{RUNS} runs ({sum(r["victim"] == "launcher" for r in results)} launcher kills, '
