@@ -112,39 +112,24 @@ class HandshakeFailed(Exception):
     """The peer did not prove the secret; the message says how (for the server's log)."""
 
 
-def server_handshake(sock: socket.socket, secret: bytes | None, timeout: float) -> None:
-    """Makes the peer prove the secret, then proves it back; raises HandshakeFailed.
+def server_hello() -> tuple[bytes, bytes]:
+    """The server's nonce, and the greeting that carries it."""
+    nonce = os.urandom(NONCE_BYTES)
+    return nonce, MAGIC + nonce
 
-    ``secret=None`` runs the same exchange with an empty key (an insecure
-    server), so both ends still agree they speak courier.
+
+def check_client_proof(secret: bytes | None, ours: bytes, proof: bytes) -> bytes:
+    """The server's answer to a client's ``CLIENT_PROOF`` bytes; raises HandshakeFailed.
+
+    ``secret=None`` (an insecure server) checks the same exchange with an
+    empty key, so both ends still agree they speak courier.
     """
-    deadline = time.monotonic() + timeout
-    ours = os.urandom(NONCE_BYTES)
-    try:
-        sock.settimeout(timeout)
-        sock.sendall(MAGIC + ours)
-        proof = b''
-        while len(proof) < CLIENT_PROOF:
-            sock.settimeout(max(0.001, deadline - time.monotonic()))
-            chunk = sock.recv(CLIENT_PROOF - len(proof))
-            if not chunk:
-                raise HandshakeFailed(f'closed after {len(proof)} of {CLIENT_PROOF} '
-                                      'handshake bytes')
-            proof += chunk
-    except TimeoutError:
-        raise HandshakeFailed(f'no handshake within {timeout:g} s') from None
-    except OSError as exc:
-        raise HandshakeFailed(f'connection failed during the handshake: {exc}') from None
     if proof[:len(MAGIC)] != MAGIC:
         raise HandshakeFailed(f'not a courier handshake (starts {proof[:8]!r})')
     theirs = proof[len(MAGIC):len(MAGIC) + NONCE_BYTES]
     if not hmac.compare_digest(proof[-_MAC_BYTES:], _mac(secret, b'client', ours, theirs)):
         raise HandshakeFailed('wrong secret')
-    try:
-        sock.sendall(_mac(secret, b'server', theirs, ours))
-        sock.settimeout(None)
-    except OSError as exc:
-        raise HandshakeFailed(f'connection failed during the handshake: {exc}') from None
+    return _mac(secret, b'server', theirs, ours)
 
 
 def client_handshake(sock: socket.socket, secret: bytes | None, address: str,
