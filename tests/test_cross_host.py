@@ -16,7 +16,7 @@ import sys
 
 import pytest
 
-from tests.conftest import REPO
+from conftest import REPO
 
 SERVER_NS, CLIENT_NS = 'lp-h1', 'lp-h2'
 SERVER_IP = '10.250.0.11'
