@@ -2,8 +2,9 @@
 
 The server is a ``CourierNode`` launched with ``local_mp`` (its own process,
 as in a real program); the benchmark process is the caller. ``launchpad``
-lets the client pick its path (the same-host socket here), and
-``launchpad_grpc`` forces gRPC, the cross-host path.
+lets the client pick its path (the same-host socket here); ``launchpad_grpc``
+and ``launchpad_tcp`` force gRPC and the raw-TCP path, the cross-host paths
+(authenticated with the program's secret, as between hosts).
 """
 
 from __future__ import annotations
@@ -27,16 +28,19 @@ class BatchedEchoService(EchoService):
         self.echo_batched = lp.batched_handler(BATCH, timeout=0.002)(lambda x: x)
 
 
-def connect(address: str, transport: str = 'auto'):
-    return _Caller(address, transport)
+NAMES = {'auto': 'launchpad', 'grpc': 'launchpad_grpc', 'tcp': 'launchpad_tcp'}
+
+
+def connect(address: str, transport: str = 'auto', secret: bytes | None = None):
+    return _Caller(address, transport, secret)
 
 
 class _Caller:
     """The fan-in caller: ``call``/``close`` over a courier client."""
 
-    def __init__(self, address: str, transport: str):
+    def __init__(self, address: str, transport: str, secret: bytes | None):
         from launchpad_py import courier
-        self._client = courier.Client(address, transport=transport)
+        self._client = courier.Client(address, transport=transport, secret=secret)
 
     def call(self, method, *args):
         return self._client.call(method, *args)
@@ -50,7 +54,7 @@ class LaunchpadPeer(Peer):
 
     def __init__(self, transport: str = 'auto'):
         self.transport = transport
-        self.name = 'launchpad' if transport == 'auto' else 'launchpad_grpc'
+        self.name = NAMES[transport]
         self.controller = None
         self.client = None
 
@@ -80,8 +84,11 @@ class LaunchpadPeer(Peer):
         return self.client.pid()
 
     def fanin_spec(self):
+        from launchpad_py import courier
+        # Fan-in callers are processes outside the program: they are handed the secret.
         return (__name__, 'connect', {'address': self.client.address,
-                                      'transport': self.transport})
+                                      'transport': self.transport,
+                                      'secret': courier.auth.secret_for(self.client.address)})
 
     def batched(self, callers: int, method: str, budget: Budget) -> float:
         """Total calls/s of ``callers`` threads each calling ``method`` synchronously."""
