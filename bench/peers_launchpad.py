@@ -31,16 +31,16 @@ class BatchedEchoService(EchoService):
 NAMES = {'auto': 'launchpad', 'grpc': 'launchpad_grpc', 'tcp': 'launchpad_tcp'}
 
 
-def connect(address: str, transport: str = 'auto', secret: bytes | None = None):
-    return _Caller(address, transport, secret)
+def connect(address: str, transport: str = 'auto', secret: bytes | None = None, tls=None):
+    return _Caller(address, transport, secret, tls)
 
 
 class _Caller:
     """The fan-in caller: ``call``/``close`` over a courier client."""
 
-    def __init__(self, address: str, transport: str, secret: bytes | None):
+    def __init__(self, address: str, transport: str, secret: bytes | None, tls):
         from launchpad_py import courier
-        self._client = courier.Client(address, transport=transport, secret=secret)
+        self._client = courier.Client(address, transport=transport, secret=secret, tls=tls)
 
     def call(self, method, *args):
         return self._client.call(method, *args)
@@ -52,9 +52,11 @@ class _Caller:
 class LaunchpadPeer(Peer):
     supports = frozenset({'tiny_sync', 'inflight', 'fanin', 'array', 'launch', 'idle_rss'})
 
-    def __init__(self, transport: str = 'auto'):
+    def __init__(self, transport: str = 'auto', tls: bool = False):
         self.transport = transport
-        self.name = NAMES[transport]
+        self.name = NAMES[transport] + ('_tls' if tls else '')
+        self.tls = tls
+        self.credentials = None
         self.controller = None
         self.client = None
 
@@ -62,10 +64,14 @@ class LaunchpadPeer(Peer):
         import launchpad_py as lp
         from launchpad_py import courier
         program = lp.Program('bench')
-        handle = program.add_node(lp.CourierNode(BatchedEchoService, courier_kwargs={
-            'thread_pool_size': 2 * BATCH}), label='echo')
+        server_kwargs = {'thread_pool_size': 2 * BATCH}
+        if self.tls:
+            self.credentials = server_kwargs['tls'] = courier.TlsCredentials.generate()
+        handle = program.add_node(lp.CourierNode(BatchedEchoService, courier_kwargs=server_kwargs),
+                                  label='echo')
         self.controller = _quiet_launch(program)
-        self.client = courier.Client(handle.dereference().address, transport=self.transport)
+        self.client = courier.Client(handle.dereference().address, transport=self.transport,
+                                     tls=self.credentials)
 
     def stop(self) -> None:
         if self.controller is not None:
@@ -88,7 +94,8 @@ class LaunchpadPeer(Peer):
         # Fan-in callers are processes outside the program: they are handed the secret.
         return (__name__, 'connect', {'address': self.client.address,
                                       'transport': self.transport,
-                                      'secret': courier.auth.secret_for(self.client.address)})
+                                      'secret': courier.auth.secret_for(self.client.address),
+                                      'tls': self.credentials})
 
     def batched(self, callers: int, method: str, budget: Budget) -> float:
         """Total calls/s of ``callers`` threads each calling ``method`` synchronously."""

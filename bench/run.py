@@ -54,6 +54,8 @@ PEERS = {
     "launchpad": (lambda: peers_launchpad.LaunchpadPeer("auto"), None),
     "launchpad_grpc": (lambda: peers_launchpad.LaunchpadPeer("grpc"), None),
     "launchpad_tcp": (lambda: peers_launchpad.LaunchpadPeer("tcp"), None),
+    "launchpad_tcp_tls": (lambda: peers_launchpad.LaunchpadPeer("tcp", tls=True), None),
+    "launchpad_grpc_tls": (lambda: peers_launchpad.LaunchpadPeer("grpc", tls=True), None),
     "floor_unix": (lambda: peers_floor.FloorPeer("unix"), None),
     "floor_tcp": (lambda: peers_floor.FloorPeer("tcp"), None),
     "grpc": (lambda: peers_grpc.GrpcPeer(), peers_grpc.available),
@@ -242,8 +244,8 @@ def table(results: list[Result]) -> str:
     results = [r for r in results if not r.measure.startswith("rt_GBps:")]
     rows = sorted(results, key=lambda r: (measure_order(r.measure),
                                           peer_order.index(r.peer) if r.peer in peer_order else 99))
-    lines = [f"{'measure':<18} {'peer':<14} {'median':>12} {'min - max':>23} {'unit':<8} "
-             f"{'x floor':>8} {'x tcp':>6}  note", "-" * 112]
+    lines = [f"{'measure':<18} {'peer':<18} {'median':>12} {'min - max':>23} {'unit':<8} "
+             f"{'x floor':>8} {'x tcp':>6}  note", "-" * 116]
     for r in rows:
         if r.values:
             med = fmt_value(r.median, r.unit)
@@ -261,7 +263,7 @@ def table(results: list[Result]) -> str:
         if r.measure == "idle_rss" and r.extra.get("cluster_rss_total"):
             note += (f" ({r.peer}: {r.extra['cluster_processes']} processes, "
                      f"{r.extra['cluster_rss_total'] / 2**20:.0f} MiB RSS total)")
-        lines.append(f"{r.measure:<18} {r.peer:<14} {med:>12} {span:>23} {unit:<8} {ratio_s:>8} "
+        lines.append(f"{r.measure:<18} {r.peer:<18} {med:>12} {span:>23} {unit:<8} {ratio_s:>8} "
                      f"{tcp_s:>6}  {note}")
     return "\n".join(lines)
 

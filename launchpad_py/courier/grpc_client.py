@@ -15,8 +15,9 @@ from typing import Any, Callable
 import grpc
 
 from launchpad_py.courier import auth, errors, frames, grpc_chunks, wire
+from launchpad_py.courier.tls import GRPC_CHANNEL_OPTIONS, TlsCredentials
 
-_channels: dict[str, grpc.Channel] = {}
+_channels: dict[tuple, grpc.Channel] = {}
 _channels_lock = threading.Lock()
 
 # Unlimited message sizes (chunking keeps each under gRPC's hard 2 GiB cap).
@@ -26,11 +27,14 @@ CHANNEL_OPTIONS = [
 ]
 
 
-def channel(address: str) -> grpc.Channel:
+def channel(address: str, tls: TlsCredentials | None = None) -> grpc.Channel:
     with _channels_lock:
-        found = _channels.get(address)
+        found = _channels.get((address, tls))
         if found is None:
-            found = _channels[address] = grpc.insecure_channel(address, options=CHANNEL_OPTIONS)
+            found = _channels[(address, tls)] = (
+                grpc.insecure_channel(address, options=CHANNEL_OPTIONS) if tls is None else
+                grpc.secure_channel(address, tls.grpc_channel_credentials(),
+                                    options=CHANNEL_OPTIONS + GRPC_CHANNEL_OPTIONS))
         return found
 
 
@@ -38,13 +42,14 @@ class GrpcCaller:
     """Sends requests to one address over gRPC and decodes the replies."""
 
     def __init__(self, address: str, timeout: float | None, wait_for_ready: bool,
-                 max_message_bytes: int, secret: bytes | None = None):
+                 max_message_bytes: int, secret: bytes | None = None,
+                 tls: TlsCredentials | None = None):
         self._address = address
         self._secret = secret
         self._timeout = timeout
         self._wait_for_ready = wait_for_ready
         self._limit = max_message_bytes
-        grpc_channel = channel(address)
+        grpc_channel = channel(address, tls)
         self._call = grpc_channel.unary_unary(wire.CALL)
         self._call_chunked = grpc_channel.stream_unary(wire.CALL_CHUNKED)
         self._fetch = grpc_channel.unary_stream(wire.FETCH)
