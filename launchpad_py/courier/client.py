@@ -73,20 +73,23 @@ class _TcpPort:
         self._port: int | None = None
 
     def connect(self, timeout: float | None) -> tcp.Connection | None:
-        for fresh in (self._port is None, True):  # A cached port may be a restarted server's.
+        """A new connection; None when the server has no raw-TCP listener (use gRPC)."""
+        fresh = self._port is None
+        if fresh:
+            self._port = self._grpc.tcp_port()
+        if not self._port:
+            return None
+        try:
+            return tcp.connect(self._host, self._port, self._secret, self._address, timeout,
+                               self._tls)
+        except errors.CourierUnavailableError:
             if fresh:
-                self._port = self._grpc.tcp_port()
-            if not self._port:
-                return None
-            try:
-                return tcp.connect(self._host, self._port, self._secret, self._address, timeout,
-                                   self._tls)
-            except errors.AuthenticationError:
                 raise
-            except errors.CourierUnavailableError:
-                if fresh:
-                    raise
-        return None
+        self._port = self._grpc.tcp_port()  # The cached port may be a restarted server's.
+        if not self._port:
+            return None
+        return tcp.connect(self._host, self._port, self._secret, self._address, timeout,
+                           self._tls)
 
 
 def _seconds(timeout: Timeout) -> float | None:

@@ -251,10 +251,11 @@ class _Guard(grpc.ServerInterceptor):
         self._label = label or 'server'
 
     def intercept_service(self, continuation, handler_call_details):
-        why = self._checker.check(handler_call_details.method,
-                                  handler_call_details.invocation_metadata)
+        why, proof = self._checker.check(handler_call_details.method,
+                                         handler_call_details.invocation_metadata)
         if why is None:
-            return continuation(handler_call_details)
+            handler = continuation(handler_call_details)
+            return None if handler is None else _proving(handler, proof)
 
         def refuse(requests, context: grpc.ServicerContext):
             _log.warning('courier server %s: refused a gRPC call of %s from %s: %s',
@@ -263,3 +264,16 @@ class _Guard(grpc.ServerInterceptor):
 
         # A streaming-request handler never reads the request: refused unread.
         return grpc.stream_unary_rpc_method_handler(refuse)
+
+
+def _proving(handler: grpc.RpcMethodHandler, proof: str) -> grpc.RpcMethodHandler:
+    """``handler``, first sending the server's proof of the secret (see auth.grpc_token)."""
+    def wrap(behavior):
+        def run(request, context):
+            context.send_initial_metadata(((auth.PROOF_KEY, proof),))
+            return behavior(request, context)
+        return run
+
+    kinds = ('unary_unary', 'unary_stream', 'stream_unary', 'stream_stream')
+    return handler._replace(**{k: wrap(getattr(handler, k)) for k in kinds
+                               if getattr(handler, k) is not None})

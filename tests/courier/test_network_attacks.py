@@ -259,7 +259,7 @@ def test_grpc_call_without_a_valid_token_is_refused(served, grpc_request, caplog
     """A gRPC call with no token, a wrong one or garbage is refused with UNAUTHENTICATED."""
     server, target, bomb = served
     call, request = grpc_request
-    metadata = {'none': (), 'wrong': auth.grpc_token(secrets.token_bytes(32), wire.CALL),
+    metadata = {'none': (), 'wrong': auth.grpc_token(secrets.token_bytes(32), wire.CALL)[0],
                 'malformed': ((auth.METADATA_KEY, 'x/y'),)}[token]
     with pytest.raises(grpc.RpcError) as caught:
         call(request, metadata=metadata, timeout=10)
@@ -273,7 +273,7 @@ def test_replayed_grpc_token_is_refused(served, grpc_request):
     server, target, bomb = served
     call, _ = grpc_request
     harmless = b''.join(frames.encode(0, frames.REQUEST, ('mark', (), {}))[0])
-    token = auth.grpc_token(SECRET, wire.CALL)
+    token, _ = auth.grpc_token(SECRET, wire.CALL)
     call(harmless, metadata=token, timeout=10)
     parts, _ = frames.encode(0, frames.REQUEST, ('mark', (_Bomb(bomb),), {}))
     with pytest.raises(grpc.RpcError) as caught:
@@ -320,4 +320,27 @@ def test_server_stays_up_under_concurrent_attacks(served):
         stop.set()
         for thread in attackers:
             thread.join(timeout=30)
+    assert not os.path.exists(bomb)
+
+
+class FalseServer:
+    """What an impostor on a node's port would serve: replies that run code when decoded."""
+
+    def __init__(self, bomb: str):
+        self.bomb = bomb
+
+    def mark(self, *args):
+        return _Bomb(self.bomb)
+
+
+@pytest.mark.parametrize('transport', ['tcp', 'grpc'])
+def test_a_reply_from_a_server_without_the_secret_is_not_decoded(tmp_path, transport):
+    """A client refuses the reply of a server that cannot prove the secret, before unpickling it."""
+    bomb = str(tmp_path / 'unpickled-by-client')
+    with courier.Server(FalseServer(bomb)) as impostor:
+        client = courier.Client(impostor.address, transport=transport, secret=SECRET, timeout=10)
+        with pytest.raises(courier.AuthenticationError):
+            client.mark()
+        with pytest.raises(courier.AuthenticationError):
+            client.futures.mark().result(timeout=10)
     assert not os.path.exists(bomb)
