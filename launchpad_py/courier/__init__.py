@@ -24,6 +24,7 @@ from launchpad_py.courier.auth import default_secret
 from launchpad_py.courier.auth import forget_secret
 from launchpad_py.courier.auth import register_secret
 from launchpad_py.courier.auth import set_default_secret
+from launchpad_py.courier.tls import TlsCredentials
 
 # Batching concurrent calls into one
 from launchpad_py.courier.batching import batched_handler

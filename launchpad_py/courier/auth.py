@@ -39,6 +39,7 @@ CLIENT_PROOF = len(MAGIC) + NONCE_BYTES + _MAC_BYTES
 SERVER_PROOF = _MAC_BYTES
 MIN_SECRET_BYTES = 16
 METADATA_KEY = 'lp-auth'
+PROOF_KEY = 'lp-auth-server'
 # A gRPC token is good for this long either side of the server's clock (hosts' clocks
 # differ by a little), and only once.
 TOKEN_WINDOW_SECONDS = 60.0
@@ -112,39 +113,24 @@ class HandshakeFailed(Exception):
     """The peer did not prove the secret; the message says how (for the server's log)."""
 
 
-def server_handshake(sock: socket.socket, secret: bytes | None, timeout: float) -> None:
-    """Makes the peer prove the secret, then proves it back; raises HandshakeFailed.
+def server_hello() -> tuple[bytes, bytes]:
+    """The server's nonce, and the greeting that carries it."""
+    nonce = os.urandom(NONCE_BYTES)
+    return nonce, MAGIC + nonce
 
-    ``secret=None`` runs the same exchange with an empty key (an insecure
-    server), so both ends still agree they speak courier.
+
+def check_client_proof(secret: bytes | None, ours: bytes, proof: bytes) -> bytes:
+    """The server's answer to a client's ``CLIENT_PROOF`` bytes; raises HandshakeFailed.
+
+    ``secret=None`` (an insecure server) checks the same exchange with an
+    empty key, so both ends still agree they speak courier.
     """
-    deadline = time.monotonic() + timeout
-    ours = os.urandom(NONCE_BYTES)
-    try:
-        sock.settimeout(timeout)
-        sock.sendall(MAGIC + ours)
-        proof = b''
-        while len(proof) < CLIENT_PROOF:
-            sock.settimeout(max(0.001, deadline - time.monotonic()))
-            chunk = sock.recv(CLIENT_PROOF - len(proof))
-            if not chunk:
-                raise HandshakeFailed(f'closed after {len(proof)} of {CLIENT_PROOF} '
-                                      'handshake bytes')
-            proof += chunk
-    except TimeoutError:
-        raise HandshakeFailed(f'no handshake within {timeout:g} s') from None
-    except OSError as exc:
-        raise HandshakeFailed(f'connection failed during the handshake: {exc}') from None
     if proof[:len(MAGIC)] != MAGIC:
         raise HandshakeFailed(f'not a courier handshake (starts {proof[:8]!r})')
     theirs = proof[len(MAGIC):len(MAGIC) + NONCE_BYTES]
     if not hmac.compare_digest(proof[-_MAC_BYTES:], _mac(secret, b'client', ours, theirs)):
         raise HandshakeFailed('wrong secret')
-    try:
-        sock.sendall(_mac(secret, b'server', theirs, ours))
-        sock.settimeout(None)
-    except OSError as exc:
-        raise HandshakeFailed(f'connection failed during the handshake: {exc}') from None
+    return _mac(secret, b'server', theirs, ours)
 
 
 def client_handshake(sock: socket.socket, secret: bytes | None, address: str,
@@ -175,12 +161,21 @@ def client_handshake(sock: socket.socket, secret: bytes | None, address: str,
     sock.settimeout(None)
 
 
-def grpc_token(secret: bytes, method: str) -> tuple[tuple[str, str]]:
-    """The metadata that authenticates one gRPC call of ``method``."""
+def grpc_token(secret: bytes, method: str) -> tuple[tuple[tuple[str, str]], str]:
+    """The metadata that authenticates one gRPC call of ``method``, and the server's answer.
+
+    The server sends ``grpc_server_proof`` of the token back in its initial
+    metadata, so the client decodes a reply only from a holder of the secret.
+    """
     stamp = f'{time.time():.3f}'
     nonce = os.urandom(16).hex()
     mac = _mac(secret, method.encode(), stamp.encode(), nonce.encode()).hex()
-    return ((METADATA_KEY, f'{stamp}/{nonce}/{mac}'),)
+    token = f'{stamp}/{nonce}/{mac}'
+    return ((METADATA_KEY, token),), grpc_server_proof(secret, token)
+
+
+def grpc_server_proof(secret: bytes, token: str) -> str:
+    return _mac(secret, b'server', token.encode()).hex()
 
 
 class TokenChecker:
@@ -192,30 +187,30 @@ class TokenChecker:
         self._lock = threading.Lock()
         self._next_prune = 0.0
 
-    def check(self, method: str, metadata) -> str | None:
-        """None when the call may proceed, else why not."""
+    def check(self, method: str, metadata) -> tuple[str | None, str | None]:
+        """``(None, proof to send back)`` when the call may proceed, else ``(why not, None)``."""
         token = next((v for k, v in metadata or () if k == METADATA_KEY), None)
         if token is None:
-            return 'no lp-auth token (the client has no secret)'
+            return 'no lp-auth token (the client has no secret)', None
         try:
             stamp, nonce, mac = token.split('/')
             sent = float(stamp)
             given = bytes.fromhex(mac)
         except (ValueError, IndexError):
-            return 'malformed lp-auth token'
+            return 'malformed lp-auth token', None
         expected = _mac(self._secret, method.encode(), stamp.encode(), nonce.encode())
         if not hmac.compare_digest(given, expected):
-            return 'wrong secret'
+            return 'wrong secret', None
         now = time.time()
         if abs(now - sent) > TOKEN_WINDOW_SECONDS:
-            return f'token {now - sent:+.0f} s old (clocks apart, or replayed)'
+            return f'token {now - sent:+.0f} s old (clocks apart, or replayed)', None
         with self._lock:
             if now >= self._next_prune:
                 horizon = 2 * TOKEN_WINDOW_SECONDS
                 self._seen = {k: t for k, t in self._seen.items() if now - t <= horizon}
                 self._next_prune = now + 1.0
             if nonce in self._seen:
-                return 'replayed token'
+                return 'replayed token', None
             self._seen[nonce] = now
-        return None
+        return None, grpc_server_proof(self._secret, token)
 

@@ -27,6 +27,7 @@ from typing import Any
 
 from launchpad_py.courier import (auth, errors, frames, grpc_client, grpc_chunks, tcp, uds,
                                   uds_client)
+from launchpad_py.courier.tls import TlsCredentials
 
 Timeout = float | int | datetime.timedelta | None
 TRANSPORTS = ('auto', 'grpc', 'tcp')
@@ -48,12 +49,12 @@ def _local_channel(address: str) -> uds_client.LocalChannel | None:
 
 
 def _tcp_channel(address: str, secret: bytes | None, wait_for_ready: bool,
-                 timeout: float | None) -> uds_client.LocalChannel:
-    key = ('tcp', address, secret)
+                 timeout: float | None, tls: TlsCredentials | None) -> uds_client.LocalChannel:
+    key = ('tcp', address, secret, tls)
     with _channels_lock:
         channel = _channels.get(key)
         if channel is None:
-            finder = _TcpPort(address, secret, wait_for_ready, timeout)
+            finder = _TcpPort(address, secret, wait_for_ready, timeout, tls)
             channel = _channels[key] = uds_client.LocalChannel(address, finder.connect)
         return channel
 
@@ -62,28 +63,33 @@ class _TcpPort:
     """Finds a server's raw-TCP port (one gRPC call, kept) and connects to it."""
 
     def __init__(self, address: str, secret: bytes | None, wait_for_ready: bool,
-                 timeout: float | None):
+                 timeout: float | None, tls: TlsCredentials | None):
         self._address = address
         self._host = address.rpartition(':')[0].strip('[]')
         self._secret = secret
+        self._tls = None if tls is None else tls.client_context()
         self._grpc = grpc_client.GrpcCaller(address, timeout, wait_for_ready,
-                                            grpc_chunks.MAX_MESSAGE_BYTES, secret)
+                                            grpc_chunks.MAX_MESSAGE_BYTES, secret, tls)
         self._port: int | None = None
 
     def connect(self, timeout: float | None) -> tcp.Connection | None:
-        for fresh in (self._port is None, True):  # A cached port may be a restarted server's.
+        """A new connection; None when the server has no raw-TCP listener (use gRPC)."""
+        fresh = self._port is None
+        if fresh:
+            self._port = self._grpc.tcp_port()
+        if not self._port:
+            return None
+        try:
+            return tcp.connect(self._host, self._port, self._secret, self._address, timeout,
+                               self._tls)
+        except errors.CourierUnavailableError:
             if fresh:
-                self._port = self._grpc.tcp_port()
-            if not self._port:
-                return None
-            try:
-                return tcp.connect(self._host, self._port, self._secret, self._address, timeout)
-            except errors.AuthenticationError:
                 raise
-            except errors.CourierUnavailableError:
-                if fresh:
-                    raise
-        return None
+        self._port = self._grpc.tcp_port()  # The cached port may be a restarted server's.
+        if not self._port:
+            return None
+        return tcp.connect(self._host, self._port, self._secret, self._address, timeout,
+                           self._tls)
 
 
 def _seconds(timeout: Timeout) -> float | None:
@@ -110,13 +116,14 @@ class Client:
 
     ``device_arrays=True`` turns JAX arrays in replies back into JAX arrays
     (by default they arrive as numpy arrays). ``secret``: the bytes to prove
-    to the server (default: registered for the address, else the process's).
+    to the server (default: registered for the address, else the process's);
+    ``tls``: the server's ``TlsCredentials``, to encrypt TCP and gRPC.
     """
 
     def __init__(self, address: str, *, timeout: Timeout = None, wait_for_ready: bool = True,
                  transport: str = 'auto', device_arrays: bool = False,
                  max_message_bytes: int = grpc_chunks.MAX_MESSAGE_BYTES,
-                 secret: bytes | None = None):
+                 secret: bytes | None = None, tls: TlsCredentials | None = None):
         if not isinstance(address, str) or ':' not in address:
             raise ValueError(f"address must be 'host:port' (got {address!r})")
         if transport not in TRANSPORTS:
@@ -128,9 +135,10 @@ class Client:
         self._device_arrays = device_arrays
         self._max_message_bytes = max_message_bytes
         self._secret = auth.secret_for(address, secret)
+        self._tls = tls
         self._local = _local_channel(address) if transport == 'auto' else None
         if transport == 'tcp' or (transport == 'auto' and self._local is None):
-            self._local = _tcp_channel(address, self._secret, wait_for_ready, self._timeout)
+            self._local = _tcp_channel(address, self._secret, wait_for_ready, self._timeout, tls)
         self._grpc_caller: grpc_client.GrpcCaller | None = None
         self._decode = functools.partial(decode_reply, device_arrays=device_arrays)
 
@@ -140,7 +148,7 @@ class Client:
         if self._grpc_caller is None:
             self._grpc_caller = grpc_client.GrpcCaller(
                 self._address, self._timeout, self._wait_for_ready, self._max_message_bytes,
-                self._secret)
+                self._secret, self._tls)
         return self._grpc_caller
 
     @property

@@ -71,5 +71,5 @@ def translate_rpc_error(error: grpc.RpcError, address: str, method: str) -> Cour
     return CourierError(f'{name} {where}: {details}')
 
 
-class AuthenticationError(CourierError, PermissionError):
+class AuthenticationError(CourierError):
     """The server refused this client's proof of the secret, or could not prove its own."""

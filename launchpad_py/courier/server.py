@@ -28,6 +28,7 @@ import grpc
 
 from launchpad_py.courier import (auth, errors, frames, grpc_chunks, tcp, uds, uds_server,
                                   wire)
+from launchpad_py.courier import tls as tls_module
 
 _log = logging.getLogger('launchpad_py.courier')
 
@@ -67,7 +68,8 @@ class Server:
     ``tcp_transport=False`` the raw-TCP listener; ``max_message_bytes`` is
     the largest single gRPC message (bigger replies are streamed in chunks);
     ``handshake_timeout`` closes TCP connections that do not authenticate in
-    time; ``max_frame_bytes`` is the largest TCP frame accepted.
+    time; ``max_frame_bytes`` is the largest TCP frame accepted; ``tls``
+    (``TlsCredentials``) encrypts gRPC and raw TCP (see ``tls.py``).
     """
 
     def __init__(self, obj: Any, port: int = 0, *, host: str = '127.0.0.1',
@@ -78,7 +80,8 @@ class Server:
                  secret: bytes | None = None, insecure: bool = False,
                  tcp_transport: bool = True,
                  handshake_timeout: float = tcp.HANDSHAKE_SECONDS,
-                 max_frame_bytes: int = tcp.MAX_FRAME_BYTES):
+                 max_frame_bytes: int = tcp.MAX_FRAME_BYTES,
+                 tls: 'tls_module.TlsCredentials | None' = None):
         if not isinstance(thread_pool_size, int) or thread_pool_size < 1:
             raise ValueError(f'thread_pool_size must be a positive int (got {thread_pool_size!r})')
         self._secret = auth.secret_for(f'{host}:{port}' if port else None, secret)
@@ -89,6 +92,7 @@ class Server:
                 'secret=secrets.token_bytes(32) (clients pass the same), call '
                 'courier.set_default_secret(...), or insecure=True if the network is trusted')
         self._tcp_transport = tcp_transport
+        self._tls = tls
         self._handshake_timeout = handshake_timeout
         self._max_frame_bytes = max_frame_bytes
         self._tcp: tcp.TcpListener | None = None
@@ -142,7 +146,8 @@ class Server:
         })])
         target = f'{self._host}:{self._requested_port}'
         try:
-            port = server.add_insecure_port(target)
+            port = (server.add_insecure_port(target) if self._tls is None else
+                    server.add_secure_port(target, self._tls.grpc_server_credentials()))
         except RuntimeError as exc:
             port, cause = 0, exc
         else:
@@ -160,7 +165,8 @@ class Server:
             self._tcp = tcp.TcpListener(
                 self._host, self._secret, self._dispatch_frame, self._unsendable, self._pool,
                 self._label, self._initializer, handshake_timeout=self._handshake_timeout,
-                max_frame_bytes=self._max_frame_bytes)
+                max_frame_bytes=self._max_frame_bytes,
+                tls=None if self._tls is None else self._tls.server_context())
             if not self._tcp.start():
                 self._tcp = None
         server.start()
@@ -245,10 +251,11 @@ class _Guard(grpc.ServerInterceptor):
         self._label = label or 'server'
 
     def intercept_service(self, continuation, handler_call_details):
-        why = self._checker.check(handler_call_details.method,
-                                  handler_call_details.invocation_metadata)
+        why, proof = self._checker.check(handler_call_details.method,
+                                         handler_call_details.invocation_metadata)
         if why is None:
-            return continuation(handler_call_details)
+            handler = continuation(handler_call_details)
+            return None if handler is None else _proving(handler, proof)
 
         def refuse(requests, context: grpc.ServicerContext):
             _log.warning('courier server %s: refused a gRPC call of %s from %s: %s',
@@ -257,3 +264,16 @@ class _Guard(grpc.ServerInterceptor):
 
         # A streaming-request handler never reads the request: refused unread.
         return grpc.stream_unary_rpc_method_handler(refuse)
+
+
+def _proving(handler: grpc.RpcMethodHandler, proof: str) -> grpc.RpcMethodHandler:
+    """``handler``, first sending the server's proof of the secret (see auth.grpc_token)."""
+    def wrap(behavior):
+        def run(request, context):
+            context.send_initial_metadata(((auth.PROOF_KEY, proof),))
+            return behavior(request, context)
+        return run
+
+    kinds = ('unary_unary', 'unary_stream', 'stream_unary', 'stream_stream')
+    return handler._replace(**{k: wrap(getattr(handler, k)) for k in kinds
+                               if getattr(handler, k) is not None})

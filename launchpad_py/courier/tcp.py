@@ -18,15 +18,15 @@ import struct
 import threading
 from typing import Callable
 
-from launchpad_py.courier import auth, errors, frames, uds, uds_server
+from launchpad_py.courier import auth, errors, frames, tcp_gate, uds, uds_server
 
 _log = logging.getLogger('launchpad_py.courier')
 ENDPOINTS = struct.Struct('<H')  # The gRPC Endpoints reply: the raw-TCP port, 0 for none.
 # The largest frame a TCP peer may announce (a bound on memory, not a goal).
 MAX_FRAME_BYTES = 16 << 30
 HANDSHAKE_SECONDS = 10.0
-# Connections still in their handshake; more are closed at once (a flood costs no threads).
-MAX_PENDING = 128
+# Connections still in their handshake; beyond this the oldest is dropped.
+MAX_PENDING = 1024
 
 
 def _tune(sock: socket.socket) -> None:
@@ -75,6 +75,9 @@ def connect(host: str, port: int, secret: bytes | None, address: str,
         if tls is not None:
             sock = tls.wrap_socket(sock, server_hostname=None if not tls.check_hostname else host)
         auth.client_handshake(sock, secret, address, limit)
+    except errors.CourierError:
+        sock.close()
+        raise
     except ssl.SSLError as exc:
         sock.close()
         raise errors.AuthenticationError(f'TLS with {address} failed: {exc}') from None
@@ -88,7 +91,7 @@ def connect(host: str, port: int, secret: bytes | None, address: str,
 
 
 class TcpListener(uds_server.LocalListener):
-    """Accepts TCP connections for one server: the handshake, then the same-host serving loop."""
+    """Accepts TCP connections for one server: the gate's handshake, then the Unix-socket loop."""
 
     def __init__(self, host: str, secret: bytes | None, dispatch: Callable, unsendable: Callable,
                  executor, label: str | None, thread_initializer=None, *,
@@ -103,102 +106,54 @@ class TcpListener(uds_server.LocalListener):
         self._tls = tls
         self._handshake_timeout = handshake_timeout
         self._max_frame_bytes = max_frame_bytes
-        self._pending: set[socket.socket] = set()
+        self._gate: tcp_gate.Gate | None = None
         self.port: int | None = None
 
     def start(self) -> bool:
         family = socket.AF_INET6 if ':' in self._host.strip('[]') else socket.AF_INET
         listener = socket.socket(family, socket.SOCK_STREAM)
-        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             listener.bind((self._host.strip('[]'), 0))
-            listener.listen(512)
+            listener.listen(1024)
         except OSError:
             listener.close()
             return False
         self._listener = listener
         self.port = listener.getsockname()[1]
-        self._spawn(self._accept_loop)
+        self._gate = tcp_gate.Gate(listener, self._secret, self._name, self._admit, self._tls,
+                                   self._handshake_timeout, MAX_PENDING)
+        self._spawn(self._gate.run)
         return True
 
-    def _refuse(self, peer, why: str) -> None:
-        if self._closed:  # Connections cut by our own stop are no incident.
-            return
-        _log.warning('courier server %s: closed a TCP connection from %s: %s',
-                     self._name, _peer_text(peer), why)
-
-    def _accept_loop(self) -> None:
-        while True:
-            try:
-                sock, peer = self._listener.accept()
-            except OSError:
-                return
-            with self._lock:
-                if self._closed:
-                    sock.close()
-                    return
-                crowded = len(self._pending) >= MAX_PENDING
-                if not crowded:
-                    self._pending.add(sock)
-            if crowded:
-                self._refuse(peer, f'{MAX_PENDING} connections already in their handshake')
-                sock.close()
-                continue
-            self._spawn(self._admit, sock, peer)
-
     def _admit(self, sock: socket.socket, peer) -> None:
-        """The handshake, in the connection's own thread; then serving, as on the Unix socket."""
-        try:
-            _tune(sock)
-            if self._tls is not None:
-                sock.settimeout(self._handshake_timeout)
-                wrapped = self._tls.wrap_socket(sock, server_side=True)
-                with self._lock:
-                    self._pending.discard(sock)
-                    self._pending.add(wrapped)
-                sock = wrapped
-            auth.server_handshake(sock, self._secret, self._handshake_timeout)
-        except (auth.HandshakeFailed, ssl.SSLError, OSError) as exc:
-            self._refuse(peer, str(exc) or type(exc).__name__)
-            with self._lock:
-                self._pending.discard(sock)
-            sock.close()
-            return
+        _tune(sock)
         connection = Connection(sock, self._max_frame_bytes)
         with self._lock:
-            self._pending.discard(sock)
             if self._closed:
                 connection.close()
                 return
             self._connections.add(connection)
+        self._spawn(self._serve_tcp, connection, peer)
+
+    def _serve_tcp(self, connection: Connection, peer) -> None:
         try:
             while True:
                 self._take(connection, connection.read())
         except (EOFError, OSError, RuntimeError):  # Peer gone, or the pool shut down on stop.
             pass
         except (frames.FrameError, struct.error, ValueError) as exc:
-            self._refuse(peer, f'bad frame: {exc}')
+            if not self._closed:
+                _log.warning('courier server %s: closed a TCP connection from %s: bad frame: %s',
+                             self._name, tcp_gate.peer_text(peer), exc)
         finally:
             with self._lock:
                 self._connections.discard(connection)
             connection.close()
 
     def stop(self) -> None:
-        with self._lock:
-            pending, self._pending = list(self._pending), set()
-        for sock in pending:
-            try:
-                sock.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
+        if self._gate is not None:
+            self._gate.close()
         super().stop()
 
     def _remove_path(self) -> None:
         """No file to remove: a TCP listener has none."""
-
-
-def _peer_text(peer) -> str:
-    if isinstance(peer, tuple) and len(peer) >= 2:
-        return f'{peer[0]}:{peer[1]}'
-    return str(peer)
-
