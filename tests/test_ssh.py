@@ -124,15 +124,24 @@ def test_crash_on_one_host_fails_program_naming_the_host():
 
 
 def test_bad_hosts_are_each_named_before_anything_starts(tmp_path):
-    """Down host, missing python, missing launchpad_py, missing workdir: one line each, no node."""
+    """Down host, no python, no or another launchpad_py, no workdir: one line each, no node."""
+    old = tmp_path / 'old'  # An installed launchpad_py of another version.
+    (old / 'launchpad_py').mkdir(parents=True)
+    (old / 'launchpad_py' / '__init__.py').write_text('')
+    (old / 'launchpad_py-0.0.1.dist-info').mkdir()
+    (old / 'launchpad_py-0.0.1.dist-info' / 'METADATA').write_text(
+        'Metadata-Version: 2.1\nName: launchpad_py\nVersion: 0.0.1\n')
     program = lp.Program('badhosts')
-    labels = ['down', 'nopython', 'nolp', 'noworkdir', 'fine']
+    labels = ['down', 'nopython', 'nolp', 'oldlp', 'noworkdir', 'fine']
     for label in labels:
         program.add_node(lp.PyNode(serve_forever), label=label)
     resources = {
         'down': ssh_host('lo', port=1),  # Nothing listens there.
         'nopython': ssh_host('h1', python='/nonexistent/python3'),
-        'nolp': ssh_host('h2', python='/usr/bin/python3', env={'PYTHONNOUSERSITE': '1'}),
+        'nolp': ssh_host('h2', python='/usr/bin/python3', workdir=str(tmp_path),
+                         env={'PYTHONPATH': str(tmp_path)}),
+        'oldlp': ssh_host('h3', python='/usr/bin/python3', workdir=str(old),
+                          env={'PYTHONPATH': str(old)}),
         'noworkdir': ssh_host('h3', workdir=str(tmp_path / 'missing')),
         'fine': ssh_host('h1'),
     }
@@ -140,11 +149,13 @@ def test_bad_hosts_are_each_named_before_anything_starts(tmp_path):
         lp.launch(program, launch_type='ssh', resources=resources)
     lines = str(info.value).splitlines()
     assert lines[0] == 'the ssh launcher cannot use these hosts; nothing was started:'
-    assert len(lines) == 5, str(info.value)
+    assert len(lines) == 6, str(info.value)
     text = str(info.value)
     assert 'lo:1: unreachable over ssh: ' in text and 'Connection refused' in text
     assert "h1: python '/nonexistent/python3' cannot run there" in text
-    assert 'h2: launchpad_py ' in text and 'install launchpad_py==' in text
+    assert ("h2: launchpad_py cannot be imported there (ModuleNotFoundError: No module named "
+            "'launchpad_py'); install launchpad_py==") in text
+    assert f'h3: launchpad_py 0.0.1 is installed there ({old}/launchpad_py), the launcher ' in text
     assert f"h3: workdir '{tmp_path / 'missing'}' does not exist there" in text
 
 

@@ -40,6 +40,8 @@ try:  # Found and versioned without importing it: the check stays quick.
         raise ModuleNotFoundError("No module named 'launchpad_py'")
     out["path"] = os.path.dirname(spec.origin or "")
     out["version"] = importlib.metadata.version("launchpad_py")
+    out["missing"] = [name for name in ("grpc", "cloudpickle", "numpy", "absl", "portpicker")
+                      if importlib.util.find_spec(name) is None]
 except Exception as exc:
     out["error"] = f"{type(exc).__name__}: {exc}"
 print("LPCHECK " + json.dumps(out), flush=True)
@@ -163,6 +165,9 @@ def check_host(host: SshHost) -> tuple[str | None, str | None]:
     if found['version'] != _local_version():
         return None, (f'launchpad_py {found["version"]} is installed there ({found["path"]}), '
                       f'the launcher runs {_local_version()}; install the same version')
+    if found['missing']:
+        return None, (f'launchpad_py cannot run there: its dependencies {found["missing"]} are '
+                      f'missing for {host.python or sys.executable}; install launchpad_py with pip')
     return found['ssh'].split()[0] if found['ssh'] else '127.0.0.1', None
 
 
