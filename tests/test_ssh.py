@@ -287,3 +287,20 @@ def test_node_lost_while_others_start_ends_them_without_waiting_for_grace():
     with pytest.raises(lp.LaunchError, match=r"'lost'.*ended before it reached the launcher"):
         remote.launch(program, LaunchOptions(grace=60.0), 'ssh', placements)
     assert time.monotonic() - start < 30, 'the healthy node was left to the grace period'
+
+
+def test_program_secret_is_on_no_command_line_or_environment():
+    """The secret reaches nodes over ssh stdin: no process of the launch shows it in argv or env."""
+    from launchpad_py.courier import auth
+    token = f'lp-secret-{uuid.uuid4().hex}'
+    program = lp.Program('secretive')
+    pinger = program.add_node(lp.CourierNode(Pinger), label='pinger')
+    with lp.launch(program, launch_type='ssh',
+                   resources={'pinger': ssh_host('h2', env={'LP_TEST_TOKEN': token})}):
+        secret = auth.secret_for(pinger.address.resolve()).hex()
+        processes = _marked(token)
+        assert len(processes) >= 2  # The ssh client here and the node on h2.
+        for process in processes:
+            assert secret not in ' '.join(process.cmdline())
+            assert all(secret not in value for value in process.environ().values())
+        assert pinger.dereference().ping(1) == ('pong', 1)  # The node does hold it.

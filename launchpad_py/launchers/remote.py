@@ -258,7 +258,10 @@ class _RemoteSetup:
                 courier.register_secret(value, self.secret)
                 self._registered.append(value)
         for each in workers:
-            each.run(self.program_name, self.flags)
+            try:
+                each.run(self.program_name, self.flags)
+            except Exception as exc:  # Checked before the start, so only a surprise lands here.
+                each.fail_before_run(f'cannot ship node {each.name}: {type(exc).__name__}: {exc}')
 
     def heartbeat(self) -> None:
         while not self._closed.wait(HEARTBEAT_S):
