@@ -53,6 +53,14 @@ def wait_forever():
     lp.wait_for_stop()
 
 
+def ignore_stop_with_a_child():
+    """Starts a child process of its own, then never looks at the stop request."""
+    import subprocess
+    import threading
+    subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)'])
+    threading.Event().wait()
+
+
 def spread_program(token: str):
     """Nodes on h1..h3, one of them a colocation of processes; all marked with ``token``."""
     from nodes_for_tests import Pinger

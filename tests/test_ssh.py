@@ -304,3 +304,18 @@ def test_program_secret_is_on_no_command_line_or_environment():
             assert secret not in ' '.join(process.cmdline())
             assert all(secret not in value for value in process.environ().values())
         assert pinger.dereference().ping(1) == ('pong', 1)  # The node does hold it.
+
+
+def test_node_ignoring_stop_is_killed_with_its_children_after_grace():
+    """A node deaf to the stop is killed after the grace period, with what it started."""
+    from ssh_nodes import ignore_stop_with_a_child
+    token = f'lp-deaf-{uuid.uuid4().hex}'
+    program = lp.Program('deaf')
+    program.add_node(lp.PyNode(ignore_stop_with_a_child), label='deaf')
+    controller = lp.launch(program, launch_type='ssh',
+                           resources={'deaf': ssh_host('h3', env={'LP_TEST_TOKEN': token})})
+    wait_for(lambda: len(_marked(token)) >= 3, what='the node and its child')  # With ssh.
+    controller.stop(grace=1, timeout=30)
+    assert controller.killed_nodes == ['deaf/0']
+    assert controller.statuses()[0].state == lp.NodeState.KILLED
+    _wait_until_gone(token, timeout=15)
