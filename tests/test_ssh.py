@@ -319,3 +319,18 @@ def test_node_ignoring_stop_is_killed_with_its_children_after_grace():
     assert controller.killed_nodes == ['deaf/0']
     assert controller.statuses()[0].state == lp.NodeState.KILLED
     _wait_until_gone(token, timeout=15)
+
+
+def test_host_behind_a_jump_host_serves(tmp_path):
+    """A host alias with ProxyJump (h2 through h1) works: the node still dials the launcher back."""
+    config = tmp_path / 'ssh_config'
+    with open(SSH_OPTIONS[1]) as base:
+        config.write_text(base.read() + '\nHost h2-via-h1\n  HostName 10.250.0.12\n'
+                          '  ProxyJump h1\n')
+    program = lp.Program('jumped')
+    pinger = program.add_node(lp.CourierNode(Pinger), label='pinger')
+    host = lp.SshHost('h2-via-h1', ssh_options=['-F', str(config)])
+    with lp.launch(program, launch_type='ssh', resources={'pinger': host}) as controller:
+        assert pinger.dereference().ping('jumped') == ('pong', 'jumped')
+        assert controller.statuses()[0].host == 'h2-via-h1'
+        assert pinger.address.resolve().startswith('10.250.0.12:')

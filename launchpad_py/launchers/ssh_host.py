@@ -19,6 +19,7 @@ import importlib.metadata
 import json
 import os
 import shlex
+import socket
 import subprocess
 import sys
 
@@ -137,6 +138,32 @@ def _local_version() -> str:
         return 'unknown'
 
 
+def _is_local(ip: str) -> bool:
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+            probe.bind((ip, 0))
+        return True
+    except OSError:
+        return False
+
+
+def _launcher_ip(ssh_connection: str) -> str:
+    """Our address as the host reaches it, from its ``SSH_CONNECTION`` ('client port server port').
+
+    The client address is ours unless a jump host (ProxyJump) stands between;
+    then it is our interface on the route to the host's own address.
+    """
+    fields = ssh_connection.split()
+    if len(fields) != 4:
+        return '127.0.0.1'
+    client, _, server, _ = fields
+    if _is_local(client):
+        return client
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as route:
+        route.connect((server, 9))  # Picks a route; sends nothing.
+        return route.getsockname()[0]
+
+
 def check_host(host: SshHost) -> tuple[str | None, str | None]:
     """(the launcher's IP as ``host`` sees it, None) or (None, what is wrong with ``host``)."""
     argv = host.ssh_argv(host.remote_command(['-c', _CHECK_SCRIPT]))
@@ -168,7 +195,7 @@ def check_host(host: SshHost) -> tuple[str | None, str | None]:
     if found['missing']:
         return None, (f'launchpad_py cannot run there: its dependencies {found["missing"]} are '
                       f'missing for {host.python or sys.executable}; install launchpad_py with pip')
-    return found['ssh'].split()[0] if found['ssh'] else '127.0.0.1', None
+    return _launcher_ip(found['ssh']), None
 
 
 def check_hosts(hosts: list[SshHost]) -> dict[SshHost, str]:
