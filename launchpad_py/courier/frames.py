@@ -1,4 +1,4 @@
-"""The one courier message format, on a Unix socket or inside gRPC messages.
+"""The one courier message format, on a Unix socket, raw TCP, or inside gRPC messages.
 
 A frame is a fixed header, the ids of segments its sender released, a table
 of out-of-band buffers, the pickle stream, then the buffers kept in band::
@@ -8,7 +8,8 @@ of out-of-band buffers, the pickle stream, then the buffers kept in band::
 
 A buffer whose offset is ``-1`` follows the pickle in the frame; any other
 offset points into the frame's shared-memory segment, whose descriptor rides
-on the frame's first bytes (``SCM_RIGHTS``). Over gRPC every buffer is in band.
+on the frame's first bytes (``SCM_RIGHTS``). Over TCP and gRPC every buffer is
+in band.
 """
 
 from __future__ import annotations
