@@ -223,10 +223,11 @@ def test_dropped_ssh_connection_ends_the_node_and_fails_the_program():
                and token in ' '.join(p.cmdline())]
     assert len(clients) == 1
     clients[0].kill()
+    seconds = _wait_until_gone(token, timeout=15)
+    print(f'the node on h2 was gone {seconds:.2f}s after its ssh connection dropped')
     with pytest.raises(lp.NodeFailedError, match=r"'waiter'.*connection to h2 ended"):
         controller.wait(timeout=30)
     assert not psutil.pid_exists(waiter.pid) or psutil.Process(waiter.pid).status() == 'zombie'
-    _wait_until_gone(token, timeout=15)
 
 
 @slow
