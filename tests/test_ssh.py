@@ -40,6 +40,14 @@ def _marked(token: str) -> list[psutil.Process]:
     return found
 
 
+def _alive(pid: int) -> bool:
+    """True while ``pid`` runs (a zombie waiting for its parent does not count)."""
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
 def _wait_until_gone(token: str, timeout: float) -> float:
     """Seconds until no process holds ``token``; fails after ``timeout``."""
     start = time.monotonic()
@@ -227,12 +235,12 @@ def test_dropped_ssh_connection_ends_the_node_and_fails_the_program():
     print(f'the node on h2 was gone {seconds:.2f}s after its ssh connection dropped')
     with pytest.raises(lp.NodeFailedError, match=r"'waiter'.*connection to h2 ended"):
         controller.wait(timeout=30)
-    assert not psutil.pid_exists(waiter.pid) or psutil.Process(waiter.pid).status() == 'zombie'
+    assert not _alive(waiter.pid)
 
 
 @slow
 def test_frozen_launcher_nodes_end_after_heartbeat_timeout():
-    """A launcher that stops answering (SIGSTOP, as a lost host would) loses its nodes within seconds.
+    """A launcher that stops answering (SIGSTOP, like a lost host) loses its nodes within seconds.
 
     Its connections stay open, so only the heartbeat can tell.
     """
@@ -243,9 +251,8 @@ def test_frozen_launcher_nodes_end_after_heartbeat_timeout():
     try:
         node_pids = [pid for _, pid in nodes]
         start = time.monotonic()
-        wait_for(lambda: not any(psutil.pid_exists(pid) and psutil.Process(pid).status() != 'zombie'
-                                 for pid in node_pids),
-                 timeout=HEARTBEAT_TIMEOUT_S + 10, what='nodes to notice the silent launcher')
+        wait_for(lambda: not any(map(_alive, node_pids)), timeout=HEARTBEAT_TIMEOUT_S + 10,
+                 what='nodes to notice the silent launcher')
         seconds = time.monotonic() - start
     finally:
         launcher.kill()
@@ -335,3 +342,21 @@ def test_host_behind_a_jump_host_serves(tmp_path):
         assert pinger.dereference().ping('jumped') == ('pong', 'jumped')
         assert controller.statuses()[0].host == 'h2-via-h1'
         assert pinger.address.resolve().startswith('10.250.0.12:')
+
+
+def test_output_to_files_keeps_each_node_log(capsys):
+    """terminal='output_to_files' writes each remote node's output to its own log file here."""
+    program = lp.Program('logged')
+    program.add_node(lp.PyNode(print_gpus), label='printer')
+    with lp.launch(program, launch_type='ssh', terminal='output_to_files',
+                   resources={'printer': ssh_host('h1', gpus=[3])}):
+        announced = capsys.readouterr().out
+        (path,) = [line.split(': ', 1)[1] for line in announced.splitlines()
+                   if line.startswith('  printer/0 (h1): ')]
+
+        def logged() -> bool:
+            with open(path) as log:
+                return 'CUDA_VISIBLE_DEVICES=3' in log.read()
+
+        wait_for(logged, timeout=60, what='the node output in its log file')
+    assert os.path.exists(path)  # Kept after the program ends, as under local_mp.
