@@ -360,3 +360,13 @@ def test_output_to_files_keeps_each_node_log(capsys):
 
         wait_for(logged, timeout=60, what='the node output in its log file')
     assert os.path.exists(path)  # Kept after the program ends, as under local_mp.
+
+
+def test_flags_name_hosts_for_a_script_that_launches_without_resources():
+    """--lp_launch_type=ssh --lp_ssh_hosts=... runs an unchanged script on those hosts."""
+    done = subprocess.run(
+        [sys.executable, '-m', 'examples.hello_world', '--lp_launch_type=ssh',
+         '--lp_ssh_hosts=h3', f'--lp_ssh_options={" ".join(SSH_OPTIONS)}'],
+        cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "[greeter/0] Hello, world! (from node 'world')" in done.stdout
