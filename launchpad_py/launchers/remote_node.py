@@ -24,6 +24,10 @@ import socket
 import sys
 import threading
 
+from launchpad_py import node_process
+from launchpad_py.courier import serialization
+from launchpad_py.launchers import flag_transfer
+
 
 def _kill_own_group() -> None:
     try:
@@ -74,10 +78,6 @@ def _pick_ports(host: str, count: int) -> list[str]:
 
 
 def main() -> int:
-    from launchpad_py import node_process
-    from launchpad_py.courier import serialization
-    from launchpad_py.launchers import flag_transfer
-
     boot = _read_bootstrap()
     if os.getpgrp() != os.getpid():
         os.setsid()  # Our own group, so ending it ends exactly this node and its children.
@@ -115,8 +115,7 @@ class HeartbeatChannel:
     """
 
     def __init__(self, connection: mpc.Connection, timeout: float):
-        from launchpad_py.node_process import Channel
-        self._channel = Channel(connection)
+        self._channel = node_process.Channel(connection)
         self._connection = connection
         self._timeout = timeout
 
