@@ -344,3 +344,40 @@ def test_a_reply_from_a_server_without_the_secret_is_not_decoded(tmp_path, trans
         with pytest.raises(courier.AuthenticationError):
             client.futures.mark().result(timeout=10)
     assert not os.path.exists(bomb)
+
+
+OUT_OF_DESCRIPTORS_SERVER = '''
+import os, resource, sys
+from launchpad_py import courier
+from test_network_attacks import Target
+server = courier.Server(Target(), secret=bytes.fromhex(sys.argv[1])).start()
+open_now = len(os.listdir('/proc/self/fd'))
+resource.setrlimit(resource.RLIMIT_NOFILE, (open_now + 24, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+print(server.address, server.tcp_port, flush=True)
+sys.stdin.read()
+server.stop()
+'''
+
+
+def test_a_server_out_of_descriptors_drops_strangers_for_callers(tmp_path):
+    """When silent connections use up the server's descriptors, a new caller is still served."""
+    import subprocess
+    import sys
+    here = os.path.dirname(os.path.abspath(__file__))
+    server = subprocess.Popen(
+        [sys.executable, '-c', OUT_OF_DESCRIPTORS_SERVER, SECRET.hex()], cwd=here,
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+        env={**os.environ, 'PYTHONPATH': os.pathsep.join([here, os.path.dirname(os.path.dirname(
+            here))])})
+    flood = []
+    try:
+        address, tcp_port = server.stdout.readline().split()
+        flood = [socket.create_connection(('127.0.0.1', int(tcp_port)), timeout=10)
+                 for _ in range(60)]
+        client = courier.Client(address, transport='tcp', secret=SECRET, timeout=20)
+        assert client.mark() == 1
+    finally:
+        for sock in flood:
+            sock.close()
+        server.stdin.close()
+        server.wait(timeout=30)
