@@ -178,6 +178,17 @@ def test_huge_frame_header_is_refused_before_allocation(served, caplog, authenti
     _assert_untouched(server, target, bomb)
 
 
+def test_a_clean_hang_up_is_not_logged(served, caplog):
+    """A caller that leaves between frames is no incident: nothing is logged."""
+    server, _, _ = served
+    sock = _tcp(server)
+    _authenticate(sock)
+    sock.shutdown(socket.SHUT_WR)
+    assert _closed_by_server(sock)
+    assert _wait_for_log(caplog, sock.getsockname()) == []
+    sock.close()
+
+
 def test_truncated_handshake_is_refused(served, caplog):
     """Half a handshake, then the peer hangs up: closed, logged, nothing read further."""
     server, target, bomb = served
@@ -191,7 +202,7 @@ def test_truncated_handshake_is_refused(served, caplog):
     _assert_untouched(server, target, bomb)
 
 
-def test_truncated_frame_runs_nothing(served):
+def test_truncated_frame_runs_nothing(served, caplog):
     """An authenticated peer that sends half a request frame and leaves runs nothing."""
     server, target, bomb = served
     sock = _tcp(server)
@@ -200,6 +211,8 @@ def test_truncated_frame_runs_nothing(served):
     sock.sendall(frame[:len(frame) // 2])
     sock.shutdown(socket.SHUT_WR)
     assert _closed_by_server(sock)
+    records = _wait_for_log(caplog, sock.getsockname())
+    assert len(records) == 1 and 'middle of a frame' in records[0].getMessage()
     sock.close()
     _assert_untouched(server, target, bomb)
 
