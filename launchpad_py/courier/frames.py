@@ -185,6 +185,7 @@ class Reader:
         self._buf = bytearray(scratch)
         self._view = memoryview(self._buf)
         self._start = self._end = 0
+        self._in_frame = False  # A header was read and its frame is not complete yet.
         self._fds: collections.deque[int] = collections.deque()
         self._ancillary = socket.CMSG_SPACE(16 * array.array('i').itemsize)
 
@@ -253,6 +254,7 @@ class Reader:
                 return Frame(call_id, kind, bytes(self._view[begin:self._start]), [], [])
         call_id, kind, n_released, n_buffers, pickle_len, segment_id, segment_size = \
             HEADER.unpack(self._take(HEADER.size))
+        self._in_frame = True
         if self._limit is not None:
             self._check(n_released, n_buffers, pickle_len, segment_id)
         position = HEADER.size + 8 * n_released + _ENTRY.size * n_buffers + pickle_len
@@ -286,7 +288,13 @@ class Reader:
                                       self._released)
             buffers = [segment[offset:offset + length] if buffer is None else buffer
                        for buffer, (offset, length) in zip(buffers, entries)]
+        self._in_frame = False
         return Frame(call_id, kind, pickled, buffers, released)
+
+    @property
+    def truncated(self) -> bool:
+        """After an EOFError: whether the peer left in the middle of a frame."""
+        return self._in_frame or self._end > self._start
 
     def _check(self, n_released: int, n_buffers: int, pickle_len: int, segment_id: int) -> None:
         """Refuses a header no honest peer of a network connection sends."""

@@ -81,14 +81,14 @@ class Server:
                  tcp_transport: bool = True,
                  handshake_timeout: float = tcp.HANDSHAKE_SECONDS,
                  max_frame_bytes: int = tcp.MAX_FRAME_BYTES,
-                 tls: 'tls_module.TlsCredentials | None' = None):
+                 tls: tls_module.TlsCredentials | None = None):
         if not isinstance(thread_pool_size, int) or thread_pool_size < 1:
             raise ValueError(f'thread_pool_size must be a positive int (got {thread_pool_size!r})')
         self._secret = auth.secret_for(f'{host}:{port}' if port else None, secret)
         if self._secret is None and not insecure and not is_loopback(host):
             raise ValueError(
-                f'courier server {label or ""} refuses to bind {host!r} without a secret: '
-                'anyone who reaches that address could run code in this process. Pass '
+                f'courier server {label or "(unlabelled)"} refuses to bind {host!r} without a '
+                'secret: anyone who reaches that address could run code in this process. Pass '
                 'secret=secrets.token_bytes(32) (clients pass the same), call '
                 'courier.set_default_secret(...), or insecure=True if the network is trusted')
         self._tcp_transport = tcp_transport
@@ -240,6 +240,7 @@ class Server:
 
 
 def is_loopback(host: str) -> bool:
+    """Whether ``host`` names this machine's loopback (reachable from no other host)."""
     return host.strip('[]') in ('localhost', '::1') or host.startswith('127.')
 
 

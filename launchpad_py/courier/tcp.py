@@ -136,19 +136,23 @@ class TcpListener(uds_server.LocalListener):
         self._spawn(self._serve_tcp, connection, peer)
 
     def _serve_tcp(self, connection: Connection, peer) -> None:
+        why = None
         try:
             while True:
                 self._take(connection, connection.read())
-        except (EOFError, OSError, RuntimeError):  # Peer gone, or the pool shut down on stop.
+        except EOFError:
+            if connection.reader.truncated:
+                why = 'the peer left in the middle of a frame'
+        except (OSError, RuntimeError):  # Peer gone, or the pool shut down on stop.
             pass
         except (frames.FrameError, struct.error, ValueError) as exc:
-            if not self._closed:
-                _log.warning('courier server %s: closed a TCP connection from %s: bad frame: %s',
-                             self._name, tcp_gate.peer_text(peer), exc)
-        finally:
-            with self._lock:
-                self._connections.discard(connection)
-            connection.close()
+            why = f'bad frame: {exc}'
+        if why is not None and not self._closed:  # Logged before the close the peer sees.
+            _log.warning('courier server %s: closed a TCP connection from %s: %s',
+                         self._name, tcp_gate.peer_text(peer), why)
+        with self._lock:
+            self._connections.discard(connection)
+        connection.close()
 
     def stop(self) -> None:
         if self._gate is not None:

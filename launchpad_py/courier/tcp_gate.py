@@ -11,6 +11,7 @@ closed and logged once with its address. Authenticated sockets go to
 
 from __future__ import annotations
 
+import errno
 import logging
 import selectors
 import socket
@@ -87,8 +88,12 @@ class Gate:
                 sock, peer = self._listener.accept()
             except (BlockingIOError, InterruptedError):
                 return
-            except OSError:  # The listener closed (stop), or out of descriptors for now.
-                return
+            except OSError as exc:
+                if exc.errno in (errno.EMFILE, errno.ENFILE) and self._pending:
+                    # Out of descriptors: the oldest waiting stranger makes room.
+                    self._fail(next(iter(self._pending.values())), 'dropped: out of descriptors')
+                    continue
+                return  # The listener closed (stop).
             if len(self._pending) >= self._max_pending:
                 oldest = next(iter(self._pending.values()))
                 self._fail(oldest, f'dropped: {self._max_pending} connections were waiting '

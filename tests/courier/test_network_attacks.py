@@ -178,6 +178,17 @@ def test_huge_frame_header_is_refused_before_allocation(served, caplog, authenti
     _assert_untouched(server, target, bomb)
 
 
+def test_a_clean_hang_up_is_not_logged(served, caplog):
+    """A caller that leaves between frames is no incident: nothing is logged."""
+    server, _, _ = served
+    sock = _tcp(server)
+    _authenticate(sock)
+    sock.shutdown(socket.SHUT_WR)
+    assert _closed_by_server(sock)
+    assert _wait_for_log(caplog, sock.getsockname()) == []
+    sock.close()
+
+
 def test_truncated_handshake_is_refused(served, caplog):
     """Half a handshake, then the peer hangs up: closed, logged, nothing read further."""
     server, target, bomb = served
@@ -191,7 +202,7 @@ def test_truncated_handshake_is_refused(served, caplog):
     _assert_untouched(server, target, bomb)
 
 
-def test_truncated_frame_runs_nothing(served):
+def test_truncated_frame_runs_nothing(served, caplog):
     """An authenticated peer that sends half a request frame and leaves runs nothing."""
     server, target, bomb = served
     sock = _tcp(server)
@@ -200,6 +211,8 @@ def test_truncated_frame_runs_nothing(served):
     sock.sendall(frame[:len(frame) // 2])
     sock.shutdown(socket.SHUT_WR)
     assert _closed_by_server(sock)
+    records = _wait_for_log(caplog, sock.getsockname())
+    assert len(records) == 1 and 'middle of a frame' in records[0].getMessage()
     sock.close()
     _assert_untouched(server, target, bomb)
 
@@ -344,3 +357,40 @@ def test_a_reply_from_a_server_without_the_secret_is_not_decoded(tmp_path, trans
         with pytest.raises(courier.AuthenticationError):
             client.futures.mark().result(timeout=10)
     assert not os.path.exists(bomb)
+
+
+OUT_OF_DESCRIPTORS_SERVER = '''
+import os, resource, sys
+from launchpad_py import courier
+from test_network_attacks import Target
+server = courier.Server(Target(), secret=bytes.fromhex(sys.argv[1])).start()
+open_now = len(os.listdir('/proc/self/fd'))
+resource.setrlimit(resource.RLIMIT_NOFILE, (open_now + 24, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+print(server.address, server.tcp_port, flush=True)
+sys.stdin.read()
+server.stop()
+'''
+
+
+def test_a_server_out_of_descriptors_drops_strangers_for_callers(tmp_path):
+    """When silent connections use up the server's descriptors, a new caller is still served."""
+    import subprocess
+    import sys
+    here = os.path.dirname(os.path.abspath(__file__))
+    server = subprocess.Popen(
+        [sys.executable, '-c', OUT_OF_DESCRIPTORS_SERVER, SECRET.hex()], cwd=here,
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+        env={**os.environ, 'PYTHONPATH': os.pathsep.join([here, os.path.dirname(os.path.dirname(
+            here))])})
+    flood = []
+    try:
+        address, tcp_port = server.stdout.readline().split()
+        flood = [socket.create_connection(('127.0.0.1', int(tcp_port)), timeout=10)
+                 for _ in range(60)]
+        client = courier.Client(address, transport='tcp', secret=SECRET, timeout=20)
+        assert client.mark() == 1
+    finally:
+        for sock in flood:
+            sock.close()
+        server.stdin.close()
+        server.wait(timeout=30)
