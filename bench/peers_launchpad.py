@@ -2,8 +2,9 @@
 
 The server is a ``CourierNode`` launched with ``local_mp`` (its own process,
 as in a real program); the benchmark process is the caller. ``launchpad``
-lets the client pick its path (the same-host socket here), and
-``launchpad_grpc`` forces gRPC, the cross-host path.
+lets the client pick its path (the same-host socket here); ``launchpad_grpc``
+and ``launchpad_tcp`` force gRPC and the raw-TCP path, the cross-host paths
+(authenticated with the program's secret, as between hosts).
 """
 
 from __future__ import annotations
@@ -27,16 +28,19 @@ class BatchedEchoService(EchoService):
         self.echo_batched = lp.batched_handler(BATCH, timeout=0.002)(lambda x: x)
 
 
-def connect(address: str, transport: str = 'auto'):
-    return _Caller(address, transport)
+NAMES = {'auto': 'launchpad', 'grpc': 'launchpad_grpc', 'tcp': 'launchpad_tcp'}
+
+
+def connect(address: str, transport: str = 'auto', secret: bytes | None = None, tls=None):
+    return _Caller(address, transport, secret, tls)
 
 
 class _Caller:
     """The fan-in caller: ``call``/``close`` over a courier client."""
 
-    def __init__(self, address: str, transport: str):
+    def __init__(self, address: str, transport: str, secret: bytes | None, tls):
         from launchpad_py import courier
-        self._client = courier.Client(address, transport=transport)
+        self._client = courier.Client(address, transport=transport, secret=secret, tls=tls)
 
     def call(self, method, *args):
         return self._client.call(method, *args)
@@ -48,9 +52,11 @@ class _Caller:
 class LaunchpadPeer(Peer):
     supports = frozenset({'tiny_sync', 'inflight', 'fanin', 'array', 'launch', 'idle_rss'})
 
-    def __init__(self, transport: str = 'auto'):
+    def __init__(self, transport: str = 'auto', tls: bool = False):
         self.transport = transport
-        self.name = 'launchpad' if transport == 'auto' else 'launchpad_grpc'
+        self.name = NAMES[transport] + ('_tls' if tls else '')
+        self.tls = tls
+        self.credentials = None
         self.controller = None
         self.client = None
 
@@ -58,10 +64,14 @@ class LaunchpadPeer(Peer):
         import launchpad_py as lp
         from launchpad_py import courier
         program = lp.Program('bench')
-        handle = program.add_node(lp.CourierNode(BatchedEchoService, courier_kwargs={
-            'thread_pool_size': 2 * BATCH}), label='echo')
+        server_kwargs = {'thread_pool_size': 2 * BATCH}
+        if self.tls:
+            self.credentials = server_kwargs['tls'] = courier.TlsCredentials.generate()
+        handle = program.add_node(lp.CourierNode(BatchedEchoService, courier_kwargs=server_kwargs),
+                                  label='echo')
         self.controller = _quiet_launch(program)
-        self.client = courier.Client(handle.dereference().address, transport=self.transport)
+        self.client = courier.Client(handle.dereference().address, transport=self.transport,
+                                     tls=self.credentials)
 
     def stop(self) -> None:
         if self.controller is not None:
@@ -80,8 +90,12 @@ class LaunchpadPeer(Peer):
         return self.client.pid()
 
     def fanin_spec(self):
+        from launchpad_py import courier
+        # Fan-in callers are processes outside the program: they are handed the secret.
         return (__name__, 'connect', {'address': self.client.address,
-                                      'transport': self.transport})
+                                      'transport': self.transport,
+                                      'secret': courier.auth.secret_for(self.client.address),
+                                      'tls': self.credentials})
 
     def batched(self, callers: int, method: str, budget: Budget) -> float:
         """Total calls/s of ``callers`` threads each calling ``method`` synchronously."""

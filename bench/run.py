@@ -26,7 +26,8 @@ min-max reported; every repetition is bounded in calls and seconds):
                    ``batched_handler(16)`` method and against plain ``echo``
 
 The ``x floor`` column is the cost ratio to ``floor_unix`` (time / floor
-time, or floor rate / rate; >1 means slower).  To add a peer, write a
+time, or floor rate / rate; >1 means slower); ``x tcp`` is the same ratio to
+``floor_tcp``, the one that matters for the paths between hosts.  To add a peer, write a
 :class:`bench.peer.Peer` adapter and add it to :data:`PEERS`.
 """
 
@@ -44,6 +45,7 @@ from . import peers_floor, peers_grpc, peers_launchpad, peers_ray, procs
 from .harness import DEFAULT_REPS, Budget, Result, fmt_value, measure, per_call_us
 
 BASELINE = "floor_unix"
+TCP_BASELINE = "floor_tcp"
 SIZES = {"1KiB": 2**10, "1MiB": 2**20, "64MiB": 2**26, "1GiB": 2**30}
 DEFAULT_SIZES = ["1KiB", "1MiB", "64MiB"]
 
@@ -51,6 +53,9 @@ DEFAULT_SIZES = ["1KiB", "1MiB", "64MiB"]
 PEERS = {
     "launchpad": (lambda: peers_launchpad.LaunchpadPeer("auto"), None),
     "launchpad_grpc": (lambda: peers_launchpad.LaunchpadPeer("grpc"), None),
+    "launchpad_tcp": (lambda: peers_launchpad.LaunchpadPeer("tcp"), None),
+    "launchpad_tcp_tls": (lambda: peers_launchpad.LaunchpadPeer("tcp", tls=True), None),
+    "launchpad_grpc_tls": (lambda: peers_launchpad.LaunchpadPeer("grpc", tls=True), None),
     "floor_unix": (lambda: peers_floor.FloorPeer("unix"), None),
     "floor_tcp": (lambda: peers_floor.FloorPeer("tcp"), None),
     "grpc": (lambda: peers_grpc.GrpcPeer(), peers_grpc.available),
@@ -210,8 +215,8 @@ class Run:
 
 # -- reporting ------------------------------------------------------------------
 
-def ratios(results: list[Result]) -> dict:
-    base = {r.measure: r.median for r in results if r.peer == BASELINE and r.values}
+def ratios(results: list[Result], baseline: str = BASELINE) -> dict:
+    base = {r.measure: r.median for r in results if r.peer == baseline and r.values}
     out = {}
     for r in results:
         b = base.get(r.measure)
@@ -232,22 +237,25 @@ def measure_order(m: str) -> tuple:
 
 def table(results: list[Result]) -> str:
     rat = ratios(results)
+    rat_tcp = ratios(results, TCP_BASELINE)
     gbps = {(r.measure.split(":", 1)[1], r.peer): r.median
             for r in results if r.measure.startswith("rt_GBps:") and r.values}
     peer_order = list(PEERS) + ["memcpy"]
     results = [r for r in results if not r.measure.startswith("rt_GBps:")]
     rows = sorted(results, key=lambda r: (measure_order(r.measure),
                                           peer_order.index(r.peer) if r.peer in peer_order else 99))
-    lines = [f"{'measure':<18} {'peer':<11} {'median':>12} {'min - max':>23} {'unit':<8} {'x floor':>8}  note",
-             "-" * 102]
+    lines = [f"{'measure':<18} {'peer':<18} {'median':>12} {'min - max':>23} {'unit':<8} "
+             f"{'x floor':>8} {'x tcp':>6}  note", "-" * 116]
     for r in rows:
         if r.values:
             med = fmt_value(r.median, r.unit)
             span = f"{fmt_value(r.min, r.unit)} - {fmt_value(r.max, r.unit)}"
             ratio = rat.get((r.measure, r.peer))
             ratio_s = f"{ratio:.3g}" if ratio is not None else "-"
+            ratio_tcp = rat_tcp.get((r.measure, r.peer))
+            tcp_s = f"{ratio_tcp:.3g}" if ratio_tcp is not None else "-"
         else:
-            med, span, ratio_s = "-", "", ""
+            med, span, ratio_s, tcp_s = "-", "", "", ""
         unit = "" if r.unit == "bytes" else r.unit
         note = r.note
         if r.measure.startswith("rt:") and gbps.get((r.measure[3:], r.peer)) is not None:
@@ -255,7 +263,8 @@ def table(results: list[Result]) -> str:
         if r.measure == "idle_rss" and r.extra.get("cluster_rss_total"):
             note += (f" ({r.peer}: {r.extra['cluster_processes']} processes, "
                      f"{r.extra['cluster_rss_total'] / 2**20:.0f} MiB RSS total)")
-        lines.append(f"{r.measure:<18} {r.peer:<11} {med:>12} {span:>23} {unit:<8} {ratio_s:>8}  {note}")
+        lines.append(f"{r.measure:<18} {r.peer:<18} {med:>12} {span:>23} {unit:<8} {ratio_s:>8} "
+                     f"{tcp_s:>6}  {note}")
     return "\n".join(lines)
 
 
@@ -355,7 +364,9 @@ def main(argv=None) -> int:
         doc = {"meta": {**meta(args, started), "total_runtime_s": total},
                "baseline": BASELINE,
                "results": [r.to_json() for r in run.results],
-               "ratios": [{"measure": m, "peer": p, "x_floor": v} for (m, p), v in ratios(run.results).items()]}
+               "ratios": [{"measure": m, "peer": p, "x_floor": v} for (m, p), v in ratios(run.results).items()],
+               "ratios_tcp": [{"measure": m, "peer": p, "x_floor_tcp": v}
+                              for (m, p), v in ratios(run.results, TCP_BASELINE).items()]}
         with open(args.json, "w") as f:
             json.dump(doc, f, indent=1)
         print(f"wrote {args.json}")

@@ -4,7 +4,8 @@ from absl import flags
 
 LAUNCH_TYPE = flags.DEFINE_string(
     'lp_launch_type', 'local_mt',
-    'How to launch a program when lp.launch() is not told: local_mt, local_mp, test_mt, test_mp.')
+    'How to launch a program when lp.launch() is not told: local_mt, local_mp, test_mt, test_mp, '
+    'ssh.')
 TERMINATION_NOTICE_SECS = flags.DEFINE_integer(
     'lp_termination_notice_secs', 10,
     'Seconds a node has to exit after a stop request before its process is killed.')
@@ -16,3 +17,11 @@ def value_or_default(holder: flags.FlagHolder):
         return holder.value
     except flags.UnparsedFlagAccessError:
         return holder.default
+SSH_HOSTS = flags.DEFINE_list(
+    'lp_ssh_hosts', [],
+    'For --lp_launch_type=ssh: hosts (names or ssh aliases) that the nodes of groups without '
+    'resources are spread over, round-robin.')
+SSH_OPTIONS = flags.DEFINE_string(
+    'lp_ssh_options', '',
+    "For --lp_launch_type=ssh: extra ssh arguments for the hosts of --lp_ssh_hosts, e.g. "
+    "'-F cluster_ssh_config'.")

@@ -24,7 +24,7 @@ import threading
 import traceback
 from typing import Callable
 
-from launchpad_py import runtime
+from launchpad_py import courier, runtime
 from launchpad_py.courier import serialization
 from launchpad_py.program import ExecutionContext, Executable
 
@@ -66,9 +66,16 @@ def die_with_parent(parent_pid: int) -> None:
 
 
 def run(channel: Channel, program_name: str, bind_host: str,
-        load: Callable[[], Executable], on_parent_gone: Callable[[], None]) -> int:
-    """Runs the executable ``load()`` returns, reporting to ``channel``; the exit code."""
+        load: Callable[[], Executable], on_parent_gone: Callable[[], None], *,
+        secret: bytes | None = None) -> int:
+    """Runs the executable ``load()`` returns, reporting to ``channel``; the exit code.
+
+    ``secret`` (the program's) becomes this process's courier default before
+    anything is built, so every server and client of the node checks it.
+    """
+    courier.set_default_secret(secret)
     scope = runtime.ProgramScope(program_name, lambda: channel.send('stop_program'))
+    scope.secret = secret
     runtime.activate(scope)
     runtime.bind_thread(scope)
     finished = threading.Event()

@@ -24,7 +24,7 @@ _log = logging.getLogger(__name__)
 
 
 class ProgramScope:
-    """Stop state of one program in this process.
+    """Stop state of one program in this process, and the program's courier secret.
 
     ``servers``: the program's server addresses, to which calls fail fast
     once the program stops (see ``courier.fail_fast``); None means every
@@ -33,6 +33,7 @@ class ProgramScope:
 
     def __init__(self, name: str, request_program_stop: Callable[[], None] | None = None):
         self.name = name
+        self.secret: bytes | None = None  # Set by the launcher; colocated children inherit it.
         self.stop_event = threading.Event()
         self.servers: list[str] | None = None
         self._end_fail_fast: Callable[[], None] | None = None

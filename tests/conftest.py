@@ -13,6 +13,18 @@ import psutil
 import pytest
 
 LAUNCH_TYPES = ['local_mt', 'local_mp', 'test_mt', 'test_mp']
+# The SSH launcher's tests use the namespace hosts of ../shared/infra/ssh_hosts.sh (needs root).
+SSH_DIR = os.environ.get('LP_SSH_DIR', '/tmp/lp-ssh')
+SSH_OPTIONS = ['-F', os.path.join(SSH_DIR, 'ssh_config')]
+SSH_HOST_NAMES = ['h1', 'h2', 'h3']
+needs_ssh_hosts = pytest.mark.skipif(
+    os.geteuid() != 0, reason='SSH launcher tests need root to run sshd in network namespaces '
+                              '(../shared/infra/ssh_hosts.sh up)')
+# Runs that take long by design (heartbeat timeouts, examples across hosts, fault runs).
+slow = pytest.mark.skipif(os.environ.get('LP_SLOW_TESTS') != '1',
+                          reason='slow run; set LP_SLOW_TESTS=1 to include it')
+# Every launcher the conformance suite covers.
+ALL_LAUNCH_TYPES = LAUNCH_TYPES + [pytest.param('ssh', marks=needs_ssh_hosts)]
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # Threads the library starts for a program; long-lived gRPC/channel threads are not ours.
 _OURS = ('lp-', 'courier-')
@@ -47,6 +59,24 @@ def no_leaks():
         process.kill()
     assert not leaked_threads, f'threads left running: {leaked_threads}'
     assert not alive, f'processes left running: {[p.cmdline() for p in alive]}'
+
+
+def ssh_host(name: str, **options):
+    """``lp.SshHost`` for one of the test hosts (h1..h3, lo); fails if they are not up."""
+    import launchpad_py as lp
+    if not os.path.exists(SSH_OPTIONS[1]):
+        pytest.fail(f'{SSH_OPTIONS[1]} is missing: bring the test hosts up with '
+                    '`bash ../shared/infra/ssh_hosts.sh up` (as root)')
+    return lp.SshHost(name, ssh_options=SSH_OPTIONS, **options)
+
+
+def launch(program, launch_type: str, **kwargs):
+    """``lp.launch``; for ssh, group number i runs on host h(i mod 3 + 1)."""
+    import launchpad_py as lp
+    if launch_type == 'ssh' and 'resources' not in kwargs:
+        kwargs['resources'] = {group: ssh_host(SSH_HOST_NAMES[i % len(SSH_HOST_NAMES)])
+                               for i, group in enumerate(program.groups)}
+    return lp.launch(program, launch_type=launch_type, **kwargs)
 
 
 def run_script(source: str, *args: str, timeout: float = 90, **kwargs) -> subprocess.CompletedProcess:

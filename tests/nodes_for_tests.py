@@ -122,3 +122,12 @@ class Echo:
 
     def echo(self, value):
         return value, type(value).__name__
+
+
+class Toucher:
+    """A courier object whose method leaves a trace: it creates the file it is given."""
+
+    def touch(self, path: str) -> str:
+        with open(path, 'w'):
+            pass
+        return path

@@ -1,4 +1,4 @@
-"""Behaviour every launcher must share, run against each local launcher."""
+"""Behaviour every launcher must share, run against each launcher that runs here."""
 
 from __future__ import annotations
 
@@ -10,11 +10,11 @@ import pytest
 
 import launchpad_py as lp
 from launchpad_py import courier
-from conftest import LAUNCH_TYPES, wait_for
+from conftest import ALL_LAUNCH_TYPES, launch, wait_for
 from nodes_for_tests import (Pinger, crash, record_stop_handler_calls, serve_forever,
                              stop_from_side_thread)
 
-pytestmark = pytest.mark.parametrize('launch_type', LAUNCH_TYPES)
+pytestmark = pytest.mark.parametrize('launch_type', ALL_LAUNCH_TYPES)
 
 
 def _pinger_program():
@@ -26,14 +26,14 @@ def _pinger_program():
 def test_ping_courier_node(launch_type):
     """A courier node answers calls from the launching process."""
     program, handle = _pinger_program()
-    with lp.launch(program, launch_type=launch_type):
+    with launch(program, launch_type):
         assert handle.dereference().ping(7) == ('pong', 7)
 
 
 def test_futures_from_many_threads(launch_type):
     """Futures issued concurrently from 8 threads each get their own answer."""
     program, handle = _pinger_program()
-    with lp.launch(program, launch_type=launch_type):
+    with launch(program, launch_type):
         client = handle.dereference()
 
         def issue(thread_index):
@@ -49,7 +49,7 @@ def test_futures_from_many_threads(launch_type):
 def test_numpy_arrays_both_ways(launch_type):
     """Arrays go to the node and come back intact."""
     program, handle = _pinger_program()
-    with lp.launch(program, launch_type=launch_type):
+    with launch(program, launch_type):
         client = handle.dereference()
         sent = np.random.default_rng(0).normal(size=(64, 3))
         np.testing.assert_array_equal(client.double(sent), sent * 2)
@@ -61,7 +61,7 @@ def test_numpy_arrays_both_ways(launch_type):
 def test_remote_exception_keeps_type_message_and_traceback(launch_type):
     """A server-side exception is re-raised as its own type with the remote traceback."""
     program, handle = _pinger_program()
-    with lp.launch(program, launch_type=launch_type):
+    with launch(program, launch_type):
         with pytest.raises(KeyError, match='no such key') as info:
             handle.dereference().fail('no such key')
     assert isinstance(info.value.__cause__, courier.RemoteTraceback)
@@ -73,7 +73,7 @@ def test_stop_from_a_side_thread_of_a_node(launch_type):
     """lp.stop() called from a thread the node started stops the whole program."""
     program, _ = _pinger_program()
     program.add_node(lp.PyNode(stop_from_side_thread), label='stopper')
-    controller = lp.launch(program, launch_type=launch_type)
+    controller = launch(program, launch_type)
     controller.wait(timeout=60)
     assert not controller.is_running
     assert {s.label: s.state for s in controller.statuses()}['pinger'] == lp.NodeState.STOPPED
@@ -83,7 +83,7 @@ def test_crashing_node_propagates(launch_type):
     """A node that raises stops the program and wait() re-raises it with its label."""
     program, _ = _pinger_program()
     program.add_node(lp.PyNode(crash, 'boom in node'), label='crasher')
-    controller = lp.launch(program, launch_type=launch_type)
+    controller = launch(program, launch_type)
     with pytest.raises(lp.NodeFailedError, match='crasher') as info:
         controller.wait(timeout=60)
     assert isinstance(info.value.__cause__, ValueError)
@@ -98,7 +98,7 @@ def test_stop_handlers_run_once_in_order(launch_type, tmp_path):
     program = lp.Program('handlers')
     program.add_node(lp.PyNode(record_stop_handler_calls, path), label='recorder')
     program.add_node(lp.PyNode(serve_forever), label='other')
-    controller = lp.launch(program, launch_type=launch_type)
+    controller = launch(program, launch_type)
     wait_for(lambda: os.path.exists(path + '.registered'), what='handler registration')
     controller.stop()
     controller.stop()  # A second stop changes nothing.

@@ -156,6 +156,16 @@ def test_resources_for_unknown_group_are_an_error():
                   local_resources={'learner': lp.PythonProcess()})
 
 
+def test_resources_keyword_is_checked_like_local_resources():
+    """resources= is the general name: it reaches the same checks, and both at once is an error."""
+    with pytest.raises(lp.ResourcesError, match=r"\['learner'\].*\['crasher', 'pinger'\]"):
+        lp.launch(_crashing_program(), launch_type='local_mp',
+                  resources={'learner': lp.PythonProcess()})
+    with pytest.raises(lp.ResourcesError, match='not both'):
+        lp.launch(_crashing_program(), launch_type='local_mp', resources={},
+                  local_resources={})
+
+
 def test_resources_given_to_threads_are_an_error():
     """local_mt cannot apply local_resources and says so."""
     with pytest.raises(lp.ResourcesError, match='local_mt .* cannot apply local_resources'):

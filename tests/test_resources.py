@@ -96,3 +96,25 @@ def test_env_and_presets_may_agree():
     """Setting a variable both ways is fine when the values agree."""
     spec = lp.PythonProcess(env={'JAX_PLATFORMS': 'cpu'}, jax_platforms='cpu', gpus=[])
     assert spec.environment() == {'JAX_PLATFORMS': 'cpu', 'CUDA_VISIBLE_DEVICES': ''}
+
+
+def test_ssh_host_checks_its_fields_naming_the_host():
+    """SshHost rejects a bad port, env, gpus or ssh_options, naming the host and the value."""
+    with pytest.raises(ValueError, match=r"port must be an int in 1\.\.65535 \(got 0 for 'h1'\)"):
+        lp.SshHost('h1', port=0)
+    with pytest.raises(TypeError, match=r"env must map .*\{'A': 1\} for 'h1'"):
+        lp.SshHost('h1', env={'A': 1})
+    with pytest.raises(TypeError, match=r"gpus must be .*got '0' for 'h1'"):
+        lp.SshHost('h1', gpus='0')
+    with pytest.raises(TypeError, match=r"ssh_options must be a list .*got '-v' for 'h1'"):
+        lp.SshHost('h1', ssh_options='-v')
+    with pytest.raises(TypeError, match="host must be a host name"):
+        lp.SshHost('')
+
+
+def test_ssh_resources_must_be_ssh_hosts():
+    """Under ssh, a group's resources must be SshHost or a list of them."""
+    program = lp.Program('p')
+    program.add_node(lp.PyNode(print), label='printer')
+    with pytest.raises(lp.ResourcesError, match=r"resources\['printer'\] must be lp.SshHost"):
+        lp.launch(program, launch_type='ssh', resources={'printer': lp.PythonProcess()})

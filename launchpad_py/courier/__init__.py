@@ -19,6 +19,13 @@ from launchpad_py.courier.client import Client
 from launchpad_py.courier.client import list_methods
 from launchpad_py.courier.server import Server
 
+# The secret callers prove (see auth.py)
+from launchpad_py.courier.auth import default_secret
+from launchpad_py.courier.auth import forget_secret
+from launchpad_py.courier.auth import register_secret
+from launchpad_py.courier.auth import set_default_secret
+from launchpad_py.courier.tls import TlsCredentials
+
 # Failing fast on servers that are gone (used when a program stops)
 from launchpad_py.courier.fail_fast import fail_fast_on_unavailable
 
@@ -26,6 +33,7 @@ from launchpad_py.courier.fail_fast import fail_fast_on_unavailable
 from launchpad_py.courier.batching import batched_handler
 
 # Errors
+from launchpad_py.courier.errors import AuthenticationError
 from launchpad_py.courier.errors import CourierCancelledError
 from launchpad_py.courier.errors import CourierError
 from launchpad_py.courier.errors import CourierTimeoutError

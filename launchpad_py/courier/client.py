@@ -5,10 +5,16 @@
     future = client.futures.add(1, 2)     # concurrent.futures.Future
     courier.list_methods(client)          # ['add', ...]
 
-A client of a server on this host talks over its Unix socket (large arrays
-through shared memory) and falls back to gRPC whenever that socket is not
-there; ``transport='grpc'`` forces gRPC. Channels and connections are shared
-per address within a process, so many clients of one server cost one.
+A client of a server on this host's loopback talks over its Unix socket
+(large arrays through shared memory) and falls back to gRPC whenever that
+socket is not there; a client of a server on another host talks raw TCP
+(see ``tcp.py``). ``transport='grpc'`` or ``'tcp'`` forces one. Channels and
+connections are shared per address within a process, so many clients of one
+server cost one.
+
+Over TCP and gRPC the client proves the secret (``secret=``, else the one
+registered for the address, else the process default; see ``auth.py``).
+A pickled client carries no secret: it uses the receiving process's.
 """
 
 from __future__ import annotations
@@ -19,24 +25,71 @@ import functools
 import threading
 from typing import Any
 
-from launchpad_py.courier import frames, grpc_client, grpc_chunks, uds, uds_client
+from launchpad_py.courier import (auth, errors, frames, grpc_client, grpc_chunks, tcp, uds,
+                                  uds_client)
+from launchpad_py.courier.tls import TlsCredentials
 
 Timeout = float | int | datetime.timedelta | None
-TRANSPORTS = ('auto', 'grpc')
+TRANSPORTS = ('auto', 'grpc', 'tcp')
 
-_local_channels: dict[str, uds_client.LocalChannel] = {}
-_local_lock = threading.Lock()
+_channels: dict[tuple, uds_client.LocalChannel] = {}
+_channels_lock = threading.Lock()
 
 
 def _local_channel(address: str) -> uds_client.LocalChannel | None:
     port = uds.local_port(address)
     if port is None:
         return None
-    with _local_lock:
-        channel = _local_channels.get(address)
+    with _channels_lock:
+        channel = _channels.get(('unix', address))
         if channel is None:
-            channel = _local_channels[address] = uds_client.LocalChannel(address, port)
+            channel = _channels[('unix', address)] = uds_client.LocalChannel(
+                address, functools.partial(uds.connect, port))
         return channel
+
+
+def _tcp_channel(address: str, secret: bytes | None, wait_for_ready: bool,
+                 timeout: float | None, tls: TlsCredentials | None) -> uds_client.LocalChannel:
+    key = ('tcp', address, secret, tls)
+    with _channels_lock:
+        channel = _channels.get(key)
+        if channel is None:
+            finder = _TcpPort(address, secret, wait_for_ready, timeout, tls)
+            channel = _channels[key] = uds_client.LocalChannel(address, finder.connect)
+        return channel
+
+
+class _TcpPort:
+    """Finds a server's raw-TCP port (one gRPC call, kept) and connects to it."""
+
+    def __init__(self, address: str, secret: bytes | None, wait_for_ready: bool,
+                 timeout: float | None, tls: TlsCredentials | None):
+        self._address = address
+        self._host = address.rpartition(':')[0].strip('[]')
+        self._secret = secret
+        self._tls = None if tls is None else tls.client_context()
+        self._grpc = grpc_client.GrpcCaller(address, timeout, wait_for_ready,
+                                            grpc_chunks.MAX_MESSAGE_BYTES, secret, tls)
+        self._port: int | None = None
+
+    def connect(self, timeout: float | None) -> tcp.Connection | None:
+        """A new connection; None when the server has no raw-TCP listener (use gRPC)."""
+        fresh = self._port is None
+        if fresh:
+            self._port = self._grpc.tcp_port()
+        if not self._port:
+            return None
+        try:
+            return tcp.connect(self._host, self._port, self._secret, self._address, timeout,
+                               self._tls)
+        except errors.CourierUnavailableError:
+            if fresh:
+                raise
+        self._port = self._grpc.tcp_port()  # The cached port may be a restarted server's.
+        if not self._port:
+            return None
+        return tcp.connect(self._host, self._port, self._secret, self._address, timeout,
+                           self._tls)
 
 
 def _seconds(timeout: Timeout) -> float | None:
@@ -65,13 +118,16 @@ class Client:
     (or its alias ``timeout``) bounds each call; ``compress`` is accepted and
     ignored: the transport picks how payloads travel. ``device_arrays=True``
     turns JAX arrays in replies back into JAX arrays (by default they arrive
-    as numpy arrays).
+    as numpy arrays). ``secret``: the bytes to prove to the server (default:
+    registered for the address, else the process's); ``tls``: the server's
+    ``TlsCredentials``, to encrypt TCP and gRPC.
     """
 
     def __init__(self, server_address: str, compress: bool = False,
                  call_timeout: Timeout = None, wait_for_ready: bool = True, *,
                  timeout: Timeout = None, transport: str = 'auto', device_arrays: bool = False,
-                 max_message_bytes: int = grpc_chunks.MAX_MESSAGE_BYTES):
+                 max_message_bytes: int = grpc_chunks.MAX_MESSAGE_BYTES,
+                 secret: bytes | None = None, tls: TlsCredentials | None = None):
         del compress
         address = server_address
         if call_timeout is not None and timeout is not None:
@@ -88,7 +144,11 @@ class Client:
         self._transport = transport
         self._device_arrays = device_arrays
         self._max_message_bytes = max_message_bytes
+        self._secret = auth.secret_for(address, secret)
+        self._tls = tls
         self._local = _local_channel(address) if transport == 'auto' else None
+        if transport == 'tcp' or (transport == 'auto' and self._local is None):
+            self._local = _tcp_channel(address, self._secret, wait_for_ready, self._timeout, tls)
         self._grpc_caller: grpc_client.GrpcCaller | None = None
         self._decode = functools.partial(decode_reply, device_arrays=device_arrays)
 
@@ -97,7 +157,8 @@ class Client:
         # Made on first use: a client that only ever talks locally opens no gRPC channel.
         if self._grpc_caller is None:
             self._grpc_caller = grpc_client.GrpcCaller(
-                self._address, self._timeout, self._wait_for_ready, self._max_message_bytes)
+                self._address, self._timeout, self._wait_for_ready, self._max_message_bytes,
+                self._secret, self._tls)
         return self._grpc_caller
 
     @property

@@ -63,7 +63,13 @@ def translate_rpc_error(error: grpc.RpcError, address: str, method: str) -> Cour
         return CourierUnavailableError(f'server unavailable {where}: {details}')
     if code == grpc.StatusCode.CANCELLED:
         return CourierCancelledError(f'cancelled {where}')
+    if code == grpc.StatusCode.UNAUTHENTICATED:
+        return AuthenticationError(f'the server refused this client {where}: {details}')
     if code == grpc.StatusCode.RESOURCE_EXHAUSTED:
         return CourierError(f'message too large or server overloaded {where}: {details}')
     name = code.name if code is not None else 'UNKNOWN'
     return CourierError(f'{name} {where}: {details}')
+
+
+class AuthenticationError(CourierError):
+    """The server refused this client's proof of the secret, or could not prove its own."""

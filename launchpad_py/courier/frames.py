@@ -1,4 +1,4 @@
-"""The one courier message format, on a Unix socket or inside gRPC messages.
+"""The one courier message format, on a Unix socket, raw TCP, or inside gRPC messages.
 
 A frame is a fixed header, the ids of segments its sender released, a table
 of out-of-band buffers, the pickle stream, then the buffers kept in band::
@@ -8,7 +8,8 @@ of out-of-band buffers, the pickle stream, then the buffers kept in band::
 
 A buffer whose offset is ``-1`` follows the pickle in the frame; any other
 offset points into the frame's shared-memory segment, whose descriptor rides
-on the frame's first bytes (``SCM_RIGHTS``). Over gRPC every buffer is in band.
+on the frame's first bytes (``SCM_RIGHTS``). Over TCP and gRPC every buffer is
+in band.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import array
 import collections
 import mmap
 import socket
+import ssl
 import struct
 from typing import Any
 
@@ -126,6 +128,10 @@ def send(sock: socket.socket, parts: list, fd: int | None) -> None:
     views = [p if isinstance(p, memoryview) else memoryview(p) for p in parts if len(p)]
     views = [v if v.format == 'B' and v.ndim == 1 and v.contiguous else v.cast('B')
              for v in views]
+    if isinstance(sock, ssl.SSLSocket):  # TLS has no sendmsg: the parts one after another.
+        for view in views:
+            sock.sendall(view)
+        return
     if fd is not None:
         rights = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array('i', [fd]))]
         sent = sock.sendmsg(views[:1], rights)
@@ -157,15 +163,29 @@ def alloc(n: int):
     return memory
 
 
-class Reader:
-    """Reads frames from a Unix stream socket, with their segment descriptors."""
+class FrameError(ValueError):
+    """A frame that cannot be valid (too large, or inconsistent); the connection must go."""
 
-    def __init__(self, sock: socket.socket, released: shm.ReleaseQueue, scratch: int = 256 * 1024):
+
+class Reader:
+    """Reads frames from a stream socket, with their segment descriptors.
+
+    ``descriptors=False`` (TCP, TLS) reads with plain ``recv_into``: no
+    descriptors can come and none may be announced. ``max_frame_bytes``
+    refuses a frame whose header claims more, before anything is allocated.
+    """
+
+    def __init__(self, sock: socket.socket, released: shm.ReleaseQueue | None,
+                 scratch: int = 256 * 1024, *, descriptors: bool = True,
+                 max_frame_bytes: int | None = None):
         self._sock = sock
+        self._descriptors = descriptors
+        self._limit = max_frame_bytes
         self._released = released
         self._buf = bytearray(scratch)
         self._view = memoryview(self._buf)
         self._start = self._end = 0
+        self._in_frame = False  # A header was read and its frame is not complete yet.
         self._fds: collections.deque[int] = collections.deque()
         self._ancillary = socket.CMSG_SPACE(16 * array.array('i').itemsize)
 
@@ -175,6 +195,11 @@ class Reader:
             os.close(self._fds.popleft())
 
     def _recv(self, target: memoryview) -> int:
+        if not self._descriptors:
+            n = self._sock.recv_into(target)
+            if not n:
+                raise EOFError('the peer closed the connection')
+            return n
         n, ancdata, _, _ = self._sock.recvmsg_into([target], self._ancillary)
         for level, kind, data in ancdata:
             if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
@@ -229,10 +254,18 @@ class Reader:
                 return Frame(call_id, kind, bytes(self._view[begin:self._start]), [], [])
         call_id, kind, n_released, n_buffers, pickle_len, segment_id, segment_size = \
             HEADER.unpack(self._take(HEADER.size))
+        self._in_frame = True
+        if self._limit is not None:
+            self._check(n_released, n_buffers, pickle_len, segment_id)
         position = HEADER.size + 8 * n_released + _ENTRY.size * n_buffers + pickle_len
         released = list(struct.unpack(f'<{n_released}Q', self._take(8 * n_released))) \
             if n_released else []
         entries = [_ENTRY.unpack(self._take(_ENTRY.size)) for _ in range(n_buffers)]
+        if self._limit is not None and (
+                any(offset != -1 for offset, _ in entries)
+                or pickle_len + sum(length + _BUFFER_ALIGN for _, length in entries) > self._limit):
+            raise FrameError(f'a frame announced buffers beyond the limit of {self._limit} bytes '
+                             'or in shared memory')
         if pickle_len <= _SMALL_READ:
             pickled = bytes(self._take(pickle_len))
         else:
@@ -255,4 +288,18 @@ class Reader:
                                       self._released)
             buffers = [segment[offset:offset + length] if buffer is None else buffer
                        for buffer, (offset, length) in zip(buffers, entries)]
+        self._in_frame = False
         return Frame(call_id, kind, pickled, buffers, released)
+
+    @property
+    def truncated(self) -> bool:
+        """After an EOFError: whether the peer left in the middle of a frame."""
+        return self._in_frame or self._end > self._start
+
+    def _check(self, n_released: int, n_buffers: int, pickle_len: int, segment_id: int) -> None:
+        """Refuses a header no honest peer of a network connection sends."""
+        if n_released or segment_id:
+            raise FrameError('a network frame announced shared memory')
+        if pickle_len + _ENTRY.size * n_buffers > self._limit:
+            raise FrameError(f'a frame announced {pickle_len} pickle bytes and {n_buffers} '
+                             f'buffers, beyond the limit of {self._limit} bytes')

@@ -1,5 +1,10 @@
 """The gRPC path of a ``Client``: the one that works across hosts.
 
+With a secret, every call carries a token (``auth.grpc_token``) and every
+reply must carry the server's proof of the secret before it is decoded. The
+``Endpoints`` reply is not checked: it is two plain bytes, and the raw-TCP
+handshake proves the server anyway.
+
 Requests larger than one message go as a chunk stream; a ``CHUNKED`` answer
 means the reply is pulled in chunks (see ``grpc_chunks``). Channels are
 shared per address within a process.
@@ -8,14 +13,17 @@ shared per address within a process.
 from __future__ import annotations
 
 import concurrent.futures
+import hmac
+import struct
 import threading
 from typing import Any, Callable, NamedTuple
 
 import grpc
 
-from launchpad_py.courier import errors, fail_fast, frames, grpc_chunks, wire
+from launchpad_py.courier import auth, errors, fail_fast, frames, grpc_chunks, wire
+from launchpad_py.courier.tls import GRPC_CHANNEL_OPTIONS, TlsCredentials
 
-_channels: dict[str, grpc.Channel] = {}
+_channels: dict[tuple, grpc.Channel] = {}
 _channels_lock = threading.Lock()
 
 # Unlimited message sizes (chunking keeps each under gRPC's hard 2 GiB cap).
@@ -25,19 +33,23 @@ CHANNEL_OPTIONS = [
 ]
 
 
-def channel(address: str) -> grpc.Channel:
+def channel(address: str, tls: TlsCredentials | None = None) -> grpc.Channel:
+    key = (address, tls)
     with _channels_lock:
-        found = _channels.get(address)
+        found = _channels.get(key)
         if found is None:
-            found = _channels[address] = grpc.insecure_channel(address, options=CHANNEL_OPTIONS)
-            fail_fast.track_grpc_channel(address, found, lambda: _forget(address, found))
+            found = _channels[key] = (
+                grpc.insecure_channel(address, options=CHANNEL_OPTIONS) if tls is None else
+                grpc.secure_channel(address, tls.grpc_channel_credentials(),
+                                    options=CHANNEL_OPTIONS + GRPC_CHANNEL_OPTIONS))
+            fail_fast.track_grpc_channel(address, found, lambda: _forget(key, found))
         return found
 
 
-def _forget(address: str, closed: grpc.Channel) -> None:
+def _forget(key: tuple, closed: grpc.Channel) -> None:
     with _channels_lock:
-        if _channels.get(address) is closed:
-            del _channels[address]
+        if _channels.get(key) is closed:
+            del _channels[key]
 
 
 class _Stubs(NamedTuple):
@@ -48,33 +60,56 @@ class _Stubs(NamedTuple):
     call_chunked: Any
     fetch: Any
     list: Any
+    endpoints: Any
 
     @classmethod
     def of(cls, grpc_channel: grpc.Channel) -> '_Stubs':
         return cls(grpc_channel, grpc_channel.unary_unary(wire.CALL),
                    grpc_channel.stream_unary(wire.CALL_CHUNKED),
                    grpc_channel.unary_stream(wire.FETCH),
-                   grpc_channel.unary_unary(wire.LIST_METHODS))
+                   grpc_channel.unary_unary(wire.LIST_METHODS),
+                   grpc_channel.unary_unary(wire.ENDPOINTS))
 
 
 class GrpcCaller:
     """Sends requests to one address over gRPC and decodes the replies."""
 
     def __init__(self, address: str, timeout: float | None, wait_for_ready: bool,
-                 max_message_bytes: int):
+                 max_message_bytes: int, secret: bytes | None = None,
+                 tls: TlsCredentials | None = None):
         self._address = address
+        self._secret = secret
+        self._tls = tls
         self._timeout = timeout
         self._wait_for_ready = wait_for_ready
         self._limit = max_message_bytes
-        self._stubs = _Stubs.of(channel(address))
+        self._stubs = _Stubs.of(channel(address, tls))
 
-    def _use(self) -> tuple[_Stubs, dict]:
-        """The stubs and call options for the next call (see ``fail_fast``)."""
+    def _use(self, method: str) -> tuple[_Stubs, dict, str | None]:
+        """The stubs and options for the next call, and the proof the server must send back.
+
+        A channel closed by ``fail_fast`` is replaced; calls under a fail-fast
+        rule do not wait for their server. The proof is None without a secret.
+        """
         stubs = self._stubs
         if fail_fast.closed_here(stubs.channel):
-            stubs = self._stubs = _Stubs.of(channel(self._address))
+            stubs = self._stubs = _Stubs.of(channel(self._address, self._tls))
         wait = self._wait_for_ready and not fail_fast.applies(self._address)
-        return stubs, {'timeout': self._timeout, 'wait_for_ready': wait}
+        options = {'timeout': self._timeout, 'wait_for_ready': wait}
+        if self._secret is None:
+            return stubs, options, None
+        options['metadata'], proof = auth.grpc_token(self._secret, method)  # See auth.py.
+        return stubs, options, proof
+
+    def _verify(self, call, proof: str | None, method: str) -> None:
+        """Refuses a reply from a server that did not prove the secret, before decoding it."""
+        if proof is None:
+            return
+        sent = next((v for k, v in call.initial_metadata() or () if k == auth.PROOF_KEY), '')
+        if not hmac.compare_digest(sent.encode(), proof.encode()):
+            raise errors.AuthenticationError(
+                f'the server at {self._address} did not prove it holds the program secret; '
+                f'its reply to {method!r} was not decoded')
 
     def _error(self, error: Exception, method: str, stubs: _Stubs) -> errors.CourierError:
         if fail_fast.closed_here(stubs.channel):
@@ -83,33 +118,40 @@ class GrpcCaller:
                 'calls to it fail fast while its program stops')
         return errors.translate_rpc_error(error, self._address, method)
 
-    def _start(self, request: tuple, future: bool, stubs: _Stubs, options: dict):
+    def _start(self, request: tuple, future: bool):
+        """(The reply and its call (sync) or the call's future, the proof it must carry, stubs)."""
         parts, _ = frames.encode(0, frames.REQUEST, request)
         size = grpc_chunks.size(parts)
         if size <= self._limit:
-            stub = stubs.call.future if future else stubs.call
+            stubs, options, proof = self._use(wire.CALL)
+            stub = stubs.call
             try:
                 payload = b''.join(parts)
             except MemoryError:
                 raise MemoryError(f'cannot send {size} bytes to {request[0]!r} on '
                                   f'{self._address}: no memory for the gRPC message') from None
         else:
-            stub = stubs.call_chunked.future if future else stubs.call_chunked
-            payload = grpc_chunks.split(parts, self._limit)
+            stubs, options, proof = self._use(wire.CALL_CHUNKED)
+            stub, payload = stubs.call_chunked, grpc_chunks.split(parts, self._limit)
         try:
-            return stub(payload, **options)
+            started = (stub.future if future else stub.with_call)(payload, **options)
+        except grpc.RpcError as exc:
+            raise self._error(exc, request[0], stubs) from None
         except ValueError as exc:  # The channel was closed by fail_fast since _use() chose it.
             if fail_fast.closed_here(stubs.channel):
                 raise self._error(exc, request[0], stubs) from None
             raise
+        return started, proof, stubs
 
     def _finish(self, reply: bytes, method: str, decode: Callable) -> Any:
         frame = frames.from_bytes(reply)
         if frame.kind == frames.CHUNKED:
             token, _ = frame.value()
-            stubs, options = self._use()
+            stubs, options, proof = self._use(wire.FETCH)
             try:
-                whole = grpc_chunks.join(stubs.fetch(token, **options))
+                chunks = stubs.fetch(token, **options)
+                self._verify(chunks, proof, method)
+                whole = grpc_chunks.join(chunks)
             except grpc.RpcError as exc:
                 raise self._error(exc, method, stubs) from None
             return decode(frames.from_bytes(whole))
@@ -117,21 +159,18 @@ class GrpcCaller:
         return decode(frames.from_bytes(bytearray(reply)))
 
     def call(self, request: tuple, decode: Callable) -> Any:
-        stubs, options = self._use()
-        try:
-            reply = self._start(request, False, stubs, options)
-        except grpc.RpcError as exc:
-            raise self._error(exc, request[0], stubs) from None
+        (reply, call), proof, _ = self._start(request, future=False)
+        self._verify(call, proof, request[0])
         return self._finish(reply, request[0], decode)
 
     def call_future(self, request: tuple, decode: Callable) -> concurrent.futures.Future:
         result: concurrent.futures.Future = concurrent.futures.Future()
         method = request[0]
-        stubs, options = self._use()
 
         def finish(done) -> None:
             try:
                 reply = done.result()
+                self._verify(done, proof, method)
                 if frames.from_bytes(reply).kind == frames.CHUNKED:
                     # Fetching blocks on gRPC, so never on gRPC's own callback thread.
                     threading.Thread(target=settle, args=(reply,), name='courier-fetch',
@@ -139,6 +178,9 @@ class GrpcCaller:
                     return
             except grpc.RpcError as exc:
                 result.set_exception(self._error(exc, method, stubs))
+                return
+            except errors.AuthenticationError as exc:
+                result.set_exception(exc)
                 return
             settle(reply)
 
@@ -148,13 +190,26 @@ class GrpcCaller:
             except BaseException as exc:  # The remote exception, rebuilt.
                 result.set_exception(exc)
 
-        self._start(request, True, stubs, options).add_done_callback(finish)
+        call, proof, stubs = self._start(request, future=True)
+        call.add_done_callback(finish)
         return result
 
     def list_methods(self) -> list[str]:
-        stubs, options = self._use()
+        stubs, options, proof = self._use(wire.LIST_METHODS)
         try:
-            reply = stubs.list(b'', **options)
+            reply, call = stubs.list.with_call(b'', **options)
         except grpc.RpcError as exc:
             raise self._error(exc, 'list_methods', stubs) from None
+        self._verify(call, proof, 'list_methods')
         return frames.from_bytes(reply).value()
+
+    def tcp_port(self) -> int:
+        """The server's raw-TCP port (0: it has none). Plain bytes: nothing to unpickle."""
+        stubs, options, _ = self._use(wire.ENDPOINTS)
+        try:
+            reply = stubs.endpoints(b'', **options)
+        except grpc.RpcError as exc:
+            if exc.code() == grpc.StatusCode.UNIMPLEMENTED:
+                return 0
+            raise self._error(exc, 'Endpoints', stubs) from None
+        return struct.unpack('<H', reply)[0] if len(reply) == 2 else 0

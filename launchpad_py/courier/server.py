@@ -8,19 +8,29 @@ delegating wrappers work) that does not start with ``_`` and is not ``run``,
 whose value is callable; plus ``__call__`` when the object itself is callable.
 
 A server bound to loopback also listens on a Unix socket (see ``uds.py``);
-clients on this host use it automatically. At most ``thread_pool_size``
-calls run at once, whichever path they came by.
+clients on this host use it automatically. Every server also listens on raw
+TCP on the same interface (see ``tcp.py``), the fast path from other hosts.
+At most ``thread_pool_size`` calls run at once, whichever path they came by.
+
+With a secret (``secret=`` or the process default, see ``auth.py``), nothing
+that arrives by TCP or gRPC is decoded before its sender proved the secret.
+Binding anything but loopback without one is refused unless ``insecure=True``.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
+import logging
 import threading
 from typing import Any, Callable
 
 import grpc
 
-from launchpad_py.courier import errors, frames, grpc_chunks, uds, uds_server, wire
+from launchpad_py.courier import (auth, errors, frames, grpc_chunks, tcp, uds, uds_server,
+                                  wire)
+from launchpad_py.courier import tls as tls_module
+
+_log = logging.getLogger('launchpad_py.courier')
 
 # Unlimited message sizes; SO_REUSEPORT off so two servers can never silently share a port.
 GRPC_OPTIONS = [
@@ -50,18 +60,42 @@ def public_methods(obj: Any) -> list[str]:
 class Server:
     """A server for one object; calls run on a bounded thread pool.
 
-    ``local_transport=False`` turns the same-host socket off (gRPC only);
-    ``max_message_bytes`` is the largest single gRPC message (bigger replies
-    are streamed in chunks).
+    ``host`` is the interface to bind (never all of them unless asked).
+    ``secret``: the bytes callers must prove (default: the one registered for
+    ``host:port``, else the process default); ``insecure=True`` allows a
+    non-loopback bind without one, meaning anyone who can reach the port runs
+    code here. ``local_transport=False`` turns the same-host socket off,
+    ``tcp_transport=False`` the raw-TCP listener; ``max_message_bytes`` is
+    the largest single gRPC message (bigger replies are streamed in chunks);
+    ``handshake_timeout`` closes TCP connections that do not authenticate in
+    time; ``max_frame_bytes`` is the largest TCP frame accepted; ``tls``
+    (``TlsCredentials``) encrypts gRPC and raw TCP (see ``tls.py``).
     """
 
     def __init__(self, obj: Any, port: int = 0, *, host: str = '127.0.0.1',
                  thread_pool_size: int = 16, label: str | None = None,
                  thread_initializer: Callable[[], None] | None = None,
                  local_transport: bool = True,
-                 max_message_bytes: int = grpc_chunks.MAX_MESSAGE_BYTES):
+                 max_message_bytes: int = grpc_chunks.MAX_MESSAGE_BYTES,
+                 secret: bytes | None = None, insecure: bool = False,
+                 tcp_transport: bool = True,
+                 handshake_timeout: float = tcp.HANDSHAKE_SECONDS,
+                 max_frame_bytes: int = tcp.MAX_FRAME_BYTES,
+                 tls: tls_module.TlsCredentials | None = None):
         if not isinstance(thread_pool_size, int) or thread_pool_size < 1:
             raise ValueError(f'thread_pool_size must be a positive int (got {thread_pool_size!r})')
+        self._secret = auth.secret_for(f'{host}:{port}' if port else None, secret)
+        if self._secret is None and not insecure and not is_loopback(host):
+            raise ValueError(
+                f'courier server {label or "(unlabelled)"} refuses to bind {host!r} without a '
+                'secret: anyone who reaches that address could run code in this process. Pass '
+                'secret=secrets.token_bytes(32) (clients pass the same), call '
+                'courier.set_default_secret(...), or insecure=True if the network is trusted')
+        self._tcp_transport = tcp_transport
+        self._tls = tls
+        self._handshake_timeout = handshake_timeout
+        self._max_frame_bytes = max_frame_bytes
+        self._tcp: tcp.TcpListener | None = None
         self._obj = obj
         self._host = host
         self._requested_port = port
@@ -92,19 +126,28 @@ class Server:
         """The Unix socket clients on this host use, or None when there is none."""
         return self._local.path if self._local is not None else None
 
+    @property
+    def tcp_port(self) -> int | None:
+        """The raw-TCP listener's port, or None when there is none."""
+        return self._tcp.port if self._tcp is not None else None
+
     def start(self) -> 'Server':
         # gRPC gets its own threads for the (cheap) chunk transfers; calls take
         # a permit, so thread_pool_size still bounds the calls that run at once.
-        server = grpc.server(self._pool, options=GRPC_OPTIONS, maximum_concurrent_rpcs=None)
+        interceptors = [] if self._secret is None else [_Guard(self._secret, self._label)]
+        server = grpc.server(self._pool, options=GRPC_OPTIONS, maximum_concurrent_rpcs=None,
+                             interceptors=interceptors)
         server.add_generic_rpc_handlers([grpc.method_handlers_generic_handler(wire.SERVICE, {
             'Call': grpc.unary_unary_rpc_method_handler(self._handle_call),
             'CallChunked': grpc.stream_unary_rpc_method_handler(self._handle_chunked_call),
             'Fetch': grpc.unary_stream_rpc_method_handler(self._chunks.fetch),
             'ListMethods': grpc.unary_unary_rpc_method_handler(self._handle_list_methods),
+            'Endpoints': grpc.unary_unary_rpc_method_handler(self._handle_endpoints),
         })])
         target = f'{self._host}:{self._requested_port}'
         try:
-            port = server.add_insecure_port(target)
+            port = (server.add_insecure_port(target) if self._tls is None else
+                    server.add_secure_port(target, self._tls.grpc_server_credentials()))
         except RuntimeError as exc:
             port, cause = 0, exc
         else:
@@ -118,11 +161,22 @@ class Server:
                                                    self._pool, self._label, self._initializer)
             if not self._local.start():
                 self._local = None
+        if self._tcp_transport:
+            self._tcp = tcp.TcpListener(
+                self._host, self._secret, self._dispatch_frame, self._unsendable, self._pool,
+                self._label, self._initializer, handshake_timeout=self._handshake_timeout,
+                max_frame_bytes=self._max_frame_bytes,
+                tls=None if self._tls is None else self._tls.server_context())
+            if not self._tcp.start():
+                self._tcp = None
         server.start()
         self._server, self._port = server, port
         return self
 
     def stop(self, grace: float | None = None) -> None:
+        if self._tcp is not None:
+            self._tcp.stop()
+            self._tcp = None
         if self._local is not None:
             self._local.stop()
             self._local = None
@@ -180,3 +234,47 @@ class Server:
 
     def _handle_list_methods(self, request: bytes, context: grpc.ServicerContext) -> bytes:
         return frames.to_bytes(public_methods(self._obj))
+
+    def _handle_endpoints(self, request: bytes, context: grpc.ServicerContext) -> bytes:
+        return tcp.ENDPOINTS.pack(self.tcp_port or 0)
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` names this machine's loopback (reachable from no other host)."""
+    return host.strip('[]') in ('localhost', '::1') or host.startswith('127.')
+
+
+class _Guard(grpc.ServerInterceptor):
+    """Refuses a gRPC call without a valid token before its request is read, let alone decoded."""
+
+    def __init__(self, secret: bytes, label: str | None):
+        self._checker = auth.TokenChecker(secret)
+        self._label = label or 'server'
+
+    def intercept_service(self, continuation, handler_call_details):
+        why, proof = self._checker.check(handler_call_details.method,
+                                         handler_call_details.invocation_metadata)
+        if why is None:
+            handler = continuation(handler_call_details)
+            return None if handler is None else _proving(handler, proof)
+
+        def refuse(requests, context: grpc.ServicerContext):
+            _log.warning('courier server %s: refused a gRPC call of %s from %s: %s',
+                         self._label, handler_call_details.method, context.peer(), why)
+            context.abort(grpc.StatusCode.UNAUTHENTICATED, f'refused: {why}')
+
+        # A streaming-request handler never reads the request: refused unread.
+        return grpc.stream_unary_rpc_method_handler(refuse)
+
+
+def _proving(handler: grpc.RpcMethodHandler, proof: str) -> grpc.RpcMethodHandler:
+    """``handler``, first sending the server's proof of the secret (see auth.grpc_token)."""
+    def wrap(behavior):
+        def run(request, context):
+            context.send_initial_metadata(((auth.PROOF_KEY, proof),))
+            return behavior(request, context)
+        return run
+
+    kinds = ('unary_unary', 'unary_stream', 'stream_unary', 'stream_stream')
+    return handler._replace(**{k: wrap(getattr(handler, k)) for k in kinds
+                               if getattr(handler, k) is not None})

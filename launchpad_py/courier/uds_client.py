@@ -1,4 +1,4 @@
-"""The client side of the same-host path (see ``uds.py``).
+"""The client side of the same-host path (see ``uds.py``), also used by raw TCP (``tcp.py``).
 
 Synchronous calls borrow an idle connection, write the request and read the
 reply in the calling thread (no hand-off). Futures share one connection per
@@ -20,11 +20,15 @@ _NOT_LOCAL = object()
 
 
 class LocalChannel:
-    """All same-host connections of this process to one server."""
+    """All connections of this process to one server by one path (Unix socket or raw TCP).
 
-    def __init__(self, address: str, port: int):
+    ``connect(timeout)`` opens a connection, returns None when the path is
+    not there (use gRPC), or raises a courier error.
+    """
+
+    def __init__(self, address: str, connect: Callable[[float | None], uds.Connection | None]):
         self.address = address
-        self._port = port
+        self._connect = connect
         self._idle: list[uds.Connection] = []
         self._lock = threading.Lock()
         self._mux: _FuturesConnection | None = None
@@ -69,7 +73,7 @@ class LocalChannel:
         with self._lock:
             if self._idle:
                 return self._idle.pop()
-        return uds.connect(self._port, timeout)
+        return self._connect(timeout)
 
     # -- futures ----------------------------------------------------------------------
 
@@ -78,7 +82,7 @@ class LocalChannel:
         with self._lock:
             mux = self._mux
             if mux is None or mux.closed:
-                connection = uds.connect(self._port, timeout)
+                connection = self._connect(timeout)
                 if connection is None:
                     return _NOT_LOCAL
                 mux = self._mux = _FuturesConnection(connection, self.address)

@@ -18,6 +18,7 @@ CALL = f'/{SERVICE}/Call'
 CALL_CHUNKED = f'/{SERVICE}/CallChunked'
 FETCH = f'/{SERVICE}/Fetch'
 LIST_METHODS = f'/{SERVICE}/ListMethods'
+ENDPOINTS = f'/{SERVICE}/Endpoints'
 
 
 @dataclasses.dataclass

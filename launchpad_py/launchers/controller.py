@@ -137,7 +137,8 @@ class ProgramController:
         return not self._done.is_set()
 
     def statuses(self) -> list[NodeStatus]:
-        return [NodeStatus(w.label, w.index, w.state, w.pid, w.exit_code) for w in self._workers]
+        return [NodeStatus(w.label, w.index, w.state, w.pid, w.exit_code, host=w.host)
+                for w in self._workers]
 
     @property
     def killed_nodes(self) -> list[str]:

@@ -14,11 +14,14 @@ from launchpad_py.program import Program
 
 def launch(programs: Program | Sequence[Program], launch_type=None, xm_resources: Any = None,
            local_resources: Mapping[str, Any] | None = None, test_case: Any = None,
-           terminal: str | None = None, *, serialize_py_nodes: bool | None = None):
+           terminal: str | None = None, *, serialize_py_nodes: bool | None = None,
+           resources: Mapping[str, Any] | None = None):
     """Launches one program (returns its controller) or several (returns a list).
 
     ``launch_type`` is a ``LaunchType`` or its name; by default the value of
-    ``--lp_launch_type``. Returns once every courier server is listening.
+    ``--lp_launch_type``. ``resources`` maps group labels to the launcher's
+    resource type (``lp.PythonProcess`` for local_mp, ``lp.SshHost`` for ssh);
+    ``local_resources`` is its older name. Returns once every courier server is listening.
 
         controller = lp.launch(p, launch_type='local_mp')
         controller.wait()
@@ -27,6 +30,11 @@ def launch(programs: Program | Sequence[Program], launch_type=None, xm_resources
     if launch_type is None:
         launch_type = flags.value_or_default(flags.LAUNCH_TYPE)
     name, launcher = registry.lookup(launch_type)
+    if resources is not None and local_resources is not None:
+        raise errors.ResourcesError('pass resources= or local_resources= (its older name), '
+                                    'not both')
+    if resources is not None:
+        local_resources = resources
     many = not isinstance(programs, Program)
     program_list = list(programs) if many else [programs]
     for program in program_list:

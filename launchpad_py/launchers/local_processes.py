@@ -25,7 +25,8 @@ import threading
 
 from launchpad_py import errors, flag_transfer, node_process
 from launchpad_py.courier import serialization
-from launchpad_py.launchers import control, output, process_starter, rundir, shipping
+from launchpad_py.launchers import (control, output, process_starter, program_secret, rundir,
+                                    shipping)
 from launchpad_py.launchers.controller import ProgramController
 from launchpad_py.launchers.options import LaunchOptions
 from launchpad_py.launchers.resources import PythonProcess, apply_gpu_defaults
@@ -69,6 +70,7 @@ class ProcessWorker(Worker):
             'control_address': setup.control.address if setup.control else None,
             'executable': self._data,
             'flags': setup.flags, 'args': list(self._resources.args), 'bind_host': '127.0.0.1',
+            'secret': setup.secret,
             # In tmux the parent is the window's shell, so only the channel watch applies.
             'parent_pid': os.getpid() if setup.die_with_parent and setup.mode != 'tmux_session'
             else None,
@@ -229,8 +231,11 @@ def _wait_pid_gone(pid: int | None) -> None:
 class _ProgramSetup:
     """What all workers of one program share: control server, directory, terminal mode."""
 
-    def __init__(self, program: Program, mode: str, test: bool):
+    def __init__(self, program: Program, mode: str, test: bool, secret: bytes,
+                 forget_secret):
         self.program_name = program.name
+        self.secret = secret
+        self._forget_secret = forget_secret
         self.mode = mode
         self.test = test
         self.run_directory = rundir.LaunchDirectory()
@@ -291,6 +296,7 @@ class _ProgramSetup:
         return int(created.stdout.strip())
 
     def finish(self) -> None:
+        self._forget_secret()
         if self.control is not None:
             self.control.close()
         if self._fork_server is not None:
@@ -320,7 +326,8 @@ def _launch(program: Program, options: LaunchOptions, launch_type: str, test: bo
     resources, notes = apply_gpu_defaults(resources, counts, os.environ)
     for note in notes:
         _log.info('%s: %s', launch_type, note)
-    setup = _ProgramSetup(program, mode, test)
+    secret, forget_secret = program_secret.issue(e for e, _ in prepared)
+    setup = _ProgramSetup(program, mode, test, secret, forget_secret)
     controller = ProgramController(program.name, launch_type, options.grace,
                                    keep_process_alive=not test, on_finish=setup.finish)
     controller.scope.servers = shipping.server_addresses([e for e, _ in prepared])

@@ -12,7 +12,7 @@ import threading
 
 from launchpad_py import node_logging, runtime
 from launchpad_py.courier import serialization
-from launchpad_py.launchers import rundir, shipping, stuck
+from launchpad_py.launchers import program_secret, rundir, shipping, stuck
 from launchpad_py.launchers.controller import ProgramController
 from launchpad_py.launchers.options import LaunchOptions
 from launchpad_py.launchers.worker_api import Events, FailureReport, Worker
@@ -64,9 +64,11 @@ def _launch(program: Program, options: LaunchOptions, launch_type: str, test: bo
         executables = [serialization.loads(data) for _, data in shipping.prepare(program)]
     node_logging.configure_launcher()
     rundir.sweep()  # Sockets a killed launcher's nodes left; ours are made after this.
+    secret, forget_secret = program_secret.issue(executables)
     controller = ProgramController(program.name, launch_type, options.grace,
-                                   keep_process_alive=not test)
+                                   keep_process_alive=not test, on_finish=forget_secret)
     controller.scope.servers = shipping.server_addresses(executables)
+    controller.scope.secret = secret
     workers = [ThreadWorker(e, controller.scope, controller.events) for e in executables]
     return controller.start(workers, options.ready_timeout)
 

@@ -39,5 +39,5 @@ class LaunchOptions:
         unknown = sorted(set(self.local_resources or {}) - set(program.groups))
         if unknown:
             raise errors.ResourcesError(
-                f'local_resources name groups {unknown} that program {program.name!r} does not '
+                f'resources name groups {unknown} that program {program.name!r} does not '
                 f'have; its groups are {sorted(program.groups)}')

@@ -21,6 +21,7 @@ class LaunchType(str, enum.Enum):
     LOCAL_MULTI_PROCESSING = 'local_mp'
     TEST_MULTI_THREADING = 'test_mt'
     TEST_MULTI_PROCESSING = 'test_mp'
+    SSH = 'ssh'
 
     def __str__(self) -> str:
         return self.value
@@ -31,6 +32,7 @@ _BUILTIN = {
     'test_mt': 'launchpad_py.launchers.local_threads:launch_test',
     'local_mp': 'launchpad_py.launchers.local_processes:launch_local',
     'test_mp': 'launchpad_py.launchers.local_processes:launch_test',
+    'ssh': 'launchpad_py.launchers.ssh:launch_ssh',
 }
 _registered: dict[str, Callable] = {}
 

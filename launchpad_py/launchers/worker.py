@@ -59,7 +59,8 @@ def main(spec_path: str, control_fd: int | None = None, die_with_parent: bool = 
         node_logging.configure(setup, f'{executable.label}/{executable.index}')
         return executable
 
-    return node_process.run(channel, spec['program'], spec['bind_host'], load, _kill_own_group)
+    return node_process.run(channel, spec['program'], spec['bind_host'], load, _kill_own_group,
+                            secret=spec['secret'])
 
 
 if __name__ == '__main__':

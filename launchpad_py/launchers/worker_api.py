@@ -103,6 +103,11 @@ class Worker(abc.ABC):
     def pid(self) -> int | None:
         return None
 
+    @property
+    def host(self) -> str:
+        """Where the node runs, as statuses show it."""
+        return 'localhost'
+
     @abc.abstractmethod
     def start(self) -> None:
         """Starts the executable; must report ``ready`` and ``exited`` to ``events``."""

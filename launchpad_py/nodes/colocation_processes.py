@@ -114,7 +114,7 @@ class _Supervisor:
         child.channel = Channel(mpc.Connection(ours.detach()))
         child.generation += 1
         child.channel.send('start', child.data, self._context.bind_host, self._scope.name,
-                           os.getpid(), self._setup, self._label_lines)
+                           os.getpid(), self._setup, self._label_lines, self._scope.secret)
         threading.Thread(target=self._read, args=(child, child.generation, child.process,
                                                    child.channel),
                          name=f'lp-colocated-{child.executable.label}/{child.executable.index}',

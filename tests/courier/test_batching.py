@@ -18,7 +18,7 @@ def _concurrently(function, count: int) -> list:
         return list(pool.map(function, range(count)))
 
 
-@pytest.mark.parametrize('transport', ['auto', 'grpc'])
+@pytest.mark.parametrize('transport', ['auto', 'grpc', 'tcp'])
 def test_32_callers_into_batches_of_8_each_get_their_own_answer(transport):
     """32 concurrent remote callers, batch_size=8: every caller receives its own row."""
     policy = BatchedPolicy()
@@ -119,7 +119,7 @@ def test_method_batches_per_instance():
     assert first.batch_sizes == [8] and second.batch_sizes == [8]
 
 
-@pytest.mark.parametrize('transport', ['auto', 'grpc'])
+@pytest.mark.parametrize('transport', ['auto', 'grpc', 'tcp'])
 def test_thread_pool_of_batch_size_never_deadlocks(transport):
     """thread_pool_size=n serves a full batch of n callers with no timeout."""
     double = lp.batched_handler(6, timeout=None)(lambda x: x * 2)

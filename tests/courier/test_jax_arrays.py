@@ -11,7 +11,7 @@ from courier_test_nodes import Echo
 jax = pytest.importorskip('jax', reason='jax is in the dev extra: pip install -e .[dev]')
 
 
-@pytest.mark.parametrize('transport', ['auto', 'grpc'])
+@pytest.mark.parametrize('transport', ['auto', 'grpc', 'tcp'])
 def test_jax_arrays_arrive_as_numpy(transport):
     """A pytree of JAX arrays is received as numpy arrays with the same values."""
     with courier.Server(Echo()) as server:
@@ -23,7 +23,7 @@ def test_jax_arrays_arrive_as_numpy(transport):
     assert str(result['b'][0].dtype) == 'bfloat16'
 
 
-@pytest.mark.parametrize('transport', ['auto', 'grpc'])
+@pytest.mark.parametrize('transport', ['auto', 'grpc', 'tcp'])
 def test_device_arrays_on_request(transport):
     """A client made with device_arrays=True gets the server's JAX arrays as JAX arrays."""
     with courier.Server(Echo()) as server:

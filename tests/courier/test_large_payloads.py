@@ -57,7 +57,7 @@ def test_too_small_a_limit_is_rejected():
                     reason='slow (about a minute) and needs 16 GiB free: run with '
                            'LAUNCHPAD_SLOW_TESTS=1 on a machine with the memory')
 @pytest.mark.timeout(900)
-@pytest.mark.parametrize('transport', ['auto', 'grpc'])
+@pytest.mark.parametrize('transport', ['auto', 'grpc', 'tcp'])
 def test_payload_over_2_gib(transport):
     """A 2.1 GiB array reaches the server and its total comes back (gRPC's cap is 2 GiB)."""
     with courier.Server(Echo()) as server:

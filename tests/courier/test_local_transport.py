@@ -193,7 +193,7 @@ def test_waits_for_a_server_that_starts_later():
         server.stop()
 
 
-@pytest.mark.parametrize('transport', ['auto', 'grpc'])
+@pytest.mark.parametrize('transport', ['auto', 'grpc', 'tcp'])
 def test_unserializable_arguments_and_results_say_why(transport):
     """An argument or a result that cannot be pickled gives a TypeError naming it."""
     import threading

@@ -11,7 +11,7 @@ from launchpad_py import courier
 from courier_test_nodes import BatchedEcho, Echo, fingerprint, relaxed, values
 
 NAMES = sorted(values())
-PATHS = ['local-sync', 'local-futures', 'grpc-sync', 'grpc-futures']
+PATHS = ['local-sync', 'local-futures', 'grpc-sync', 'grpc-futures', 'tcp-sync', 'tcp-futures']
 
 
 @pytest.fixture(scope='module')
@@ -25,8 +25,9 @@ def servers():
 
 
 def _caller(address: str, path: str):
+    transport = path.split('-')[0]
     client = courier.Client(address, timeout=60,
-                            transport='grpc' if path.startswith('grpc') else 'auto')
+                            transport='auto' if transport == 'local' else transport)
     if path.endswith('futures'):
         return lambda method, *args: getattr(client.futures, method)(*args).result(timeout=60)
     return lambda method, *args: getattr(client, method)(*args)

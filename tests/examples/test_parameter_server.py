@@ -9,7 +9,7 @@ import sys
 
 
 import launchpad_py as lp
-from conftest import REPO
+from conftest import REPO, SSH_HOST_NAMES, needs_ssh_hosts, slow, ssh_host
 from examples.parameter_server.program import make_program
 
 
@@ -58,3 +58,19 @@ def test_benchmark_writes_csv_and_plot(tmp_path):
     assert all(float(r['qps']) > 0 for r in rows)
     with open(tmp_path / 'param_server_scaling.png', 'rb') as f:
         assert f.read(8) == b'\x89PNG\r\n\x1a\n'
+
+
+@slow
+@needs_ssh_hosts
+def test_replicated_servers_across_three_ssh_hosts(tmp_path):
+    """The replicated topology with its groups spread over h1, h2 and h3 under the ssh launcher."""
+    path = str(tmp_path / 'result.json')
+    program = make_program('replicated', 3, num_servers=2, param_size=1000, duration_s=1.0,
+                           result_path=path)
+    hosts = [ssh_host(name) for name in SSH_HOST_NAMES]
+    resources = {'server': hosts[1:], 'writer': hosts[0], 'requester': hosts, 'meter': hosts[2]}
+    controller = lp.launch(program, launch_type='ssh', resources=resources)
+    controller.wait(timeout=120)
+    assert {s.host for s in controller.statuses()} == set(SSH_HOST_NAMES)
+    with open(path) as f:
+        _assert_served(json.load(f), 3)

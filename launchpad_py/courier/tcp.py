@@ -1,0 +1,163 @@
+"""The raw-TCP path between hosts: the Unix-socket frames, over an authenticated TCP socket.
+
+A server's address names its gRPC port; its raw-TCP listener sits on a port
+of its own on the same interface, which a client learns once per address
+with the gRPC ``Endpoints`` call (authenticated like every call) and keeps.
+Each TCP connection starts with the handshake of ``auth.py``; after it, the
+frames are those of ``frames.py`` with every buffer in band: written with
+``sendmsg`` scatter/gather, read with ``recv_into`` into memory allocated
+for them, and bounded by ``max_frame_bytes`` before anything is allocated.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import ssl
+import struct
+import threading
+from typing import Callable
+
+from launchpad_py.courier import auth, errors, frames, tcp_gate, uds, uds_server
+
+_log = logging.getLogger('launchpad_py.courier')
+ENDPOINTS = struct.Struct('<H')  # The gRPC Endpoints reply: the raw-TCP port, 0 for none.
+# The largest frame a TCP peer may announce (a bound on memory, not a goal).
+MAX_FRAME_BYTES = 16 << 30
+HANDSHAKE_SECONDS = 10.0
+# Connections still in their handshake; beyond this the oldest is dropped.
+MAX_PENDING = 1024
+
+
+def _tune(sock: socket.socket) -> None:
+    uds.tune(sock)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+
+class Connection(uds.Connection):
+    """One authenticated TCP (or TLS) connection: framed sends under a lock, a reader."""
+
+    def __init__(self, sock: socket.socket, max_frame_bytes: int | None = None):
+        self.sock = sock
+        self.released = None
+        self.pool = None
+        self.reader = frames.Reader(sock, None, descriptors=False,
+                                    max_frame_bytes=max_frame_bytes)
+        self._send_lock = threading.Lock()
+
+    def send(self, call_id: int, kind: int, obj) -> None:
+        parts, _ = frames.encode(call_id, kind, obj)
+        with self._send_lock:
+            frames.send(self.sock, parts, None)
+
+    def read(self) -> frames.Frame:
+        return self.reader.read()
+
+    def close(self) -> None:
+        try:
+            self.sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        self.sock.close()
+
+
+def connect(host: str, port: int, secret: bytes | None, address: str,
+            timeout: float | None, tls: ssl.SSLContext | None = None) -> Connection:
+    """An authenticated connection to ``host:port``; raises a courier error."""
+    limit = timeout or HANDSHAKE_SECONDS
+    try:
+        sock = socket.create_connection((host, port), timeout=limit)
+    except OSError as exc:
+        raise errors.CourierUnavailableError(
+            f'cannot connect to the raw-TCP port {port} of {address}: {exc}') from None
+    try:
+        _tune(sock)
+        if tls is not None:
+            sock = tls.wrap_socket(sock, server_hostname=None if not tls.check_hostname else host)
+        auth.client_handshake(sock, secret, address, limit)
+    except errors.CourierError:
+        sock.close()
+        raise
+    except ssl.SSLError as exc:
+        sock.close()
+        raise errors.AuthenticationError(f'TLS with {address} failed: {exc}') from None
+    except OSError as exc:
+        sock.close()
+        raise errors.CourierUnavailableError(f'handshake with {address} failed: {exc}') from None
+    except BaseException:
+        sock.close()
+        raise
+    return Connection(sock)
+
+
+class TcpListener(uds_server.LocalListener):
+    """Accepts TCP connections for one server: the gate's handshake, then the Unix-socket loop."""
+
+    def __init__(self, host: str, secret: bytes | None, dispatch: Callable, unsendable: Callable,
+                 executor, label: str | None, thread_initializer=None, *,
+                 tls: ssl.SSLContext | None = None,
+                 handshake_timeout: float = HANDSHAKE_SECONDS,
+                 max_frame_bytes: int = MAX_FRAME_BYTES):
+        super().__init__(0, dispatch, unsendable, executor, label, thread_initializer)
+        self.path = None
+        self._name = f'courier-{label or "server"}-tcp'
+        self._host = host
+        self._secret = secret
+        self._tls = tls
+        self._handshake_timeout = handshake_timeout
+        self._max_frame_bytes = max_frame_bytes
+        self._gate: tcp_gate.Gate | None = None
+        self.port: int | None = None
+
+    def start(self) -> bool:
+        family = socket.AF_INET6 if ':' in self._host.strip('[]') else socket.AF_INET
+        listener = socket.socket(family, socket.SOCK_STREAM)
+        try:
+            listener.bind((self._host.strip('[]'), 0))
+            listener.listen(1024)
+        except OSError:
+            listener.close()
+            return False
+        self._listener = listener
+        self.port = listener.getsockname()[1]
+        self._gate = tcp_gate.Gate(listener, self._secret, self._name, self._admit, self._tls,
+                                   self._handshake_timeout, MAX_PENDING)
+        self._spawn(self._gate.run)
+        return True
+
+    def _admit(self, sock: socket.socket, peer) -> None:
+        _tune(sock)
+        connection = Connection(sock, self._max_frame_bytes)
+        with self._lock:
+            if self._closed:
+                connection.close()
+                return
+            self._connections.add(connection)
+        self._spawn(self._serve_tcp, connection, peer)
+
+    def _serve_tcp(self, connection: Connection, peer) -> None:
+        why = None
+        try:
+            while True:
+                self._take(connection, connection.read())
+        except EOFError:
+            if connection.reader.truncated:
+                why = 'the peer left in the middle of a frame'
+        except (OSError, RuntimeError):  # Peer gone, or the pool shut down on stop.
+            pass
+        except (frames.FrameError, struct.error, ValueError) as exc:
+            why = f'bad frame: {exc}'
+        if why is not None and not self._closed:  # Logged before the close the peer sees.
+            _log.warning('courier server %s: closed a TCP connection from %s: %s',
+                         self._name, tcp_gate.peer_text(peer), why)
+        with self._lock:
+            self._connections.discard(connection)
+        connection.close()
+
+    def stop(self) -> None:
+        if self._gate is not None:
+            self._gate.close()
+        super().stop()
+
+    def _remove_path(self) -> None:
+        """No file to remove: a TCP listener has none."""

@@ -1,0 +1,168 @@
+"""The door of a raw-TCP listener: every handshake in flight, in one thread.
+
+Unauthenticated connections cost a socket and a few bytes each, never a
+thread or an allocation sized by the peer, so a flood of connections that
+never authenticate cannot starve legitimate callers: when ``max_pending``
+are waiting, the oldest is dropped. Each connection gets ``timeout`` seconds
+to finish (TLS, if any, then the proof of ``auth.py``); one that fails is
+closed and logged once with its address. Authenticated sockets go to
+``admit(sock, peer)`` in blocking mode.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import selectors
+import socket
+import ssl
+import time
+from typing import Callable
+
+from launchpad_py.courier import auth
+
+_log = logging.getLogger('launchpad_py.courier')
+
+
+class _Pending:
+    __slots__ = ('sock', 'peer', 'deadline', 'nonce', 'received', 'tls_done')
+
+    def __init__(self, sock, peer, deadline: float, tls_done: bool):
+        self.sock, self.peer, self.deadline = sock, peer, deadline
+        self.nonce: bytes | None = None
+        self.received = b''
+        self.tls_done = tls_done
+
+
+class Gate:
+    """Accepts on ``listener`` and runs the handshakes until ``close()``."""
+
+    def __init__(self, listener: socket.socket, secret: bytes | None, name: str,
+                 admit: Callable, tls: ssl.SSLContext | None, timeout: float, max_pending: int):
+        self._listener = listener
+        self._secret = secret
+        self._name = name
+        self._admit = admit
+        self._tls = tls
+        self._timeout = timeout
+        self._max_pending = max_pending
+        self._pending: dict[int, _Pending] = {}  # By file descriptor, oldest first.
+        self._selector = selectors.DefaultSelector()
+        self._wake_r, self._wake_w = socket.socketpair()
+        self._closed = False
+
+    def close(self) -> None:
+        self._closed = True
+        try:
+            self._wake_w.send(b'x')
+        except OSError:
+            pass
+
+    def run(self) -> None:
+        listener = self._listener
+        listener.setblocking(False)
+        self._selector.register(listener, selectors.EVENT_READ)
+        self._selector.register(self._wake_r, selectors.EVENT_READ)
+        try:
+            while not self._closed:
+                wait = (min(p.deadline for p in self._pending.values()) - time.monotonic()
+                        if self._pending else None)
+                for key, _ in self._selector.select(None if wait is None else max(0.0, wait)):
+                    if key.fileobj is listener:
+                        self._accept()
+                    elif key.fileobj is not self._wake_r:
+                        self._advance(self._pending.get(key.fd))
+                now = time.monotonic()
+                for entry in [p for p in self._pending.values() if p.deadline <= now]:
+                    self._fail(entry, f'no handshake within {self._timeout:g} s')
+        finally:
+            for entry in list(self._pending.values()):
+                self._drop(entry)
+            self._selector.close()
+            self._wake_r.close()
+            self._wake_w.close()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                sock, peer = self._listener.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as exc:
+                if exc.errno in (errno.EMFILE, errno.ENFILE) and self._pending:
+                    # Out of descriptors: the oldest waiting stranger makes room.
+                    self._fail(next(iter(self._pending.values())), 'dropped: out of descriptors')
+                    continue
+                return  # The listener closed (stop).
+            if len(self._pending) >= self._max_pending:
+                oldest = next(iter(self._pending.values()))
+                self._fail(oldest, f'dropped: {self._max_pending} connections were waiting '
+                                   'to authenticate')
+            sock.setblocking(False)
+            tls_done = self._tls is None
+            if not tls_done:
+                sock = self._tls.wrap_socket(sock, server_side=True,
+                                             do_handshake_on_connect=False)
+            entry = _Pending(sock, peer, time.monotonic() + self._timeout, tls_done)
+            self._pending[sock.fileno()] = entry
+            self._selector.register(sock, selectors.EVENT_READ)
+            self._advance(entry)
+
+    def _advance(self, entry: _Pending | None) -> None:
+        """Moves one handshake as far as the bytes at hand allow."""
+        if entry is None:
+            return
+        try:
+            if not entry.tls_done:
+                entry.sock.do_handshake()
+                entry.tls_done = True
+            if entry.nonce is None:
+                entry.nonce, hello = auth.server_hello()
+                entry.sock.send(hello)  # 40 bytes into an empty socket buffer: never partial.
+            while len(entry.received) < auth.CLIENT_PROOF:
+                chunk = entry.sock.recv(auth.CLIENT_PROOF - len(entry.received))
+                if not chunk:
+                    raise auth.HandshakeFailed(
+                        f'closed after {len(entry.received)} of {auth.CLIENT_PROOF} '
+                        'handshake bytes')
+                entry.received += chunk
+            answer = auth.check_client_proof(self._secret, entry.nonce, entry.received)
+        except (ssl.SSLWantReadError, ssl.SSLWantWriteError, BlockingIOError):
+            return
+        except auth.HandshakeFailed as exc:
+            self._fail(entry, str(exc))
+            return
+        except (ssl.SSLError, OSError) as exc:
+            self._fail(entry, f'connection failed during the handshake: {exc}')
+            return
+        self._forget(entry)
+        try:
+            entry.sock.setblocking(True)
+            entry.sock.sendall(answer)
+        except OSError:
+            entry.sock.close()
+            return
+        self._admit(entry.sock, entry.peer)
+
+    def _fail(self, entry: _Pending, why: str) -> None:
+        if not self._closed:
+            _log.warning('courier server %s: closed a TCP connection from %s: %s',
+                         self._name, peer_text(entry.peer), why)
+        self._drop(entry)
+
+    def _forget(self, entry: _Pending) -> None:
+        self._pending.pop(entry.sock.fileno(), None)
+        try:
+            self._selector.unregister(entry.sock)
+        except (KeyError, ValueError):
+            pass
+
+    def _drop(self, entry: _Pending) -> None:
+        self._forget(entry)
+        entry.sock.close()
+
+
+def peer_text(peer) -> str:
+    if isinstance(peer, tuple) and len(peer) >= 2:
+        return f'{peer[0]}:{peer[1]}'
+    return str(peer)

@@ -1,0 +1,166 @@
+"""Supervising node processes on other hosts, however they were started.
+
+SSH, Slurm and Kubernetes differ only in how a process gets started on some
+host. A launcher module describes that with a ``Placement`` per node (the
+local command that starts it, e.g. ``ssh h1 python -m ...``) and calls
+``launch``; everything after the start lives here:
+
+1. Each node process (``remote_node.py``) reads its bootstrap from its stdin,
+   dials back to the launcher over an authenticated TCP control channel and
+   reports the ``host:port`` it will serve on (its interface that reaches the
+   launcher, and free ports there).
+2. Once every node has reported, the launcher fills the address table
+   (late binding: nobody knows a node's address before it is placed),
+   ships each node its executable, and the nodes build, serve and report ready.
+3. Logs come back through the starter's stdout. The launcher sends a
+   heartbeat every second; a node whose channel, heartbeat or stdin ends
+   kills its own process group.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import secrets
+import shutil
+import tempfile
+import threading
+
+from launchpad_py import courier, errors, flag_transfer, node_process
+from launchpad_py.launchers import control, output, shipping
+from launchpad_py.launchers.controller import ProgramController
+from launchpad_py.launchers.options import LaunchOptions
+from launchpad_py.launchers.remote_worker import (HEARTBEAT_S, HEARTBEAT_TIMEOUT_S, Placement,
+                                                  RemoteWorker)
+from launchpad_py.program import AbstractAddressBuilder, Program
+
+__all__ = ['HEARTBEAT_S', 'HEARTBEAT_TIMEOUT_S', 'Placement', 'RemoteWorker', 'launch']
+
+
+class _Unbound(AbstractAddressBuilder):
+    """A placeholder so executables can be built and checked before anyone binds."""
+
+    def build(self) -> str:
+        return 'unbound.invalid:0'
+
+
+class RemoteSetup:
+    """What the workers of one program share: control listeners, the secret, the address table."""
+
+    def __init__(self, program: Program, mode: str, test: bool, log_dir: str):
+        self.program_name = program.name
+        self.mode, self.test, self.log_dir = mode, test, log_dir
+        self.secret = secrets.token_bytes(32)
+        self.flags = flag_transfer.capture()
+        self.workers: dict[str, RemoteWorker] = {}
+        self._controls: dict[str, control.ControlServer] = {}
+        self._registered: list[str] = []
+        self._distributed = False
+        self._lock = threading.Lock()
+        self._closed = threading.Event()
+
+    def control_for(self, ip: str) -> control.ControlServer:
+        """The control listener on our interface ``ip`` (one per interface the hosts reach)."""
+        with self._lock:
+            if ip not in self._controls:
+                self._controls[ip] = control.ControlServer((ip, 0), self._on_connect,
+                                                           family='AF_INET')
+            return self._controls[ip]
+
+    def _on_connect(self, hello, channel: node_process.Channel) -> None:
+        if not (isinstance(hello, tuple) and len(hello) == 5 and hello[0] == 'hello'
+                and hello[1] in self.workers):
+            channel.close()
+            return
+        worker = self.workers[hello[1]]
+        threading.Thread(target=worker.on_connect, args=(hello[2], hello[4], channel),
+                         name=f'lp-channel-{worker.name}', daemon=True).start()
+
+    def bound(self, worker: RemoteWorker) -> None:
+        """Called as each node reports its addresses; the last one completes the table."""
+        with self._lock:
+            if self._distributed or any(w.addresses is None for w in self.workers.values()):
+                return
+            self._distributed = True
+        workers = list(self.workers.values())
+        for each in workers:
+            for address, value in zip(each.executable.addresses, each.addresses):
+                address.assign(value)
+        unreachable = _loopback_in_multi_host(workers)
+        if unreachable:
+            for each in workers:
+                each.fail_before_run(unreachable)
+            return
+        for each in workers:
+            for value in each.addresses:
+                courier.register_secret(value, self.secret)
+                self._registered.append(value)
+        for each in workers:
+            try:
+                each.run(self.program_name, self.flags)
+            except Exception as exc:  # Checked before the start, so only a surprise lands here.
+                each.fail_before_run(f'cannot ship node {each.name}: {type(exc).__name__}: {exc}')
+
+    def heartbeat(self) -> None:
+        while not self._closed.wait(HEARTBEAT_S):
+            for worker in list(self.workers.values()):
+                worker.send('ping')
+
+    def finish(self) -> None:
+        self._closed.set()
+        for value in self._registered:
+            courier.forget_secret(value)
+        for server in self._controls.values():
+            server.close()
+
+
+def _loopback_in_multi_host(workers: list[RemoteWorker]) -> str | None:
+    """A message when some node can only be reached on its own host, yet others run elsewhere."""
+    hosts = {w.placement.host for w in workers}
+    if len(hosts) < 2:
+        return None
+    for worker in workers:
+        if worker.addresses and ipaddress.ip_address(
+                worker.addresses[0].rpartition(':')[0]).is_loopback:
+            others = sorted(hosts - {worker.host})
+            return (f'node {worker.name} on host {worker.host!r} would listen on '
+                    f'{worker.addresses[0]}, a loopback address that nodes on {others} cannot '
+                    f'reach: {worker.host!r} reaches the launcher through loopback. Name the host '
+                    'by an address the other hosts can reach too.')
+    return None
+
+
+def launch(program: Program, options: LaunchOptions, launch_type: str,
+           placements: dict[tuple[str, int], Placement]) -> ProgramController:
+    """Starts every executable where ``placements[(label, index)]`` says; returns when all serve."""
+    mode = output.check_mode(options.terminal)
+    if mode == 'tmux_session':
+        raise errors.ProgramError(f"{launch_type} streams node output back; terminal='tmux_session' "
+                                  "is for local_mp (use 'current_terminal' or 'output_to_files')")
+    for node in program.get_all_nodes():
+        for address in node.addresses:
+            address.unbind()
+    shipping.assign_addresses(program, _Unbound())
+    prepared = shipping.prepare(program)  # Checks that every node can be shipped, up front.
+    log_dir = tempfile.mkdtemp(prefix=f'launchpad_{program.name}_')
+    setup = RemoteSetup(program, mode, False, log_dir)
+
+    def finish() -> None:
+        setup.finish()
+        if mode != 'output_to_files':
+            shutil.rmtree(log_dir, ignore_errors=True)
+
+    controller = ProgramController(program.name, launch_type, options.grace,
+                                   keep_process_alive=True, on_finish=finish)
+    workers = []
+    for executable, _ in prepared:
+        worker = RemoteWorker(executable, placements[executable.label, executable.index], setup,
+                              controller.events)
+        setup.workers[worker.worker_id] = worker
+        workers.append(worker)
+    if mode == 'output_to_files':
+        print(f'launchpad_py: node logs of {program.name!r}:', flush=True)
+        for worker in workers:
+            print(f'  {worker.name} ({worker.host}): {worker._sink.log_path}', flush=True)
+    threading.Thread(target=setup.heartbeat, name=f'lp-heartbeat-{program.name}',
+                     daemon=True).start()
+    return controller.start(workers, options.ready_timeout)

@@ -1,0 +1,138 @@
+"""Entry point of a node process on another host: ``python -m launchpad_py.launchers.remote_node``.
+
+Whatever started it (ssh, srun, a pod) gives it one JSON line on stdin:
+the launcher's control address and key, the program secret, its worker id
+and how many addresses it must bind. Secrets never appear on a command line.
+Then, over the authenticated control channel (see ``remote.py``)::
+
+    node → launcher: ('hello', worker_id, pid, pgid, ['host:port', ...])
+    launcher → node: ('run', program_name, executable_bytes, flags, args) | ('stop',)
+    then the messages of ``node_process``, and ('ping',) from the launcher every second.
+
+The node ends its whole process group when the control channel closes, when
+no heartbeat arrives for ``heartbeat_timeout`` seconds, or when its stdin
+closes (the ssh connection dropped), so nothing outlives the launcher.
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing.connection as mpc
+import os
+import signal
+import socket
+import sys
+import threading
+
+from launchpad_py import flag_transfer, node_logging, node_process
+from launchpad_py.courier import serialization
+
+
+def _kill_own_group() -> None:
+    try:
+        os.killpg(os.getpgrp(), signal.SIGKILL)
+    finally:
+        os._exit(1)
+
+
+def _read_bootstrap() -> dict:
+    """The first line of stdin, read unbuffered so the watch below owns the rest."""
+    line = b''
+    while not line.endswith(b'\n'):
+        chunk = os.read(0, 1)
+        if not chunk:
+            raise SystemExit('launchpad_py remote node: no bootstrap line on stdin')
+        line += chunk
+    return json.loads(line)
+
+
+def _watch_stdin() -> None:
+    """The starter's connection (ssh) closing means the launcher is gone."""
+    while os.read(0, 4096):
+        pass
+    _kill_own_group()
+
+
+def _local_ip(connection: mpc.Connection) -> str:
+    """The address of our interface that reaches the launcher: other hosts reach us there too."""
+    sock = socket.socket(fileno=os.dup(connection.fileno()))
+    try:
+        return sock.getsockname()[0]
+    finally:
+        sock.close()
+
+
+def _pick_ports(host: str, count: int) -> list[str]:
+    """``count`` free ports of ``host``; the node's servers bind them a moment later."""
+    sockets = []
+    try:
+        for _ in range(count):
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            sock.bind((host, 0))
+            sockets.append(sock)
+        return [f'{host}:{sock.getsockname()[1]}' for sock in sockets]
+    finally:
+        for sock in sockets:
+            sock.close()
+
+
+def main() -> int:
+    boot = _read_bootstrap()
+    if os.getpgrp() != os.getpid():
+        os.setsid()  # Our own group, so ending it ends exactly this node and its children.
+    threading.Thread(target=_watch_stdin, name='lp-stdin', daemon=True).start()
+    host, port = boot['control']
+    connection = mpc.Client((host, port), family='AF_INET', authkey=bytes.fromhex(boot['key']))
+    channel = HeartbeatChannel(connection, boot['heartbeat_timeout'])
+    bind_host = _local_ip(connection)
+    channel.send('hello', boot['worker_id'], os.getpid(), os.getpgrp(),
+                 _pick_ports(bind_host, boot['addresses']))
+    try:
+        message = channel.recv()
+        while message[0] == 'ping':
+            message = channel.recv()
+    except (EOFError, OSError):
+        _kill_own_group()
+    if message[0] != 'run':
+        return 0  # The launch was called off before this node ran.
+    _, program_name, data, flags, args = message
+
+    def load():
+        executable = serialization.loads(data)
+        setup = flag_transfer.restore(flags, args)
+        node_logging.configure(setup, f'{executable.label}/{executable.index}')
+        return executable
+
+    return node_process.run(channel, program_name, bind_host, load, _kill_own_group,
+                            secret=bytes.fromhex(boot['secret']))
+
+
+class HeartbeatChannel:
+    """A channel whose ``recv`` raises EOFError once the launcher has been silent too long.
+
+    A killed launcher's connection usually closes at once, but a host that
+    vanishes from the network never says so: the heartbeat covers that.
+    """
+
+    def __init__(self, connection: mpc.Connection, timeout: float):
+        self._channel = node_process.Channel(connection)
+        self._connection = connection
+        self._timeout = timeout
+
+    def send(self, *message) -> bool:
+        return self._channel.send(*message)
+
+    def recv(self):
+        if not self._connection.poll(self._timeout):
+            raise EOFError(f'no heartbeat from the launcher for {self._timeout:.0f}s')
+        return self._connection.recv()
+
+    def close(self) -> None:
+        self._channel.close()
+
+
+if __name__ == '__main__':
+    code = main()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    sys.exit(code)

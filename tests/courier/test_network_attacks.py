@@ -1,0 +1,396 @@
+"""Bad input from the network: each case closes the connection, logs once, runs nothing.
+
+Every attack carries a request whose unpickling would create a file (the
+"bomb"), so a missing file proves nothing was unpickled; the served object
+counts its calls, so zero proves no method ran; a legitimate client is
+served afterwards, so the server survived.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import pickle
+import secrets
+import socket
+import struct
+import threading
+import time
+
+import grpc
+import pytest
+
+from launchpad_py import courier
+from launchpad_py.courier import auth, frames, wire
+
+SECRET = secrets.token_bytes(32)
+HANDSHAKE_TIMEOUT = 0.5
+LOGGER = 'launchpad_py.courier'
+
+
+class _Bomb:
+    """Unpickling this creates ``path``."""
+
+    def __init__(self, path: str):
+        self.path = path
+
+    def __reduce__(self):
+        return open, (self.path, 'w')
+
+
+class Target:
+    def __init__(self):
+        self.calls = 0
+
+    def mark(self, *args) -> int:
+        self.calls += 1
+        return self.calls
+
+
+@pytest.fixture
+def served(tmp_path):
+    target = Target()
+    server = courier.Server(target, secret=SECRET, handshake_timeout=HANDSHAKE_TIMEOUT).start()
+    bomb = str(tmp_path / 'unpickled')
+    try:
+        yield server, target, bomb
+    finally:
+        server.stop()
+
+
+def _bomb_frame(bomb: str) -> bytes:
+    pickled = pickle.dumps(('mark', (_Bomb(bomb),), {}), protocol=5)
+    return frames.HEADER.pack(1, 1, 0, 0, len(pickled), 0, 0) + pickled
+
+
+def _tcp(server) -> socket.socket:
+    sock = socket.create_connection(('127.0.0.1', server.tcp_port), timeout=10)
+    sock.settimeout(10)
+    return sock
+
+
+def _closed_by_server(sock: socket.socket) -> bool:
+    """True once the server closed the connection (reads EOF or a reset within 10 s)."""
+    try:
+        while sock.recv(65536):
+            pass
+    except ConnectionResetError:
+        pass
+    return True
+
+
+def _authenticate(sock: socket.socket) -> None:
+    auth.client_handshake(sock, SECRET, 'test', 10)
+    sock.settimeout(10)
+
+
+def _assert_untouched(server, target: Target, bomb: str) -> None:
+    assert not os.path.exists(bomb), 'the payload was unpickled'
+    assert target.calls == 0, 'a method ran'
+    client = courier.Client(server.address, transport='tcp', secret=SECRET, timeout=10)
+    assert client.mark() == 1  # Still serving its legitimate callers.
+
+
+def _refusals(caplog, peer: tuple) -> list[logging.LogRecord]:
+    where = f'{peer[0]}:{peer[1]}'
+    return [r for r in caplog.records if r.name == LOGGER and where in r.getMessage()]
+
+
+def _wait_for_log(caplog, peer: tuple) -> list[logging.LogRecord]:
+    """The server's records about ``peer``; complete once it closed the connection.
+
+    The server logs before it closes, and the connection's thread ends there.
+    """
+    return _refusals(caplog, peer)
+
+
+def test_wrong_secret_is_refused_before_anything_is_read(served, caplog):
+    """A client proving a wrong secret is cut off; its request is never decoded."""
+    server, target, bomb = served
+    sock = _tcp(server)
+    hello = auth._recv_exactly(sock, auth.SERVER_HELLO)
+    ours = os.urandom(auth.NONCE_BYTES)
+    wrong = auth._mac(secrets.token_bytes(32), b'client', hello[len(auth.MAGIC):], ours)
+    sock.sendall(auth.MAGIC + ours + wrong + _bomb_frame(bomb))
+    assert _closed_by_server(sock)
+    assert len(_wait_for_log(caplog, sock.getsockname())) == 1
+    sock.close()
+    _assert_untouched(server, target, bomb)
+
+
+def test_wrong_secret_raises_authentication_error_in_the_client(served):
+    """courier.Client with a wrong secret raises AuthenticationError, by TCP and by gRPC."""
+    server, target, _ = served
+    for transport in ('tcp', 'grpc'):
+        client = courier.Client(server.address, transport=transport, timeout=10,
+                                secret=secrets.token_bytes(32))
+        with pytest.raises(courier.AuthenticationError):
+            client.mark()
+    assert target.calls == 0
+
+
+def test_silent_connection_is_closed_after_the_handshake_timeout(served, caplog):
+    """A peer that connects and says nothing is closed once the handshake time is up."""
+    server, target, bomb = served
+    sock = _tcp(server)
+    started = time.monotonic()
+    assert _closed_by_server(sock)
+    assert time.monotonic() - started >= HANDSHAKE_TIMEOUT * 0.9
+    records = _wait_for_log(caplog, sock.getsockname())
+    assert len(records) == 1 and 'no handshake' in records[0].getMessage()
+    sock.close()
+    _assert_untouched(server, target, bomb)
+
+
+def test_garbage_bytes_are_refused(served, caplog):
+    """Random bytes instead of a handshake close the connection."""
+    server, target, bomb = served
+    sock = _tcp(server)
+    sock.sendall(os.urandom(auth.CLIENT_PROOF) + _bomb_frame(bomb))
+    assert _closed_by_server(sock)
+    assert len(_wait_for_log(caplog, sock.getsockname())) == 1
+    sock.close()
+    _assert_untouched(server, target, bomb)
+
+
+def _rss_bytes() -> int:
+    with open('/proc/self/status') as status:
+        line = next(l for l in status if l.startswith('VmRSS:'))
+    return int(line.split()[1]) * 1024
+
+
+@pytest.mark.parametrize('authenticated', [False, True])
+def test_huge_frame_header_is_refused_before_allocation(served, caplog, authenticated):
+    """A header claiming 100 GiB is refused without the memory ever being taken."""
+    server, target, bomb = served
+    pickled = pickle.dumps(('mark', (_Bomb(bomb),), {}), protocol=5)
+    huge = (frames.HEADER.pack(1, 1, 0, 1, len(pickled), 0, 0)
+            + struct.pack('<qQ', -1, 100 << 30) + pickled)
+    before = _rss_bytes()
+    sock = _tcp(server)
+    if authenticated:
+        _authenticate(sock)
+    sock.sendall(huge)
+    assert _closed_by_server(sock)
+    assert len(_wait_for_log(caplog, sock.getsockname())) == 1
+    assert _rss_bytes() - before < 64 << 20
+    sock.close()
+    _assert_untouched(server, target, bomb)
+
+
+def test_a_clean_hang_up_is_not_logged(served, caplog):
+    """A caller that leaves between frames is no incident: nothing is logged."""
+    server, _, _ = served
+    sock = _tcp(server)
+    _authenticate(sock)
+    sock.shutdown(socket.SHUT_WR)
+    assert _closed_by_server(sock)
+    assert _wait_for_log(caplog, sock.getsockname()) == []
+    sock.close()
+
+
+def test_truncated_handshake_is_refused(served, caplog):
+    """Half a handshake, then the peer hangs up: closed, logged, nothing read further."""
+    server, target, bomb = served
+    sock = _tcp(server)
+    auth._recv_exactly(sock, auth.SERVER_HELLO)
+    sock.sendall(auth.MAGIC + os.urandom(10))
+    sock.shutdown(socket.SHUT_WR)
+    assert _closed_by_server(sock)
+    assert len(_wait_for_log(caplog, sock.getsockname())) == 1
+    sock.close()
+    _assert_untouched(server, target, bomb)
+
+
+def test_truncated_frame_runs_nothing(served, caplog):
+    """An authenticated peer that sends half a request frame and leaves runs nothing."""
+    server, target, bomb = served
+    sock = _tcp(server)
+    _authenticate(sock)
+    frame = _bomb_frame(bomb)
+    sock.sendall(frame[:len(frame) // 2])
+    sock.shutdown(socket.SHUT_WR)
+    assert _closed_by_server(sock)
+    records = _wait_for_log(caplog, sock.getsockname())
+    assert len(records) == 1 and 'middle of a frame' in records[0].getMessage()
+    sock.close()
+    _assert_untouched(server, target, bomb)
+
+
+def test_flood_of_silent_connections_leaves_the_server_serving(served):
+    """1,000 connections that never authenticate: a legitimate client is still served."""
+    server, target, bomb = served
+    flood = [socket.create_connection(('127.0.0.1', server.tcp_port), timeout=10)
+             for _ in range(1000)]
+    try:
+        client = courier.Client(server.address, transport='tcp', secret=SECRET, timeout=10)
+        assert client.mark() == 1
+        for sock in flood:
+            sock.settimeout(10)
+            assert _closed_by_server(sock)
+    finally:
+        for sock in flood:
+            sock.close()
+    assert not os.path.exists(bomb)
+    assert target.calls == 1
+
+
+def test_replayed_handshake_is_refused(served, caplog):
+    """A recorded client proof is useless on a new connection: the server's nonce changed."""
+    server, target, bomb = served
+    sock = _tcp(server)
+    hello = auth._recv_exactly(sock, auth.SERVER_HELLO)
+    ours = os.urandom(auth.NONCE_BYTES)
+    recorded = auth.MAGIC + ours + auth._mac(SECRET, b'client', hello[len(auth.MAGIC):], ours)
+    sock.sendall(recorded)
+    assert len(auth._recv_exactly(sock, auth.SERVER_PROOF)) == auth.SERVER_PROOF  # Accepted.
+    sock.close()
+    replay = _tcp(server)
+    auth._recv_exactly(replay, auth.SERVER_HELLO)
+    replay.sendall(recorded + _bomb_frame(bomb))
+    assert _closed_by_server(replay)
+    records = _wait_for_log(caplog, replay.getsockname())
+    assert len(records) == 1 and 'wrong secret' in records[0].getMessage()
+    replay.close()
+    _assert_untouched(server, target, bomb)
+
+
+@pytest.fixture
+def grpc_request(served):
+    server, target, bomb = served
+    parts, _ = frames.encode(0, frames.REQUEST, ('mark', (_Bomb(bomb),), {}))
+    request = b''.join(parts)
+    channel = grpc.insecure_channel(server.address)
+    try:
+        yield channel.unary_unary(wire.CALL), request
+    finally:
+        channel.close()
+
+
+@pytest.mark.parametrize('token', ['none', 'wrong', 'malformed'])
+def test_grpc_call_without_a_valid_token_is_refused(served, grpc_request, caplog, token):
+    """A gRPC call with no token, a wrong one or garbage is refused with UNAUTHENTICATED."""
+    server, target, bomb = served
+    call, request = grpc_request
+    metadata = {'none': (), 'wrong': auth.grpc_token(secrets.token_bytes(32), wire.CALL)[0],
+                'malformed': ((auth.METADATA_KEY, 'x/y'),)}[token]
+    with pytest.raises(grpc.RpcError) as caught:
+        call(request, metadata=metadata, timeout=10)
+    assert caught.value.code() == grpc.StatusCode.UNAUTHENTICATED
+    assert len([r for r in caplog.records if 'refused a gRPC call' in r.getMessage()]) == 1
+    _assert_untouched(server, target, bomb)
+
+
+def test_replayed_grpc_token_is_refused(served, grpc_request):
+    """A valid token works once; the same token again is refused."""
+    server, target, bomb = served
+    call, _ = grpc_request
+    harmless = b''.join(frames.encode(0, frames.REQUEST, ('mark', (), {}))[0])
+    token, _ = auth.grpc_token(SECRET, wire.CALL)
+    call(harmless, metadata=token, timeout=10)
+    parts, _ = frames.encode(0, frames.REQUEST, ('mark', (_Bomb(bomb),), {}))
+    with pytest.raises(grpc.RpcError) as caught:
+        call(b''.join(parts), metadata=token, timeout=10)
+    assert caught.value.code() == grpc.StatusCode.UNAUTHENTICATED
+    assert not os.path.exists(bomb)
+    assert target.calls == 1
+
+
+def test_endpoints_needs_the_secret_too(served):
+    """Even the raw-TCP port lookup is refused without the secret."""
+    server, _, _ = served
+    channel = grpc.insecure_channel(server.address)
+    try:
+        with pytest.raises(grpc.RpcError) as caught:
+            channel.unary_unary(wire.ENDPOINTS)(b'', timeout=10)
+    finally:
+        channel.close()
+    assert caught.value.code() == grpc.StatusCode.UNAUTHENTICATED
+
+
+def test_server_stays_up_under_concurrent_attacks(served):
+    """Attackers and a legitimate client at once: the client's calls all succeed."""
+    server, target, bomb = served
+    stop = threading.Event()
+
+    def attack():
+        while not stop.is_set():
+            try:
+                with socket.create_connection(('127.0.0.1', server.tcp_port), timeout=5) as s:
+                    s.sendall(os.urandom(200))
+                    s.settimeout(5)
+                    _closed_by_server(s)
+            except OSError:
+                pass
+
+    attackers = [threading.Thread(target=attack) for _ in range(4)]
+    for thread in attackers:
+        thread.start()
+    try:
+        client = courier.Client(server.address, transport='tcp', secret=SECRET, timeout=10)
+        assert [client.mark() for _ in range(50)] == list(range(1, 51))
+    finally:
+        stop.set()
+        for thread in attackers:
+            thread.join(timeout=30)
+    assert not os.path.exists(bomb)
+
+
+class FalseServer:
+    """What an impostor on a node's port would serve: replies that run code when decoded."""
+
+    def __init__(self, bomb: str):
+        self.bomb = bomb
+
+    def mark(self, *args):
+        return _Bomb(self.bomb)
+
+
+@pytest.mark.parametrize('transport', ['tcp', 'grpc'])
+def test_a_reply_from_a_server_without_the_secret_is_not_decoded(tmp_path, transport):
+    """A client refuses the reply of a server that cannot prove the secret, before unpickling it."""
+    bomb = str(tmp_path / 'unpickled-by-client')
+    with courier.Server(FalseServer(bomb)) as impostor:
+        client = courier.Client(impostor.address, transport=transport, secret=SECRET, timeout=10)
+        with pytest.raises(courier.AuthenticationError):
+            client.mark()
+        with pytest.raises(courier.AuthenticationError):
+            client.futures.mark().result(timeout=10)
+    assert not os.path.exists(bomb)
+
+
+OUT_OF_DESCRIPTORS_SERVER = '''
+import os, resource, sys
+from launchpad_py import courier
+from test_network_attacks import Target
+server = courier.Server(Target(), secret=bytes.fromhex(sys.argv[1])).start()
+open_now = len(os.listdir('/proc/self/fd'))
+resource.setrlimit(resource.RLIMIT_NOFILE, (open_now + 24, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+print(server.address, server.tcp_port, flush=True)
+sys.stdin.read()
+server.stop()
+'''
+
+
+def test_a_server_out_of_descriptors_drops_strangers_for_callers(tmp_path):
+    """When silent connections use up the server's descriptors, a new caller is still served."""
+    import subprocess
+    import sys
+    here = os.path.dirname(os.path.abspath(__file__))
+    server = subprocess.Popen(
+        [sys.executable, '-c', OUT_OF_DESCRIPTORS_SERVER, SECRET.hex()], cwd=here,
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+        env={**os.environ, 'PYTHONPATH': os.pathsep.join([here, os.path.dirname(os.path.dirname(
+            here))])})
+    flood = []
+    try:
+        address, tcp_port = server.stdout.readline().split()
+        flood = [socket.create_connection(('127.0.0.1', int(tcp_port)), timeout=10)
+                 for _ in range(60)]
+        client = courier.Client(address, transport='tcp', secret=SECRET, timeout=20)
+        assert client.mark() == 1
+    finally:
+        for sock in flood:
+            sock.close()
+        server.stdin.close()
+        server.wait(timeout=30)

@@ -1,0 +1,75 @@
+"""TLS on the raw-TCP and gRPC paths: calls work with the program's certificate only."""
+
+from __future__ import annotations
+
+import secrets
+import shutil
+
+import numpy as np
+import pytest
+
+from launchpad_py import courier
+
+pytestmark = pytest.mark.skipif(shutil.which('openssl') is None,
+                                reason='TlsCredentials.generate needs the openssl command')
+SECRET = secrets.token_bytes(32)
+
+
+class Recorder:
+    def __init__(self):
+        self.calls = 0
+
+    def echo(self, value):
+        self.calls += 1
+        return value
+
+
+@pytest.fixture(scope='module')
+def credentials():
+    return courier.TlsCredentials.generate()
+
+
+@pytest.fixture
+def served(credentials):
+    target = Recorder()
+    with courier.Server(target, secret=SECRET, tls=credentials) as server:
+        yield server, target
+
+
+@pytest.mark.parametrize('transport', ['tcp', 'grpc'])
+def test_calls_work_over_tls(served, credentials, transport):
+    """Sync calls, futures and arrays travel over TLS with the program's credentials."""
+    server, _ = served
+    client = courier.Client(server.address, transport=transport, secret=SECRET,
+                            tls=credentials, timeout=20)
+    array = np.arange(1 << 20, dtype=np.float32)
+    assert client.echo(3) == 3
+    assert [client.futures.echo(i) for i in range(8)][-1].result() == 7
+    np.testing.assert_array_equal(client.echo(array), array)
+
+
+@pytest.mark.parametrize('transport', ['tcp', 'grpc'])
+def test_a_client_with_another_certificate_is_not_served(served, transport):
+    """A client presenting a different certificate fails, and no method runs."""
+    server, target = served
+    client = courier.Client(server.address, transport=transport, secret=SECRET, timeout=3,
+                            tls=courier.TlsCredentials.generate())
+    with pytest.raises(courier.CourierError):
+        client.echo(1)
+    assert target.calls == 0
+
+
+def test_a_plaintext_client_is_not_served(served):
+    """A client without TLS cannot talk to a TLS server: it fails, and no method runs."""
+    server, target = served
+    with pytest.raises(courier.CourierError):
+        courier.Client(server.address, transport='tcp', secret=SECRET, timeout=3).echo(1)
+    assert target.calls == 0
+
+
+def test_credentials_pickle_without_their_files(credentials):
+    """Credentials travel as their PEM bytes (e.g. in a node's spec)."""
+    import pickle
+    again = pickle.loads(pickle.dumps(credentials))
+    assert again == credentials and b'PRIVATE KEY' in again.private_key
+    assert 'PRIVATE' not in repr(credentials)

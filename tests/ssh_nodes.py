@@ -1,0 +1,82 @@
+"""Nodes and a launching script for the SSH launcher tests; importable on every test host."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+import numpy as np
+
+import launchpad_py as lp
+
+BIG = 16 * 1024 * 1024  # float32 elements: 64 MiB.
+
+
+class Store:
+    """A server that echoes and sums arrays."""
+
+    def echo(self, value):
+        return value
+
+    def total(self, array):
+        return float(np.sum(array, dtype=np.float64))
+
+    def where(self):
+        return os.environ.get('LP_TEST_HOST')
+
+
+def use_store(store, result_path):
+    """Calls, futures and 64 MiB arrays both ways; writes what it saw to ``result_path``."""
+    array = np.arange(BIG, dtype=np.float32)
+    back = store.echo(array)
+    futures = [store.futures.echo(i) for i in range(50)]
+    result = {
+        'server_host': store.where(),
+        'echo': store.echo('hello'),
+        'futures': [f.result(timeout=60) for f in futures],
+        'big_bytes': int(back.nbytes),
+        'big_equal': bool(np.array_equal(back, array)),
+        'big_total': store.total(array),
+        'client_host': os.environ.get('LP_TEST_HOST'),
+    }
+    with open(result_path, 'w') as f:
+        json.dump(result, f)
+
+
+def print_gpus():
+    print('CUDA_VISIBLE_DEVICES=' + os.environ.get('CUDA_VISIBLE_DEVICES', '<unset>'), flush=True)
+    lp.wait_for_stop()
+
+
+def wait_forever():
+    lp.wait_for_stop()
+
+
+def ignore_stop_with_a_child():
+    """Starts a child process of its own, then never looks at the stop request."""
+    import subprocess
+    import threading
+    subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)'])
+    threading.Event().wait()
+
+
+def spread_program(token: str):
+    """Nodes on h1..h3, one of them a colocation of processes; all marked with ``token``."""
+    from nodes_for_tests import Pinger
+    program = lp.Program('spread')
+    program.add_node(lp.CourierNode(Pinger), label='pinger')
+    program.add_node(lp.PyNode(wait_forever), label='waiter')
+    program.add_node(lp.MultiProcessingColocation(
+        [lp.PyNode(wait_forever), lp.PyNode(wait_forever)]), label='colocated')
+    options = ['-F', os.path.join(os.environ.get('LP_SSH_DIR', '/tmp/lp-ssh'), 'ssh_config')]
+    resources = {group: lp.SshHost(host, ssh_options=options, env={'LP_TEST_TOKEN': token})
+                 for group, host in zip(program.groups, ['h1', 'h2', 'h3'])}
+    return program, resources
+
+
+if __name__ == '__main__':  # A launcher to SIGKILL: prints its nodes' hosts and pids, then waits.
+    program, resources = spread_program(sys.argv[1])
+    controller = lp.launch(program, launch_type='ssh', resources=resources)
+    print(json.dumps([[s.host, s.pid] for s in controller.statuses()]), flush=True)
+    controller.wait()
