@@ -10,7 +10,7 @@ import launchpad_py as lp
 from launchpad_py import devices
 from launchpad_py.launchers.resources import apply_gpu_defaults
 from gpu_probe import JaxProbe
-from nodes_for_node_types import ContextReporter
+from nodes_for_node_types import ContextReporter, reporter_program
 
 NAMES = ['CUDA_VISIBLE_DEVICES', 'JAX_PLATFORMS', 'XLA_PYTHON_CLIENT_PREALLOCATE',
          'TF_FORCE_GPU_ALLOW_GROWTH']
@@ -23,18 +23,8 @@ def _launcher_without_gpu_settings(monkeypatch):
         monkeypatch.delenv(name, raising=False)
 
 
-def _program(groups):
-    program = lp.Program('gpu_defaults')
-    handles = {}
-    for group, count in groups.items():
-        with program.group(group):
-            handles[group] = [program.add_node(lp.CourierNode(ContextReporter))
-                              for _ in range(count)]
-    return program, handles
-
-
 def _launch_and_read(groups, resources):
-    program, handles = _program(groups)
+    program, handles = reporter_program('gpu_defaults', groups)
     with lp.launch(program, launch_type='test_mp', local_resources=resources):
         return {group: [h.dereference().env(NAMES) for h in group_handles]
                 for group, group_handles in handles.items()}
@@ -119,7 +109,7 @@ def test_the_launchers_own_settings_win():
 def test_groups_kept_off_gpus_are_named_in_one_log_line(caplog):
     """One INFO line names every group the resources keep off GPUs; no other line about it."""
     hidden = lp.PythonProcess(gpus=[])
-    program, _ = _program({'learner': 1, 'actor': 2, 'evaluator': 1})
+    program, _ = reporter_program('gpu_defaults', {'learner': 1, 'actor': 2, 'evaluator': 1})
     with caplog.at_level(logging.INFO, logger='launchpad_py.launchers'):
         with lp.launch(program, launch_type='test_mp',
                        local_resources={'actor': hidden, 'evaluator': hidden}):

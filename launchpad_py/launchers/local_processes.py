@@ -30,7 +30,7 @@ from launchpad_py.launchers import (control, output, process_starter, program_se
 from launchpad_py.launchers.controller import ProgramController
 from launchpad_py.launchers.options import LaunchOptions
 from launchpad_py.launchers.resources import PythonProcess, apply_gpu_defaults
-from launchpad_py.launchers.worker_api import Events, FailureReport, Worker
+from launchpad_py.launchers.worker_api import Events, FailureReport, Worker, relay_node_messages
 from launchpad_py.program import Executable, Program
 
 _log = logging.getLogger(__name__)
@@ -150,22 +150,9 @@ class ProcessWorker(Worker):
             stop_now = self._stop_pending
         if stop_now:
             channel.send('stop')
-        while True:
-            try:
-                message = channel.recv()
-            except (EOFError, OSError):
-                break
-            kind = message[0]
-            if kind == 'ready':
-                self.events.ready(self)
-            elif kind == 'stop_program':
-                self.events.stop_requested()
-            elif kind == 'failed':
-                _, summary, text, exception_bytes = message
-                exception = node_process.rebuild_exception(exception_bytes)
-                self._failure = FailureReport(summary, text, exception)
-            elif kind == 'finished':
-                self._finished = True
+        failure, self._finished = relay_node_messages(channel, self)
+        if failure is not None:
+            self._failure = failure
         channel.close()
         self._channel_closed.set()
 
@@ -249,8 +236,8 @@ class _ProgramSetup:
         self.events: Events | None = None
         # tmux starts nodes itself, so they dial back to a socket instead of inheriting one.
         self.control = control.ControlServer(
-            os.path.join(self.run_directory.path, 'control'), self._on_connect
-        ) if mode == 'tmux_session' else None
+            os.path.join(self.run_directory.path, 'control'),
+            control.hand_to_workers(self.workers, 4)) if mode == 'tmux_session' else None
         self.tmux_session = f'launchpad_{program.name}_{os.getpid()}' if mode == 'tmux_session' else None
         self._fork_server: process_starter.ForkServer | None = None
         self._fork_lock = threading.Lock()
@@ -269,15 +256,6 @@ class _ProgramSetup:
         """Fails a launch still under way; running nodes are not affected."""
         if self.events is not None:
             self.events.process_died(reason)
-
-    def _on_connect(self, hello, channel: control.Channel) -> None:
-        if not (isinstance(hello, tuple) and len(hello) == 4 and hello[0] == 'hello'
-                and hello[1] in self.workers):
-            channel.close()
-            return
-        worker = self.workers[hello[1]]
-        threading.Thread(target=worker.on_connect, args=(hello[2], hello[3], channel),
-                         name=f'lp-channel-{worker.name}', daemon=True).start()
 
     def tmux_window(self, name: str, script: str) -> int:
         """Opens a window running ``script``; returns the pid of the window's shell."""

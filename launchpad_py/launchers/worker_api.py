@@ -12,6 +12,7 @@ import enum
 import queue
 import traceback
 
+from launchpad_py import node_process
 from launchpad_py.courier.errors import CourierUnavailableError
 from launchpad_py.errors import PeerFailedError
 
@@ -129,3 +130,29 @@ class Worker(abc.ABC):
 
     def cleanup(self) -> None:
         """Releases what the worker holds once the program is over."""
+
+
+def relay_node_messages(channel, worker: Worker,
+                        where: str = '') -> tuple[FailureReport | None, bool]:
+    """Passes a node process's control messages on to the supervisor until the channel closes.
+
+    Returns the failure the node reported (``where`` is added to its summary,
+    e.g. the host) and whether it said it finished: what its exit means.
+    """
+    failure, finished = None, False
+    while True:
+        try:
+            message = channel.recv()
+        except (EOFError, OSError):
+            return failure, finished
+        kind = message[0]
+        if kind == 'ready':
+            worker.events.ready(worker)
+        elif kind == 'stop_program':
+            worker.events.stop_requested()
+        elif kind == 'failed':
+            _, summary, text, exception_bytes = message
+            failure = FailureReport(summary + where, text,
+                                    node_process.rebuild_exception(exception_bytes))
+        elif kind == 'finished':
+            finished = True
