@@ -27,8 +27,23 @@ pytestmark = [needs_ssh_hosts, pytest.mark.timeout(180 * max(RUNS, 1)), pytest.m
     RUNS <= 0, reason='fault run; set LP_SSH_FAULT_RUNS=20 to run it')]
 
 
+# Node processes (and their shells before ``exec``); not the host checks run before them,
+# whose death after they answered changes nothing, so the program rightly runs on.
+_NODE_MODULES = ('launchpad_py.launchers.remote_node', 'launchpad_py.nodes.colocation_child')
+
+
 def _node_processes(token: str, launcher_pid: int) -> list[psutil.Process]:
-    return [p for p in _marked(token) if p.name() != 'ssh' and p.pid != launcher_pid]
+    """The launch's node processes still running (a process may end while it is looked at)."""
+    nodes = []
+    for process in _marked(token):
+        try:
+            command = ' '.join(process.cmdline())
+            if (process.pid != launcher_pid and process.name() != 'ssh'
+                    and any(module in command for module in _NODE_MODULES)):
+                nodes.append(process)
+        except psutil.NoSuchProcess:
+            pass
+    return nodes
 
 
 def _one_run(rng: random.Random) -> dict:
