@@ -19,7 +19,7 @@ import pytest
 
 import launchpad_py as lp
 from launchpad_py import courier
-from conftest import REPO, SSH_OPTIONS, needs_ssh_hosts, slow, ssh_host, wait_for
+from conftest import REPO, SSH_OPTIONS, needs_ssh_hosts, ssh_host, wait_for
 from nodes_for_tests import Pinger, serve_forever
 from ssh_nodes import BIG, Store, print_gpus, use_store
 
@@ -176,7 +176,6 @@ def test_group_without_host_is_named():
         lp.launch(program, launch_type='ssh', resources={'placed': ssh_host('h1')})
 
 
-@slow
 def test_gpus_set_cuda_visible_devices_on_that_host(capfd):
     """gpus=[...] reaches the node as CUDA_VISIBLE_DEVICES; other groups then see no GPU."""
     program = lp.Program('gpus')
@@ -238,7 +237,6 @@ def test_dropped_ssh_connection_ends_the_node_and_fails_the_program():
     assert not _alive(waiter.pid)
 
 
-@slow
 def test_frozen_launcher_nodes_end_after_heartbeat_timeout():
     """A launcher that stops answering (SIGSTOP, like a lost host) loses its nodes within seconds.
 
@@ -263,7 +261,6 @@ def test_frozen_launcher_nodes_end_after_heartbeat_timeout():
     _wait_until_gone(token, timeout=15)
 
 
-@slow
 def test_ctrl_c_stops_nodes_on_every_host_gracefully():
     """SIGINT to the launching script stops the program; the script exits 0 and nothing is left."""
     token = f'lp-sigint-{uuid.uuid4().hex}'

@@ -9,7 +9,7 @@ import sys
 
 
 import launchpad_py as lp
-from conftest import REPO, SSH_HOST_NAMES, needs_ssh_hosts, slow, ssh_host
+from conftest import REPO, SSH_HOST_NAMES, needs_ssh_hosts, ssh_host
 from examples.parameter_server.program import make_program
 
 
@@ -60,7 +60,6 @@ def test_benchmark_writes_csv_and_plot(tmp_path):
         assert f.read(8) == b'\x89PNG\r\n\x1a\n'
 
 
-@slow
 @needs_ssh_hosts
 def test_replicated_servers_across_three_ssh_hosts(tmp_path):
     """The replicated topology with its groups spread over h1, h2 and h3 under the ssh launcher."""
