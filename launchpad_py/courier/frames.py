@@ -120,24 +120,29 @@ def from_bytes(data: bytes | bytearray | memoryview) -> Frame:
     return Frame(call_id, kind, pickled, buffers, [])
 
 
-def send(sock: socket.socket, parts: list, fd: int | None) -> None:
-    """Writes all parts with scatter/gather ``sendmsg``; the descriptor goes first."""
+def send(sock: socket.socket, parts: list, fd: int | None) -> int:
+    """Writes all parts with scatter/gather ``sendmsg``; the descriptor goes first.
+
+    Returns the bytes written to the socket (buffers in shared memory not counted).
+    """
     if fd is None and len(parts) == 1:
         sock.sendall(parts[0])
-        return
+        return len(parts[0])
     views = [p if isinstance(p, memoryview) else memoryview(p) for p in parts if len(p)]
     views = [v if v.format == 'B' and v.ndim == 1 and v.contiguous else v.cast('B')
              for v in views]
+    total = sum(v.nbytes for v in views)
     if isinstance(sock, ssl.SSLSocket):  # TLS has no sendmsg: the parts one after another.
         for view in views:
             sock.sendall(view)
-        return
+        return total
     if fd is not None:
         rights = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array('i', [fd]))]
         sent = sock.sendmsg(views[:1], rights)
         views = _advance(views, sent)
     while views:
         views = _advance(views, sock.sendmsg(views[:_IOV_MAX]))
+    return total
 
 
 def _advance(views: list[memoryview], sent: int) -> list[memoryview]:

@@ -89,11 +89,11 @@ class Connection:
         self.reader = frames.Reader(sock, self.released)
         self._send_lock = threading.Lock()
 
-    def send(self, call_id: int, kind: int, obj) -> None:
+    def send(self, call_id: int, kind: int, obj) -> int:
         parts, fd = frames.encode(call_id, kind, obj, self.pool, self.released.drain(),
                                   SHM_MIN_BYTES)
         with self._send_lock:
-            frames.send(self.sock, parts, fd)
+            return frames.send(self.sock, parts, fd)
 
     def read(self) -> frames.Frame:
         frame = self.reader.read()

@@ -27,8 +27,10 @@ class LocalListener:
 
     def __init__(self, port: int, dispatch: Callable, unsendable: Callable,
                  executor: concurrent.futures.Executor, label: str | None,
-                 thread_initializer: Callable[[], None] | None = None):
+                 thread_initializer: Callable[[], None] | None = None, *,
+                 on_sent: Callable[[int], None] | None = None):
         self._port = port
+        self._on_sent = on_sent  # Told the size of each reply sent (the server's counters).
         # Small calls are answered on the connection's own thread, which must be
         # set up like the executor's threads.
         self._thread_initializer = thread_initializer
@@ -115,11 +117,13 @@ class LocalListener:
         reply = self._dispatch(frame)
         try:
             try:
-                connection.send(frame.call_id, frames.REPLY, reply)
+                sent = connection.send(frame.call_id, frames.REPLY, reply)
             except (TypeError, MemoryError) as exc:  # The result itself cannot travel.
-                connection.send(frame.call_id, frames.REPLY, self._unsendable(frame, exc))
+                sent = connection.send(frame.call_id, frames.REPLY, self._unsendable(frame, exc))
         except OSError:
-            pass  # The caller went away; its reader has reported that already.
+            return  # The caller went away; its reader has reported that already.
+        if self._on_sent is not None:
+            self._on_sent(sent)
 
     def stop(self) -> None:
         with self._lock:

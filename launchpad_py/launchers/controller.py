@@ -19,6 +19,8 @@ import threading
 import time
 
 from launchpad_py import errors, runtime
+from launchpad_py.launchers import statistics as statistics_module
+from launchpad_py.launchers import status_endpoint
 from launchpad_py.launchers.worker_api import (Events, FailureReport, NodeState, NodeStatus,
                                                Worker)
 
@@ -49,6 +51,8 @@ class ProgramController:
         self._startup_failure: Worker | None = None
         self._failure_seen = False
         self._killed: list[str] = []
+        self._monitor = statistics_module.Monitor()
+        self._endpoint: status_endpoint.StatusEndpoint | None = None
         # A non-daemon supervisor keeps the launching script alive while the program
         # runs, as a script ending with lp.launch(p) expects.
         self._thread = threading.Thread(target=self._supervise, name=f'lp-supervisor-{name}',
@@ -62,8 +66,10 @@ class ProgramController:
         runtime.activate(self._scope)
         _running.add(self)
         self._thread.start()
+        self._endpoint = status_endpoint.open_for(self)
         try:
             for worker in self._workers:
+                worker.started_at = time.time()
                 worker.start()
         except BaseException:
             self.request_stop()
@@ -128,6 +134,30 @@ class ProgramController:
         return [NodeStatus(w.label, w.index, w.state, w.pid, w.exit_code, host=w.host)
                 for w in self._workers]
 
+    def statistics(self, timeout: float = 2.0) -> list[statistics_module.NodeStatistics]:
+        """Live per-node state and counters (calls, latency, bytes, RSS, CPU); see docs/observability.md.
+
+        Asks every running node at once; one that does not answer within
+        ``timeout`` keeps the counters it last reported.
+        """
+        return self._monitor.sample(self._workers, timeout)
+
+    def history(self, node: str) -> list[dict]:
+        """Recent samples of ``node`` ('label/index'), one per statistics() call at most 2/s."""
+        return self._monitor.history(node)
+
+    def output_tail(self, node: str) -> str:
+        """The last lines ``node`` ('label/index') printed."""
+        for worker in self._workers:
+            if worker.name == node:
+                return worker.output_tail()
+        raise KeyError(f'program {self.name!r} has no node {node!r}')
+
+    @property
+    def status_handle(self) -> str | None:
+        """The handle file ``python -m launchpad_py.status`` reads, while the program runs."""
+        return self._endpoint.handle_path if self._endpoint is not None else None
+
     @property
     def killed_nodes(self) -> list[str]:
         """Nodes killed because they ignored the stop request for the grace period."""
@@ -167,6 +197,8 @@ class ProgramController:
         finally:
             for worker in self._workers:
                 worker.cleanup()
+            if self._endpoint is not None:
+                self._endpoint.close()
             self._scope.stop_event.set()
             runtime.deactivate(self._scope)
             _running.discard(self)
@@ -206,7 +238,7 @@ class ProgramController:
     def _on_exit(self, worker: Worker, exit_code: int | None, failure: FailureReport | None) -> None:
         if worker.state in _ENDED:
             return
-        worker.exit_code = exit_code
+        worker.exit_code, worker.ended_at = exit_code, time.time()
         if failure is not None and not self._stopping:
             if worker.state == NodeState.STARTING:  # Failed before it was ready.
                 self._startup_failure = worker

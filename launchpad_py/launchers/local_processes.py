@@ -19,8 +19,8 @@ import threading
 
 from launchpad_py import errors, node_process
 from launchpad_py.courier import serialization
-from launchpad_py.launchers import (control, flag_transfer, output, process_starter,
-                                    program_secret, shipping)
+from launchpad_py.launchers import (control, flag_transfer, metrics_probe, output,
+                                    process_starter, program_secret, shipping)
 from launchpad_py.launchers.controller import ProgramController
 from launchpad_py.launchers.options import LaunchOptions
 from launchpad_py.launchers.resources import PythonProcess, hide_gpus_from_other_groups
@@ -42,6 +42,7 @@ class ProcessWorker(Worker):
         self._channel: control.Channel | None = None
         self._connected = threading.Event()
         self._channel_closed = threading.Event()
+        self._probe = metrics_probe.MetricsProbe()
         self._process: subprocess.Popen | None = None
         self._pid: int | None = None
         self._pgid: int | None = None
@@ -140,6 +141,9 @@ class ProcessWorker(Worker):
                 self._failure = FailureReport(summary, text, exception)
             elif kind == 'finished':
                 self._finished = True
+            elif kind == 'metrics':
+                self._probe.answer(message)
+        self._probe.close()
         self._channel_closed.set()
 
     def _wait_for_exit(self) -> None:
@@ -180,6 +184,9 @@ class ProcessWorker(Worker):
 
     def output_tail(self) -> str:
         return self._sink.tail()
+
+    def request_metrics(self):
+        return self._probe.ask(self._channel)
 
     def cleanup(self) -> None:
         # Anything the node left in its process group (its own subprocesses) goes too.

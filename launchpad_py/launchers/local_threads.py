@@ -8,9 +8,10 @@ daemon thread.
 
 from __future__ import annotations
 
+import concurrent.futures
 import threading
 
-from launchpad_py import runtime
+from launchpad_py import node_metrics, runtime
 from launchpad_py.courier import serialization
 from launchpad_py.launchers import program_secret, shipping
 from launchpad_py.launchers.controller import ProgramController
@@ -46,6 +47,12 @@ class ThreadWorker(Worker):
 
     def kill(self) -> bool:
         return False
+
+    def request_metrics(self) -> concurrent.futures.Future:
+        # Threads share the process: only this node's servers, but the process's RSS and CPU.
+        future: concurrent.futures.Future = concurrent.futures.Future()
+        future.set_result(node_metrics.collect(owner_thread=self._thread.ident))
+        return future
 
     def join(self, timeout: float | None = None) -> None:
         self._thread.join(timeout)

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from launchpad_py import errors, node_process
 from launchpad_py.courier import serialization
-from launchpad_py.launchers import output
+from launchpad_py.launchers import metrics_probe, output
 from launchpad_py.launchers.worker_api import Events, FailureReport, Worker
 from launchpad_py.program import Executable
 
@@ -63,6 +63,7 @@ class RemoteWorker(Worker):
         self._finished = False
         self._stop_requested = False
         self._channel_closed = threading.Event()
+        self._probe = metrics_probe.MetricsProbe()
         self._lock = threading.Lock()
 
     @property
@@ -121,6 +122,9 @@ class RemoteWorker(Worker):
                 self._failure = FailureReport(f'{summary} (on host {self.host})', text, exception)
             elif kind == 'finished':
                 self._finished = True
+            elif kind == 'metrics':
+                self._probe.answer(message)
+        self._probe.close()
         self._channel_closed.set()
 
     def send(self, *message) -> None:
@@ -175,6 +179,9 @@ class RemoteWorker(Worker):
 
     def output_tail(self) -> str:
         return self._sink.tail()
+
+    def request_metrics(self):
+        return self._probe.ask(self._channel)
 
     def cleanup(self) -> None:
         self.kill()

@@ -7,6 +7,7 @@ process) and reports to its supervisor through ``Events``.
 from __future__ import annotations
 
 import abc
+import concurrent.futures
 import dataclasses
 import enum
 import queue
@@ -74,6 +75,9 @@ class Worker(abc.ABC):
         self.state = NodeState.STARTING
         self.exit_code: int | None = None
         self.failure: FailureReport | None = None
+        # Set by the supervisor (time.time()), for uptimes in statistics.
+        self.started_at: float | None = None
+        self.ended_at: float | None = None
 
     @property
     def name(self) -> str:
@@ -102,6 +106,10 @@ class Worker(abc.ABC):
 
     def output_tail(self) -> str:
         return ''
+
+    def request_metrics(self) -> 'concurrent.futures.Future[dict] | None':
+        """The node's own counters to come (see ``node_metrics``); None where it cannot say."""
+        return None
 
     def cleanup(self) -> None:
         """Releases what the worker holds once the program is over."""
