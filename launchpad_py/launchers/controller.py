@@ -19,8 +19,7 @@ import threading
 import time
 
 from launchpad_py import errors, runtime
-from launchpad_py.launchers import statistics as statistics_module
-from launchpad_py.launchers import status_endpoint
+from launchpad_py.launchers.observe import Observability
 from launchpad_py.launchers.worker_api import (Events, FailureReport, NodeState, NodeStatus,
                                                Worker)
 
@@ -28,7 +27,7 @@ _log = logging.getLogger(__name__)
 _ENDED = (NodeState.FINISHED, NodeState.STOPPED, NodeState.FAILED, NodeState.KILLED)
 
 
-class ProgramController:
+class ProgramController(Observability):
     """Handle on a launched program: ``wait``, ``stop``, ``statuses``."""
 
     def __init__(self, name: str, launch_type: str, grace: float, keep_process_alive: bool,
@@ -51,8 +50,7 @@ class ProgramController:
         self._startup_failure: Worker | None = None
         self._failure_seen = False
         self._killed: list[str] = []
-        self._monitor = statistics_module.Monitor()
-        self._endpoint: status_endpoint.StatusEndpoint | None = None
+        self._init_observability()
         # A non-daemon supervisor keeps the launching script alive while the program
         # runs, as a script ending with lp.launch(p) expects.
         self._thread = threading.Thread(target=self._supervise, name=f'lp-supervisor-{name}',
@@ -66,7 +64,7 @@ class ProgramController:
         runtime.activate(self._scope)
         _running.add(self)
         self._thread.start()
-        self._endpoint = status_endpoint.open_for(self)
+        self._open_status_endpoint()
         try:
             for worker in self._workers:
                 worker.started_at = time.time()
@@ -134,30 +132,6 @@ class ProgramController:
         return [NodeStatus(w.label, w.index, w.state, w.pid, w.exit_code, host=w.host)
                 for w in self._workers]
 
-    def statistics(self, timeout: float = 2.0) -> list[statistics_module.NodeStatistics]:
-        """Live per-node state and counters (calls, latency, bytes, RSS, CPU); see docs/observability.md.
-
-        Asks every running node at once; one that does not answer within
-        ``timeout`` keeps the counters it last reported.
-        """
-        return self._monitor.sample(self._workers, timeout)
-
-    def history(self, node: str) -> list[dict]:
-        """Recent samples of ``node`` ('label/index'), one per statistics() call at most 2/s."""
-        return self._monitor.history(node)
-
-    def output_tail(self, node: str) -> str:
-        """The last lines ``node`` ('label/index') printed."""
-        for worker in self._workers:
-            if worker.name == node:
-                return worker.output_tail()
-        raise KeyError(f'program {self.name!r} has no node {node!r}')
-
-    @property
-    def status_handle(self) -> str | None:
-        """The handle file ``python -m launchpad_py.status`` reads, while the program runs."""
-        return self._endpoint.handle_path if self._endpoint is not None else None
-
     @property
     def killed_nodes(self) -> list[str]:
         """Nodes killed because they ignored the stop request for the grace period."""
@@ -168,6 +142,7 @@ class ProgramController:
 
     def __exit__(self, exc_type, exc, tb) -> None:
         self.stop()
+        self._close_dashboard()
         if exc_type is None:
             self._raise_failure()
 
@@ -197,8 +172,7 @@ class ProgramController:
         finally:
             for worker in self._workers:
                 worker.cleanup()
-            if self._endpoint is not None:
-                self._endpoint.close()
+            self._close_status_endpoint()
             self._scope.stop_event.set()
             runtime.deactivate(self._scope)
             _running.discard(self)
@@ -267,6 +241,8 @@ class ProgramController:
 
     def _kill_stragglers(self) -> None:
         for worker in self._workers:
+            if worker.state not in _ENDED:
+                worker.ended_at = time.time()
             if worker.state not in _ENDED and worker.kill():
                 worker.state = NodeState.KILLED
                 self._killed.append(worker.name)
