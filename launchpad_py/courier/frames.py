@@ -88,6 +88,17 @@ def encode(call_id: int, kind: int, obj: Any, pool: shm.SegmentPool | None = Non
     return parts, fd
 
 
+def encoded_size(parts: list) -> int:
+    """Payload bytes of an encoded frame, buffers in shared memory included."""
+    if len(parts) == 1:
+        return len(parts[0])
+    head = parts[0]
+    _, _, n_released, n_buffers, pickle_len, _, _ = HEADER.unpack_from(head, 0)
+    table = HEADER.size + 8 * n_released
+    buffers = sum(_ENTRY.unpack_from(head, table + i * _ENTRY.size)[1] for i in range(n_buffers))
+    return len(head) + pickle_len + buffers
+
+
 def _padding(position: int) -> int:
     """Bytes that put an in-band buffer on an aligned offset (numpy wants aligned data)."""
     return -position % _BUFFER_ALIGN
@@ -120,29 +131,24 @@ def from_bytes(data: bytes | bytearray | memoryview) -> Frame:
     return Frame(call_id, kind, pickled, buffers, [])
 
 
-def send(sock: socket.socket, parts: list, fd: int | None) -> int:
-    """Writes all parts with scatter/gather ``sendmsg``; the descriptor goes first.
-
-    Returns the bytes written to the socket (buffers in shared memory not counted).
-    """
+def send(sock: socket.socket, parts: list, fd: int | None) -> None:
+    """Writes all parts with scatter/gather ``sendmsg``; the descriptor goes first."""
     if fd is None and len(parts) == 1:
         sock.sendall(parts[0])
-        return len(parts[0])
+        return
     views = [p if isinstance(p, memoryview) else memoryview(p) for p in parts if len(p)]
     views = [v if v.format == 'B' and v.ndim == 1 and v.contiguous else v.cast('B')
              for v in views]
-    total = sum(v.nbytes for v in views)
     if isinstance(sock, ssl.SSLSocket):  # TLS has no sendmsg: the parts one after another.
         for view in views:
             sock.sendall(view)
-        return total
+        return
     if fd is not None:
         rights = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array('i', [fd]))]
         sent = sock.sendmsg(views[:1], rights)
         views = _advance(views, sent)
     while views:
         views = _advance(views, sock.sendmsg(views[:_IOV_MAX]))
-    return total
 
 
 def _advance(views: list[memoryview], sent: int) -> list[memoryview]:

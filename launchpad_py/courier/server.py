@@ -241,7 +241,7 @@ class Server:
             reply = self._chunks.reply(self._dispatch_frame(frame))
         except (TypeError, MemoryError) as exc:
             reply = self._chunks.reply(self._unsendable(frame, exc))
-        self.stats.sent(len(reply))
+        self.stats.sent(len(reply))  # Counted before it leaves, like the other paths.
         return reply
 
     def _handle_chunked_call(self, chunks, context: grpc.ServicerContext) -> bytes:

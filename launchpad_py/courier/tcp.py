@@ -45,10 +45,12 @@ class Connection(uds.Connection):
                                     max_frame_bytes=max_frame_bytes)
         self._send_lock = threading.Lock()
 
-    def send(self, call_id: int, kind: int, obj) -> int:
+    def send(self, call_id: int, kind: int, obj, on_size=None) -> None:
         parts, _ = frames.encode(call_id, kind, obj)
+        if on_size is not None:
+            on_size(frames.encoded_size(parts))
         with self._send_lock:
-            return frames.send(self.sock, parts, None)
+            frames.send(self.sock, parts, None)
 
     def read(self) -> frames.Frame:
         return self.reader.read()

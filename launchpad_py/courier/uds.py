@@ -89,11 +89,14 @@ class Connection:
         self.reader = frames.Reader(sock, self.released)
         self._send_lock = threading.Lock()
 
-    def send(self, call_id: int, kind: int, obj) -> int:
+    def send(self, call_id: int, kind: int, obj, on_size=None) -> None:
+        """Sends ``obj``; ``on_size`` (if given) hears its size in bytes before it leaves."""
         parts, fd = frames.encode(call_id, kind, obj, self.pool, self.released.drain(),
                                   SHM_MIN_BYTES)
+        if on_size is not None:
+            on_size(frames.encoded_size(parts))
         with self._send_lock:
-            return frames.send(self.sock, parts, fd)
+            frames.send(self.sock, parts, fd)
 
     def read(self) -> frames.Frame:
         frame = self.reader.read()

@@ -30,7 +30,7 @@ class LocalListener:
                  thread_initializer: Callable[[], None] | None = None, *,
                  on_sent: Callable[[int], None] | None = None):
         self._port = port
-        self._on_sent = on_sent  # Told the size of each reply sent (the server's counters).
+        self._on_sent = on_sent  # Told the size of each reply (the server's counters).
         # Small calls are answered on the connection's own thread, which must be
         # set up like the executor's threads.
         self._thread_initializer = thread_initializer
@@ -117,13 +117,12 @@ class LocalListener:
         reply = self._dispatch(frame)
         try:
             try:
-                sent = connection.send(frame.call_id, frames.REPLY, reply)
+                connection.send(frame.call_id, frames.REPLY, reply, self._on_sent)
             except (TypeError, MemoryError) as exc:  # The result itself cannot travel.
-                sent = connection.send(frame.call_id, frames.REPLY, self._unsendable(frame, exc))
+                connection.send(frame.call_id, frames.REPLY, self._unsendable(frame, exc),
+                                self._on_sent)
         except OSError:
-            return  # The caller went away; its reader has reported that already.
-        if self._on_sent is not None:
-            self._on_sent(sent)
+            pass  # The caller went away; its reader has reported that already.
 
     def stop(self) -> None:
         with self._lock:
