@@ -43,7 +43,7 @@ class Dashboard:
         self._closed = threading.Event()
         self._report_lock = threading.Lock()
         self._nodes: list = []
-        self._report = self._sample()
+        self.refresh()
         self._server = _Server(('127.0.0.1', port), _Handler, self)
         self.port = self._server.server_address[1]
         self._threads = [
@@ -69,7 +69,8 @@ class Dashboard:
 
     # -- data -------------------------------------------------------------------------
 
-    def _sample(self) -> dict:
+    def refresh(self) -> dict:
+        """Asks the nodes now (the sampler does so every interval); the new report."""
         controller = self._controller
         nodes = controller.statistics(timeout=self._interval)
         report = {'program': controller.name, 'launch_type': controller.launch_type,
@@ -86,7 +87,7 @@ class Dashboard:
     def _sample_loop(self) -> None:
         while not self._closed.wait(self._interval):
             try:
-                self._sample()
+                self.refresh()
             except Exception:  # A bad sample must not end the dashboard.
                 _log.exception('dashboard of program %r: sampling failed', self._controller.name)
 
