@@ -77,8 +77,8 @@ def hot_path_ns(calls: int = 200_000) -> float:
     counters = stats.ServerStats('bench')
     start = time.perf_counter()
     for _ in range(calls):
-        began = counters.begin()
-        counters.end('echo', began, 27, True)
+        shard = counters.begin()
+        counters.end(shard, 'echo', 27, True)
         counters.sent(61)
     return (time.perf_counter() - start) / calls * 1e9
 

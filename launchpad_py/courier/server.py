@@ -216,7 +216,7 @@ class Server:
         """Runs one request: ``('ok', value)`` or ``('error', RemoteFailure)``."""
         with self._permits:
             ok = False
-            start = self.stats.begin()
+            shard = self.stats.begin()
             try:
                 frame.method, args, kwargs = frame.value()
                 reply = 'ok', self._resolve(frame.method)(*args, **kwargs)
@@ -225,8 +225,8 @@ class Server:
             except Exception as exc:  # Every failure travels back to the caller.
                 return 'error', wire.RemoteFailure.capture(exc, self._label, frame.method)
             finally:
-                self.stats.end(frame.method, start, stats.frame_bytes(frame.pickled, frame.buffers),
-                               ok)
+                self.stats.end(shard, frame.method,
+                               stats.frame_bytes(frame.pickled, frame.buffers), ok)
 
     def _unsendable(self, frame: frames.Frame, exc: Exception) -> tuple:
         """The reply for a result that cannot be serialized: the caller learns why."""

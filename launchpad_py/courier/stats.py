@@ -6,9 +6,10 @@ knowing which servers its node made::
 
     server.stats.snapshot()   # {'methods': {'echo': {'calls': 3, ...}}, 'in_flight': 0, ...}
 
-The hot path is one lock taken twice per call (start and end), a clock read at
-each, and a bounded ring of recent latencies per method (the p99 is computed
-when someone asks, not per call).
+The hot path takes no lock: each serving thread counts in its own shard (a
+clock read at start and end, a few increments, one append to a bounded ring of
+recent latencies per method); readers add the shards up, and the p99 is
+computed when someone asks, not per call.
 """
 
 from __future__ import annotations
@@ -32,55 +33,105 @@ class _Method:
         self.total_s = 0.0
         self.recent: collections.deque[float] = collections.deque(maxlen=RECENT_CALLS)
 
+    def add(self, other: '_Method') -> None:
+        self.calls += other.calls
+        self.errors += other.errors
+        self.bytes_in += other.bytes_in
+        self.total_s += other.total_s
+        self.recent.extend(list(other.recent))
+
+
+class _Shard:
+    """The counters one thread writes; nobody else writes them, so no lock is needed."""
+
+    __slots__ = ('thread', 'begun', 'finished', 'bytes_out', 'start', 'methods')
+
+    def __init__(self, thread: threading.Thread | None) -> None:
+        self.thread = thread
+        self.begun = self.finished = self.bytes_out = 0
+        self.start = 0.0
+        self.methods: dict[str, _Method] = {}
+
 
 class ServerStats:
     """Calls served, in flight, latency and bytes of one server.
 
+    Each serving thread counts in a shard of its own (a lock per call would
+    cost more than everything else here); readers add the shards up.
     ``owner_thread`` is the thread that made the server: where several nodes
     share a process (``local_mt``), it tells whose server this is.
+
+        shard = stats.begin()
+        ...                                   # run the call, in the same thread
+        stats.end(shard, 'echo', bytes_in=27, ok=True)
     """
 
     def __init__(self, label: str | None) -> None:
         self.label = label
         self.owner_thread = threading.get_ident()
-        self.in_flight = 0
-        self.bytes_out = 0
-        self._methods: dict[str, _Method] = {}
-        self._lock = threading.Lock()
+        self._local = threading.local()
+        self._shards: list[_Shard] = []
+        self._retired = _Shard(None)  # What threads that have ended counted.
+        self._lock = threading.Lock()  # Guards the list of shards, not the counts.
 
-    def begin(self) -> float:
-        """Counts a call as in flight; returns its start time for ``end``."""
-        with self._lock:
-            self.in_flight += 1
-        return _clock()
+    def _shard(self) -> _Shard:
+        try:
+            return self._local.shard
+        except AttributeError:
+            shard = self._local.shard = _Shard(threading.current_thread())
+            with self._lock:
+                self._shards.append(shard)
+            return shard
 
-    def end(self, method: str, start: float, bytes_in: int, ok: bool) -> None:
-        elapsed = _clock() - start
-        with self._lock:
-            self.in_flight -= 1
-            record = self._methods.get(method)
-            if record is None:
-                record = self._methods[method] = _Method()
-            record.calls += 1
-            record.total_s += elapsed
-            record.bytes_in += bytes_in
-            record.recent.append(elapsed)
-            if not ok:
-                record.errors += 1
+    def begin(self) -> _Shard:
+        """Counts a call as in flight in the calling thread's shard; pass it to ``end``."""
+        shard = self._shard()
+        shard.begun += 1
+        shard.start = _clock()
+        return shard
+
+    def end(self, shard: _Shard, method: str, bytes_in: int, ok: bool) -> None:
+        elapsed = _clock() - shard.start
+        record = shard.methods.get(method)
+        if record is None:
+            record = shard.methods[method] = _Method()
+        record.calls += 1
+        record.total_s += elapsed
+        record.bytes_in += bytes_in
+        record.recent.append(elapsed)
+        if not ok:
+            record.errors += 1
+        shard.finished += 1
 
     def sent(self, nbytes: int) -> None:
-        """Counts a reply's bytes (the transports call this after sending it)."""
-        with self._lock:
-            self.bytes_out += nbytes
+        """Counts a reply's bytes (the transports call this as they send it)."""
+        self._shard().bytes_out += nbytes
 
     def snapshot(self) -> dict:
-        """A copy of the counters, with the recent latencies of each method."""
+        """The counters added up, with the recent latencies of each method."""
+        total = _Shard(None)
         with self._lock:
-            methods = {name: {'calls': m.calls, 'errors': m.errors, 'total_s': m.total_s,
-                              'bytes_in': m.bytes_in, 'recent': list(m.recent)}
-                       for name, m in self._methods.items()}
-            return {'label': self.label, 'in_flight': self.in_flight,
-                    'bytes_out': self.bytes_out, 'methods': methods}
+            for shard in [s for s in self._shards if not s.thread.is_alive()]:
+                self._shards.remove(shard)  # Its thread is gone: its counts are final.
+                _merge(self._retired, shard)
+            _merge(total, self._retired)
+            for shard in self._shards:
+                _merge(total, shard)
+        methods = {name: {'calls': m.calls, 'errors': m.errors, 'total_s': m.total_s,
+                          'bytes_in': m.bytes_in, 'recent': list(m.recent)}
+                   for name, m in total.methods.items()}
+        return {'label': self.label, 'in_flight': total.begun - total.finished,
+                'bytes_out': total.bytes_out, 'methods': methods}
+
+
+def _merge(into: _Shard, shard: _Shard) -> None:
+    # Read finished before begun: a call ending meanwhile can only raise in_flight by one.
+    finished = shard.finished
+    into.bytes_out += shard.bytes_out
+    into.finished += finished
+    into.begun += shard.begun
+    for name, record in list(shard.methods.items()):
+        into.methods.setdefault(name, _Method()).add(record)
 
 
 _live: weakref.WeakSet[ServerStats] = weakref.WeakSet()
