@@ -48,9 +48,10 @@ def collect(owner_thread: int | None = None) -> dict:
 
 
 def _summary(m: dict) -> dict:
+    """Counts since start; mean and p99 over the recent calls (a slow warm-up fades out)."""
     recent = sorted(m['recent'])
     return {'calls': m['calls'], 'errors': m['errors'], 'bytes_in': m['bytes_in'],
-            'mean_s': m['total_s'] / m['calls'] if m['calls'] else 0.0,
+            'total_s': m['total_s'], 'mean_s': sum(recent) / len(recent) if recent else 0.0,
             'p99_s': percentile(recent, 0.99)}
 
 

@@ -92,3 +92,11 @@ def test_tool_on_a_script_that_never_launches(tmp_path):
     script.write_text('print("hello")\n')
     done = _tool(str(script))
     assert done.returncode != 0 and b'without calling lp.launch' in done.stderr
+
+
+def test_positional_handles_are_named_after_parameters():
+    """A handle passed positionally is labelled with the target's parameter name."""
+    program = lp.Program('positional')
+    server = program.add_node(lp.CourierNode(Counted), label='server')
+    program.add_node(lp.PyNode(call_forever, server), label='client')
+    assert [e.argument for e in graph.structure(program).edges] == ['server']

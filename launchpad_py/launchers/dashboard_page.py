@@ -126,7 +126,7 @@ td,th{padding:1px 8px 1px 0;text-align:left}.plots{display:flex;gap:8px}
 figure{margin:0}figcaption{font-size:11px;color:#667}.spark{width:110px;height:34px;
 background:#f3f6fa;border-radius:4px}.spark polyline{fill:none;stroke:#1e88e5;stroke-width:1.5}
 pre{background:#111;color:#ddd;padding:6px;border-radius:4px;max-height:160px;overflow:auto;
-font-size:11px;margin:4px 0;white-space:pre-wrap}.traceback{background:#3b0d0d;color:#ffd7d7}
+font-size:11px;margin:4px 0;white-space:pre-wrap}.traceback{background:#3b0d0d;color:#ffd7d7;max-height:260px}
 '''
 
 _JS = '''
@@ -172,11 +172,15 @@ function show(node) {
     .concat(node.methods.map(m => [m.name, m.calls, m.errors, fmt.ms(m.mean_s), fmt.ms(m.p99_s)])) : []);
   card.querySelectorAll('.spark').forEach(svg => spark(svg, node.history, svg.dataset.series));
   const log = card.querySelector('.log');
-  log.textContent = node.output.join('\\n');
+  log.textContent = node.output.join('\\n') || '(no output yet)';
   log.scrollTop = log.scrollHeight;
   const failure = card.querySelector('.failure');
   failure.hidden = !node.traceback;
-  card.querySelector('.traceback').textContent = node.traceback || '';
+  const traceback = card.querySelector('.traceback');
+  if (traceback.textContent !== (node.traceback || '')) {  // Its last line says what was raised.
+    traceback.textContent = node.traceback || '';
+    traceback.scrollTop = traceback.scrollHeight;
+  }
 }
 async function poll() {
   try {

@@ -62,6 +62,6 @@ def exposition(program: str, nodes: list[NodeStatistics]) -> str:
         labels = _labels(program=program, node=n, method=m.name)
         quantile = _labels(program=program, node=n, method=m.name, quantile='0.99')
         lines += [f'lp_node_call_seconds{quantile} {m.p99_s}',
-                  f'lp_node_call_seconds_sum{labels} {m.mean_s * m.calls}',
+                  f'lp_node_call_seconds_sum{labels} {m.total_s}',
                   f'lp_node_call_seconds_count{labels} {m.calls}']
     return '\n'.join(lines) + '\n'

@@ -30,7 +30,8 @@ SAMPLE_SPACING_S = 0.5
 
 @dataclasses.dataclass
 class MethodStatistics:
-    """One served method: calls, failed calls, mean and p99 latency (recent window), bytes in."""
+    """One served method: calls and failed calls, bytes in and seconds spent since start;
+    mean and p99 latency over its last ``courier.stats.RECENT_CALLS`` calls."""
 
     name: str
     calls: int
@@ -38,6 +39,7 @@ class MethodStatistics:
     mean_s: float
     p99_s: float
     bytes_in: int
+    total_s: float
 
 
 @dataclasses.dataclass
