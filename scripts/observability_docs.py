@@ -52,6 +52,10 @@ def graphs() -> None:
         subprocess.run([python, '-m', 'launchpad_py.graph', '-o', out, '-m', module, *flags],
                        cwd=REPO, check=True, timeout=300)
         print('wrote', out)
+    png = os.path.join(IMAGES, 'graph_actor_learner.png')  # The PNG output, for observability.md.
+    subprocess.run([sys.executable, '-m', 'launchpad_py.graph', '-o', png, '-m',
+                    'examples.actor_learner', '--lp_launch_type=local_mp'], cwd=REPO, check=True,
+                   timeout=300)
 
 
 def _browser():

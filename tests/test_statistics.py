@@ -8,6 +8,8 @@ import pytest
 
 import launchpad_py as lp
 from launchpad_py import courier
+from tests.conftest import launch as conftest_launch
+from tests.conftest import needs_ssh_hosts
 from tests.observe_nodes import Bomb, Counted
 
 LAUNCH_TYPES = ['local_mt', 'local_mp']
@@ -128,3 +130,15 @@ def test_server_counts_calls_on_every_transport(transport):
         snapshot = server.stats.snapshot()
     assert snapshot['methods']['echo']['calls'] == 25
     assert snapshot['bytes_out'] > 0 and snapshot['in_flight'] == 0
+
+
+@needs_ssh_hosts
+def test_ssh_nodes_report_counters_and_host():
+    """Under the ssh launcher, a node on another host reports its calls over the same channel."""
+    program, handle = _program()
+    with conftest_launch(program, 'ssh') as controller:
+        client = handle.dereference()
+        for i in range(23):
+            client.echo(i)
+        node = _node(controller, 'server/0')
+    assert node.host == 'h1' and node.calls == 23 and node.rss_bytes > 0
