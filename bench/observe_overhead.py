@@ -6,15 +6,12 @@ Run from the repository root::
 
 The baseline is the commit before ``launchpad_py/courier/stats.py`` was added
 (``--baseline REF`` picks another), checked out in a temporary git worktree.
-Each round runs the same ``tiny_sync`` measure (one caller, a ``local_mp``
-courier node, ``echo(1)``; see ``bench/run.py``) once in a fresh process per
-tree, alternating which goes first; both trees' ``bench/`` code runs, so only
-the library differs. Reported: the median µs/call per tree, the median of the
-per-round ratios (this tree ÷ baseline), the ratio of the fastest repetitions
-of each tree (load only adds time, so these are the cleanest), every round,
-and the counters' own
-cost per call timed alone (``hot_path_ns``), the part of the difference that
-is not noise.
+One courier server process runs from each tree (``echo``, loopback, the
+same-host socket path that ``tiny_sync`` of ``bench/run.py`` measures), and one
+caller alternates blocks of ``echo(1)`` calls between them, so a burst of load
+on this shared machine hits both sides alike. Reported: µs per call of each
+side (median over blocks), the median of the per-block ratios (this tree ÷
+baseline), and the counters' own cost per call timed alone (``hot_path_ns``).
 """
 
 from __future__ import annotations
@@ -26,23 +23,22 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-# Runs inside each tree; its bench/ helpers exist in both.
-CHILD = r'''
-import json, sys
+# Runs in each tree: serve echo until stdin closes; print the address first.
+SERVER = r'''
+import sys
 import launchpad_py
-from bench.harness import Budget, measure, per_call_us
-from bench.peers_launchpad import LaunchpadPeer
-peer = LaunchpadPeer('auto')
-peer.start()
-try:
-    values = measure(per_call_us(lambda: peer.call('echo', 1), Budget(max_calls=200_000,
-                     max_seconds=float(sys.argv[2]))), reps=int(sys.argv[1]), warmup=1)
-finally:
-    peer.stop()
-print(json.dumps({'library': launchpad_py.__file__, 'us_per_call': values}))
+from launchpad_py import courier
+class Echo:
+    def echo(self, x):
+        return x
+server = courier.Server(Echo(), thread_pool_size=4).start()
+print(server.address, launchpad_py.__file__, flush=True)
+sys.stdin.read()
+server.stop()
 '''
 
 
@@ -59,22 +55,25 @@ def default_baseline() -> str:
     return added.splitlines()[-1] + '~1'
 
 
-def run_tree(tree: str, reps: int, seconds: float) -> list[float]:
-    env = dict(os.environ, PYTHONPATH=tree)
-    done = subprocess.run([sys.executable, '-c', CHILD, str(reps), str(seconds)], cwd=tree,
-                          env=env, capture_output=True, text=True, timeout=600)
-    if done.returncode != 0:
-        raise SystemExit(f'benchmark in {tree} failed:\n{done.stderr[-3000:]}')
-    result = json.loads(done.stdout.strip().splitlines()[-1])
-    if not os.path.realpath(result['library']).startswith(os.path.realpath(tree)):
-        raise SystemExit(f'{tree}: launchpad_py came from {result["library"]}, not the tree')
-    return result['us_per_call']
+def start_server(tree: str) -> tuple[subprocess.Popen, str]:
+    process = subprocess.Popen([sys.executable, '-c', SERVER], cwd=tree, text=True,
+                               env=dict(os.environ, PYTHONPATH=tree),
+                               stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    address, library = process.stdout.readline().split()
+    if not os.path.realpath(library).startswith(os.path.realpath(tree)):
+        raise SystemExit(f'{tree}: launchpad_py came from {library}, not the tree')
+    return process, address
+
+
+def block_us(client, calls: int) -> float:
+    start = time.perf_counter()
+    for _ in range(calls):
+        client.echo(1)
+    return (time.perf_counter() - start) / calls * 1e6
 
 
 def hot_path_ns(calls: int = 200_000) -> float:
     """Nanoseconds the counters add to one call, measured alone (begin, end, reply size)."""
-    import time
-
     from launchpad_py.courier import stats
     counters = stats.ServerStats('bench')
     start = time.perf_counter()
@@ -85,58 +84,63 @@ def hot_path_ns(calls: int = 200_000) -> float:
     return (time.perf_counter() - start) / calls * 1e9
 
 
+def measure(base_tree: str, blocks: int, calls: int) -> dict:
+    from launchpad_py import courier
+    servers = {name: start_server(tree) for name, tree in (('baseline', base_tree),
+                                                          ('current', REPO))}
+    try:
+        clients = {name: courier.Client(address) for name, (_, address) in servers.items()}
+        for client in clients.values():  # Warm-up: connections, caches, frequency.
+            block_us(client, calls)
+        per_block = {'baseline': [], 'current': []}
+        for number in range(blocks):
+            order = ['baseline', 'current'] if number % 2 == 0 else ['current', 'baseline']
+            for name in order:
+                per_block[name].append(block_us(clients[name], calls))
+    finally:
+        for process, _ in servers.values():
+            process.stdin.close()
+            process.wait(30)
+    return per_block
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     parser.add_argument('--baseline', help='git ref of the code without statistics')
-    parser.add_argument('--rounds', type=int, default=8)
-    parser.add_argument('--reps', type=int, default=5, help='repetitions per round and tree')
-    parser.add_argument('--seconds', type=float, default=0.5, help='length of one repetition')
+    parser.add_argument('--blocks', type=int, default=200, help='blocks per side')
+    parser.add_argument('--calls', type=int, default=500, help='calls per block')
     parser.add_argument('--json', help='write the results here')
     args = parser.parse_args()
-    baseline = args.baseline or default_baseline()
-    commit = _git('rev-parse', baseline)
+    commit = _git('rev-parse', args.baseline or default_baseline())
     with tempfile.TemporaryDirectory(prefix='lp-baseline-') as tmp:
         base_tree = os.path.join(tmp, 'tree')
         _git('worktree', 'add', '--detach', base_tree, commit)
         try:
-            rounds = []
-            for number in range(args.rounds):
-                order = [('baseline', base_tree), ('current', REPO)]
-                if number % 2:
-                    order.reverse()
-                values = {name: run_tree(tree, args.reps, args.seconds) for name, tree in order}
-                rounds.append(values)
-                base, current = (statistics.median(values[k]) for k in ('baseline', 'current'))
-                print(f'round {number}: baseline {base:.1f} µs, current {current:.1f} µs, '
-                      f'ratio {current / base:.3f}', flush=True)
+            per_block = measure(base_tree, args.blocks, args.calls)
         finally:
             _git('worktree', 'remove', '--force', base_tree)
-    median = {k: [statistics.median(r[k]) for r in rounds] for k in ('baseline', 'current')}
-    best = {k: min(v for r in rounds for v in r[k]) for k in ('baseline', 'current')}
+    ratios = [c / b for c, b in zip(per_block['current'], per_block['baseline'])]
     report = {
         'baseline_commit': commit,
         'current_commit': _git('rev-parse', 'HEAD'),
-        'baseline_us': statistics.median(median['baseline']),
-        'current_us': statistics.median(median['current']),
-        'ratio_median': statistics.median(c / b for c, b in zip(median['current'],
-                                                                median['baseline'])),
-        # Load on the machine only ever adds time: the fastest repetitions are the cleanest.
-        'baseline_best_us': best['baseline'],
-        'current_best_us': best['current'],
-        'ratio_best': best['current'] / best['baseline'],
+        'blocks': args.blocks, 'calls_per_block': args.calls,
+        'baseline_us': statistics.median(per_block['baseline']),
+        'current_us': statistics.median(per_block['current']),
+        'ratio_median': statistics.median(ratios),
+        'ratio_quartiles': statistics.quantiles(ratios, n=4),
+        'hot_path_ns': min(hot_path_ns() for _ in range(3)),
         'load_average': os.getloadavg(),
-        'rounds': rounds,
         'cpus': os.cpu_count(),
-        'hot_path_ns': hot_path_ns(),
     }
-    print(f'tiny_sync: baseline {report["baseline_us"]:.1f} µs, current '
-          f'{report["current_us"]:.1f} µs; median ratio {report["ratio_median"]:.3f}; best '
-          f'{report["baseline_best_us"]:.1f} vs {report["current_best_us"]:.1f} µs, ratio '
-          f'{report["ratio_best"]:.3f}; the counters alone: {report["hot_path_ns"]:.0f} ns per '
-          f'call ({report["hot_path_ns"] / 1e3 / report["current_best_us"]:.2%} of the best call)')
+    report['hot_path_share'] = report['hot_path_ns'] / 1e3 / report['current_us']
+    print(f'tiny call: baseline {report["baseline_us"]:.1f} µs, with statistics '
+          f'{report["current_us"]:.1f} µs; median ratio {report["ratio_median"]:.3f} '
+          f'(quartiles {report["ratio_quartiles"][0]:.3f}–{report["ratio_quartiles"][2]:.3f}); '
+          f'the counters alone {report["hot_path_ns"]:.0f} ns = {report["hot_path_share"]:.2%} '
+          'of a call')
     if args.json:
         with open(args.json, 'w') as out:
-            json.dump(report, out, indent=1)
+            json.dump(dict(report, per_block=per_block), out, indent=1)
 
 
 if __name__ == '__main__':

@@ -225,8 +225,10 @@ class Server:
             except Exception as exc:  # Every failure travels back to the caller.
                 return 'error', wire.RemoteFailure.capture(exc, self._label, frame.method)
             finally:
-                self.stats.end(shard, frame.method,
-                               stats.frame_bytes(frame.pickled, frame.buffers), ok)
+                size = len(frame.pickled)
+                if frame.buffers:
+                    size += stats.buffer_bytes(frame.buffers)
+                self.stats.end(shard, frame.method, size, ok)
 
     def _unsendable(self, frame: frames.Frame, exc: Exception) -> tuple:
         """The reply for a result that cannot be serialized: the caller learns why."""

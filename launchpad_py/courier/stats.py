@@ -74,18 +74,18 @@ class ServerStats:
         self._retired = _Shard(None)  # What threads that have ended counted.
         self._lock = threading.Lock()  # Guards the list of shards, not the counts.
 
-    def _shard(self) -> _Shard:
-        try:
-            return self._local.shard
-        except AttributeError:
-            shard = self._local.shard = _Shard(threading.current_thread())
-            with self._lock:
-                self._shards.append(shard)
-            return shard
+    def _new_shard(self) -> _Shard:
+        shard = self._local.shard = _Shard(threading.current_thread())
+        with self._lock:
+            self._shards.append(shard)
+        return shard
 
     def begin(self) -> _Shard:
         """Counts a call as in flight in the calling thread's shard; pass it to ``end``."""
-        shard = self._shard()
+        try:
+            shard = self._local.shard
+        except AttributeError:
+            shard = self._new_shard()
         shard.begun += 1
         shard.start = _clock()
         return shard
@@ -105,7 +105,10 @@ class ServerStats:
 
     def sent(self, nbytes: int) -> None:
         """Counts a reply's bytes (the transports call this as they send it)."""
-        self._shard().bytes_out += nbytes
+        try:
+            self._local.shard.bytes_out += nbytes
+        except AttributeError:
+            self._new_shard().bytes_out += nbytes
 
     def snapshot(self) -> dict:
         """The counters added up, with the recent latencies of each method."""
@@ -154,9 +157,6 @@ def live_servers() -> list[ServerStats]:
         return list(_live)
 
 
-def frame_bytes(pickled, buffers) -> int:
-    """Bytes of a request: its pickle plus its out-of-band buffers."""
-    size = len(pickled)
-    if buffers:
-        size += sum(memoryview(b).nbytes for b in buffers)
-    return size
+def buffer_bytes(buffers) -> int:
+    """Bytes of a request's out-of-band buffers (its pickle is ``len(frame.pickled)``)."""
+    return sum(memoryview(b).nbytes for b in buffers)

@@ -48,7 +48,7 @@ class Connection(uds.Connection):
     def send(self, call_id: int, kind: int, obj, on_size=None) -> None:
         parts, _ = frames.encode(call_id, kind, obj)
         if on_size is not None:
-            on_size(frames.encoded_size(parts))
+            on_size(len(parts[0]) if len(parts) == 1 else frames.encoded_size(parts))
         with self._send_lock:
             frames.send(self.sock, parts, None)
 

@@ -94,7 +94,7 @@ class Connection:
         parts, fd = frames.encode(call_id, kind, obj, self.pool, self.released.drain(),
                                   SHM_MIN_BYTES)
         if on_size is not None:
-            on_size(frames.encoded_size(parts))
+            on_size(len(parts[0]) if len(parts) == 1 else frames.encoded_size(parts))
         with self._send_lock:
             frames.send(self.sock, parts, fd)
 
