@@ -16,6 +16,12 @@ each side, the median over pairs of each pair's median per-block ratio (this
 tree ÷ baseline), every pair's ratio, and the counters' own cost per call
 timed alone (``hot_path_ns``). ``--baseline HEAD`` compares the code with
 itself: the ratio then shows the method's own error.
+
+A second, finer measure (``in_process``) runs the same server and caller in
+this process and alternates blocks with the counters on and with them
+replaced by no-ops (the clock read that starts a call included), timing each
+block in CPU seconds of this process (server and caller both), which load from
+other processes barely moves.
 """
 
 from __future__ import annotations
@@ -77,15 +83,51 @@ def block_us(client, calls: int) -> float:
 
 
 def hot_path_ns(calls: int = 200_000) -> float:
-    """Nanoseconds the counters add to one call, measured alone (begin, end, reply size)."""
+    """Nanoseconds the counters add to one call, measured alone (clock, record, reply size)."""
     from launchpad_py.courier import stats
     counters = stats.ServerStats('bench')
-    start = time.perf_counter()
+    clock = time.perf_counter
+    start = clock()
     for _ in range(calls):
-        shard = counters.begin()
-        counters.end(shard, 'echo', 27, True)
+        counters.record('echo', clock(), 27, True)
         counters.sent(61)
-    return (time.perf_counter() - start) / calls * 1e9
+    return (clock() - start) / calls * 1e9
+
+
+def in_process(blocks: int, calls: int) -> dict:
+    """CPU µs per call with the counters on and off (no-ops), same server, alternating blocks."""
+    from launchpad_py import courier
+    from launchpad_py.courier import server as server_module
+    from launchpad_py.courier import stats
+
+    class Echo:
+        def echo(self, x):
+            return x
+
+    # Off: the start clock read becomes float() (≈ its call cost), record and sent no-ops.
+    real = (server_module._clock, stats.ServerStats.record, stats.ServerStats.sent)
+    off = (float, lambda self, *args: None, lambda self, nbytes: None)
+    per_block: dict[str, list[float]] = {'off': [], 'on': []}
+    server = courier.Server(Echo()).start()
+    try:
+        client = courier.Client(server.address)
+        block_us(client, calls)
+        for number in range(2 * blocks):
+            name = ('on', 'off')[(number + number // 2) % 2]  # on off off on on off ...
+            server_module._clock, stats.ServerStats.record, stats.ServerStats.sent = (
+                real if name == 'on' else off)
+            start = time.process_time()
+            for _ in range(calls):
+                client.echo(1)
+            per_block[name].append((time.process_time() - start) / calls * 1e6)
+    finally:
+        server_module._clock, stats.ServerStats.record, stats.ServerStats.sent = real
+        server.stop()
+    ratios = [a / b for a, b in zip(per_block['on'], per_block['off'])]
+    return {'on_cpu_us': statistics.median(per_block['on']),
+            'off_cpu_us': statistics.median(per_block['off']),
+            'ratio_median': statistics.median(ratios),
+            'ratio_quartiles': statistics.quantiles(ratios, n=4)}
 
 
 def measure(base_tree: str, blocks: int, calls: int) -> dict:
@@ -114,6 +156,8 @@ def main() -> None:
     parser.add_argument('--pairs', type=int, default=8, help='fresh pairs of server processes')
     parser.add_argument('--blocks', type=int, default=60, help='blocks per side and pair')
     parser.add_argument('--calls', type=int, default=400, help='calls per block')
+    parser.add_argument('--in-process-blocks', type=int, default=400,
+                        help='blocks per side of the in-process measure')
     parser.add_argument('--json', help='write the results here')
     args = parser.parse_args()
     commit = _git('rev-parse', args.baseline or default_baseline())
@@ -139,10 +183,15 @@ def main() -> None:
         'cpus': os.cpu_count(),
     }
     report['hot_path_share'] = report['hot_path_ns'] / 1e3 / report['current_us']
+    report['in_process'] = in_process(args.in_process_blocks, args.calls)
     print(f'tiny call: baseline {report["baseline_us"]:.1f} µs, with statistics '
           f'{report["current_us"]:.1f} µs; ratio {report["ratio_median"]:.3f} (median of '
           f'{args.pairs} pairs: {", ".join(f"{r:.3f}" for r in sorted(pair_ratios))}); the '
           f'counters alone {report["hot_path_ns"]:.0f} ns = {report["hot_path_share"]:.2%} of a call')
+    inside = report['in_process']
+    print(f'in one process, CPU per call: counters on {inside["on_cpu_us"]:.2f} µs, off '
+          f'{inside["off_cpu_us"]:.2f} µs; ratio {inside["ratio_median"]:.4f} (quartiles '
+          f'{inside["ratio_quartiles"][0]:.3f}–{inside["ratio_quartiles"][2]:.3f})')
     if args.json:
         with open(args.json, 'w') as out:
             json.dump(dict(report, per_block=pairs), out, indent=1)

@@ -27,9 +27,9 @@ def collect(owner_thread: int | None = None) -> dict:
     methods: dict[str, dict] = {}
     for snapshot in snapshots:
         for name, m in snapshot['methods'].items():
-            merged = methods.setdefault(name, {'calls': 0, 'errors': 0, 'total_s': 0.0,
-                                               'bytes_in': 0, 'recent': []})
-            for key in ('calls', 'errors', 'total_s', 'bytes_in'):
+            merged = methods.setdefault(name, {'calls': 0, 'errors': 0, 'timed': 0,
+                                               'total_s': 0.0, 'bytes_in': 0, 'recent': []})
+            for key in ('calls', 'errors', 'timed', 'total_s', 'bytes_in'):
                 merged[key] += m[key]
             merged['recent'].extend(m['recent'])
     times = os.times()
@@ -48,10 +48,11 @@ def collect(owner_thread: int | None = None) -> dict:
 
 
 def _summary(m: dict) -> dict:
-    """Counts since start; mean and p99 over the recent calls (a slow warm-up fades out)."""
+    """Counts since start; mean and p99 over the recent timed calls (a slow warm-up fades out)."""
     recent = sorted(m['recent'])
     return {'calls': m['calls'], 'errors': m['errors'], 'bytes_in': m['bytes_in'],
-            'total_s': m['total_s'], 'mean_s': sum(recent) / len(recent) if recent else 0.0,
+            'timed': m['timed'], 'total_s': m['total_s'],
+            'mean_s': sum(recent) / len(recent) if recent else 0.0,
             'p99_s': percentile(recent, 0.99)}
 
 

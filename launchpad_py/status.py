@@ -62,7 +62,7 @@ def query(handle: dict, request: tuple = ('statistics',), timeout: float = 10.0)
         connection.send(request)
         if not connection.poll(timeout):
             raise TimeoutError(f'program {handle["program"]!r} did not answer in {timeout}s')
-        kind, value = connection.recv()
+        _, value = connection.recv()  # ('reply', value)
         return value
     finally:
         connection.close()

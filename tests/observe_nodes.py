@@ -37,7 +37,10 @@ class Counted:
 
 
 class Bomb:
-    """Its run() raises once ``arm`` is called: a node failing on demand."""
+    """Its run() raises once ``arm`` is called: a node failing on demand.
+
+    Call ``arm`` through ``futures``: the node may die before its reply leaves.
+    """
 
     def __init__(self):
         self._armed = threading.Event()

@@ -56,12 +56,12 @@ def exposition(program: str, nodes: list[NodeStatistics]) -> str:
               '# TYPE lp_node_call_errors_total counter']
     lines += [f'lp_node_call_errors_total{_labels(program=program, node=n, method=m.name)} '
               f'{m.errors}' for n, m in methods]
-    lines += ['# HELP lp_node_call_seconds Latency of calls, per method (p99 of recent ones).',
+    lines += ['# HELP lp_node_call_seconds Latency of a sample of calls, per method.',
               '# TYPE lp_node_call_seconds summary']
     for n, m in methods:
         labels = _labels(program=program, node=n, method=m.name)
         quantile = _labels(program=program, node=n, method=m.name, quantile='0.99')
         lines += [f'lp_node_call_seconds{quantile} {m.p99_s}',
                   f'lp_node_call_seconds_sum{labels} {m.total_s}',
-                  f'lp_node_call_seconds_count{labels} {m.calls}']
+                  f'lp_node_call_seconds_count{labels} {m.timed}']
     return '\n'.join(lines) + '\n'

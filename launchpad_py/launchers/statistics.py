@@ -30,8 +30,9 @@ SAMPLE_SPACING_S = 0.5
 
 @dataclasses.dataclass
 class MethodStatistics:
-    """One served method: calls and failed calls, bytes in and seconds spent since start;
-    mean and p99 latency over its last ``courier.stats.RECENT_CALLS`` calls."""
+    """One served method: calls, failed calls and bytes in since start (exact); latency of
+    the timed sample of its calls (see ``courier/stats.py``): ``timed`` calls took
+    ``total_s`` in all, and the last ``RECENT_CALLS`` of them have this mean and p99."""
 
     name: str
     calls: int
@@ -39,6 +40,7 @@ class MethodStatistics:
     mean_s: float
     p99_s: float
     bytes_in: int
+    timed: int
     total_s: float
 
 
@@ -107,8 +109,7 @@ class Monitor:
             return list(self._history.get(name, ()))
 
     def _node(self, worker: Worker, counters: dict | None, now: float) -> NodeStatistics:
-        started = getattr(worker, 'started_at', None)
-        ended = getattr(worker, 'ended_at', None)
+        started, ended = worker.started_at, worker.ended_at
         failure = worker.failure
         node = NodeStatistics(
             worker.label, worker.index, worker.state, worker.host, worker.pid,
