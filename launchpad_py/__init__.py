@@ -72,4 +72,5 @@ from launchpad_py.errors import NodeSerializationError
 from launchpad_py.errors import NotRunningError
 from launchpad_py.errors import ProgramError
 from launchpad_py.errors import ResourcesError
+from launchpad_py.errors import StuckNodesError
 from launchpad_py.errors import UnknownLaunchTypeError

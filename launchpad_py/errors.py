@@ -33,6 +33,10 @@ class LaunchError(LaunchpadError, RuntimeError):
     """A node failed to start; the message names it and shows its output tail."""
 
 
+class PeerFailedError(LaunchpadError, RuntimeError):
+    """A call reached a node whose own object had failed: that node's failure is the cause."""
+
+
 class NodeFailedError(LaunchpadError, RuntimeError):
     """A node raised while the program ran.
 
@@ -46,3 +50,15 @@ class NodeFailedError(LaunchpadError, RuntimeError):
         self.label = label
         self.index = index
         self.remote_traceback = remote_traceback
+
+
+class StuckNodesError(LaunchpadError, RuntimeError):
+    """Nodes running as threads (``test_mt``) ignored a stop for the grace period.
+
+    ``nodes`` names them; the message shows each one's Python stack. Their
+    threads are left running: threads cannot be killed.
+    """
+
+    def __init__(self, nodes: list[str], message: str):
+        super().__init__(message)
+        self.nodes = nodes

@@ -15,6 +15,7 @@ no node outlives whoever started it.
 from __future__ import annotations
 
 import ctypes
+import importlib
 import multiprocessing.connection as mpc
 import os
 import signal
@@ -26,6 +27,9 @@ from typing import Callable
 from launchpad_py import courier, node_metrics, runtime
 from launchpad_py.courier import serialization
 from launchpad_py.program import ExecutionContext, Executable
+
+#: Comma-separated modules imported before any node code (the compatibility runner uses it).
+PRELOAD_ENV = 'LAUNCHPAD_PY_PRELOAD'
 
 
 class Channel:
@@ -80,6 +84,7 @@ def run(channel: Channel, program_name: str, bind_host: str,
     # SIGTERM (e.g. from a cluster manager) is a stop request for this node.
     signal.signal(signal.SIGTERM, lambda *_: threading.Thread(target=scope.handle_stop).start())
     try:
+        _import_preloaded_modules()  # Before load(), which unpickles node code.
         executable = load()
         runtime.bind_node(runtime.NodeContext(executable.label, executable.index),
                           whole_process=True)
@@ -122,6 +127,12 @@ def _report_failure(channel: Channel, finished: threading.Event, exc: BaseExcept
     finished.set()
     channel.send('failed', f'{type(exc).__name__}: {exc}', text, exception_bytes)
     return 1
+
+
+def _import_preloaded_modules() -> None:
+    """Imports the modules ``PRELOAD_ENV`` names; call before unpickling node code."""
+    for module in filter(None, os.environ.get(PRELOAD_ENV, '').split(',')):
+        importlib.import_module(module)
 
 
 def child_environment(extra: dict[str, str] | None = None) -> dict[str, str]:

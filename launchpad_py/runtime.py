@@ -18,17 +18,26 @@ import threading
 from typing import Callable
 
 from launchpad_py import errors
+from launchpad_py.courier import fail_fast
 
 _log = logging.getLogger(__name__)
 
 
 class ProgramScope:
-    """Stop state of one program in this process, and the program's courier secret."""
+    """Stop state of one program in this process, and the program's courier secret.
+
+    ``servers``: the program's server addresses, to which calls fail fast
+    once the program stops (see ``courier.fail_fast``); None means every
+    server, right for a process that holds one node.
+    """
 
     def __init__(self, name: str, request_program_stop: Callable[[], None] | None = None):
         self.name = name
         self.secret: bytes | None = None  # Set by the launcher; colocated children inherit it.
         self.stop_event = threading.Event()
+        self.servers: list[str] | None = None
+        self._end_fail_fast: Callable[[], None] | None = None
+        self._ended = False
         self._request_program_stop = request_program_stop or self.handle_stop
         self._handlers: list[Callable[[], None]] = []
         self._lock = threading.Lock()
@@ -45,12 +54,22 @@ class ProgramScope:
                 return
             self._stopping = True
             handlers, self._handlers = self._handlers, []
+            if not self._ended:  # Nodes now end in any order: never wait for one gone.
+                self._end_fail_fast = fail_fast.fail_fast_on_unavailable(self.servers)
         for handler in handlers:
             try:
                 handler()
             except Exception:  # One faulty handler must not stop the others.
                 _log.exception('stop handler %r of program %r raised', handler, self.name)
         self.stop_event.set()
+
+    def end(self) -> None:
+        """The program is over here: calls to its servers wait for them again."""
+        with self._lock:
+            self._ended = True
+            end, self._end_fail_fast = self._end_fail_fast, None
+        if end is not None:
+            end()
 
     def register_stop_handler(self, handler: Callable[[], None]) -> None:
         if not callable(handler):
@@ -85,9 +104,11 @@ def activate(scope: ProgramScope) -> None:
 
 
 def deactivate(scope: ProgramScope) -> None:
+    """Forgets ``scope`` once its program is over in this process."""
     with _active_lock:
         if scope in _active:
             _active.remove(scope)
+    scope.end()
 
 
 def bind_thread(scope: ProgramScope | None) -> None:
@@ -111,6 +132,7 @@ def current_scope() -> ProgramScope:
             return _active[-1]
         if _default is None:
             _default = ProgramScope('default')
+            _default.servers = []  # No program: a stop here must not change any call.
         return _default
 
 
@@ -134,6 +156,16 @@ def bind_node(node: NodeContext, whole_process: bool = False) -> None:
     _thread_scope.node = node
     if whole_process:
         _process_node = node
+
+
+def thread_node() -> NodeContext | None:
+    """The node the calling thread was bound to, without the process-wide fallback."""
+    return getattr(_thread_scope, 'node', None)
+
+
+def process_node() -> NodeContext | None:
+    """The node that owns this whole process, if one does (a node process)."""
+    return _process_node
 
 
 def inherit_binding() -> Callable[[], None]:

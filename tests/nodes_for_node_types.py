@@ -103,3 +103,14 @@ def stop_after_runs(paths, runs):
         if lp.wait_for_stop(timeout=0.05):
             return
     lp.stop()
+
+
+def reporter_program(name, groups):
+    """A program with ``groups[g]`` ContextReporter nodes in each group ``g``, and their handles."""
+    program = lp.Program(name)
+    handles = {}
+    for group, count in groups.items():
+        with program.group(group):
+            handles[group] = [program.add_node(lp.CourierNode(ContextReporter))
+                              for _ in range(count)]
+    return program, handles

@@ -18,3 +18,14 @@ class Describe:
                 'sid': os.getsid(0), 'executable': sys.executable,
                 'marker': os.environ.get('LP_TEST_MARKER'),
                 'pythonpath_marker': os.environ.get('PYTHONLP_TEST')}
+
+
+def call_until_stopped(server):
+    """Calls ``server`` in a loop until the program stops, shrugging off failed calls."""
+    import launchpad_py as lp
+    client = lp.CourierClient(server.address, timeout=0.5)
+    while not lp.wait_for_stop(0.01):
+        try:
+            client.process()
+        except Exception:  # The server may be gone: only the launcher's report matters here.
+            pass

@@ -227,9 +227,9 @@ def test_test_case_cleanup_reraises_node_failure():
 def test_node_specs_are_removed_once_read():
     """A node's spec (pickled code) does not stay on disk once its process has read it."""
     import glob
-    import tempfile
+    from launchpad_py.courier import uds
     program = lp.Program('spec_cleanup_check')
-    program.add_node(lp.CourierNode(Greeter), label='greeter')
-    pattern = f'{tempfile.gettempdir()}/launchpad_spec_cleanup_check_*/*.spec'
+    program.add_node(lp.CourierNode(Greeter), label='spec_cleanup_check_greeter')
+    pattern = f'{uds.runtime_dir()}/launch-*/spec_cleanup_check_greeter_0.spec'
     with lp.launch(program, launch_type='test_mp'):
         assert glob.glob(pattern) == []

@@ -71,12 +71,3 @@ def test_stop_is_scoped_to_one_program():
     assert first.is_running
     first.stop()
     assert not first.is_running
-
-
-def test_py_class_node_without_run_is_a_clear_error():
-    """PyClassNode needs a run() method; the error says how to fix it."""
-    program = lp.Program('norun')
-    program.add_node(lp.PyClassNode(Pinger), label='pinger')
-    controller = lp.launch(program, launch_type='test_mt')
-    with pytest.raises(lp.NodeFailedError, match='no run\\(\\) method.*disable_run'):
-        controller.wait(timeout=30)

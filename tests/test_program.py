@@ -31,11 +31,11 @@ def test_repeated_label_outside_a_group_accumulates():
     assert len(program.get_all_nodes()) == 2
 
 
-def test_label_defaults_to_the_target_name():
-    """Outside a group and without a label, the class or function name is used."""
+def test_a_label_or_group_is_required():
+    """Outside a group a label is required (as in the original): a ValueError names the node."""
     program = lp.Program('p')
-    program.add_node(lp.CourierNode(Pinger))
-    assert list(program.groups) == ['Pinger']
+    with pytest.raises(ValueError, match=r"CourierNode\(Pinger\) added to program 'p' without"):
+        program.add_node(lp.CourierNode(Pinger))
 
 
 @pytest.mark.parametrize('label', ['', None, 3])

@@ -5,25 +5,16 @@ from __future__ import annotations
 import pytest
 
 import launchpad_py as lp
-from nodes_for_node_types import ContextReporter
+from nodes_for_node_types import reporter_program
 
 NAMES = ['ROLE', 'CUDA_VISIBLE_DEVICES', 'XLA_PYTHON_CLIENT_PREALLOCATE',
          'XLA_PYTHON_CLIENT_MEM_FRACTION', 'JAX_PLATFORMS']
 
 
-def _reporters(groups):
-    program = lp.Program('resources')
-    handles = {}
-    for group, count in groups.items():
-        with program.group(group):
-            handles[group] = [program.add_node(lp.CourierNode(ContextReporter))
-                              for _ in range(count)]
-    return program, handles
-
-
-def test_each_group_sees_its_environment_and_gpus():
-    """Every group's processes get its env, CUDA_VISIBLE_DEVICES and JAX presets; others no GPU."""
-    program, handles = _reporters({'learner': 1, 'actor': 2, 'evaluator': 1})
+def test_each_group_sees_its_environment_and_gpus(monkeypatch):
+    """Every group's processes get its env, CUDA_VISIBLE_DEVICES and JAX presets."""
+    monkeypatch.delenv('CUDA_VISIBLE_DEVICES', raising=False)
+    program, handles = reporter_program('resources', {'learner': 1, 'actor': 2, 'evaluator': 1})
     resources = {
         'learner': lp.PythonProcess(env={'ROLE': 'learner'}, gpus=[0, 1], jax_preallocate=False,
                                     jax_memory_fraction=0.45),
@@ -40,14 +31,15 @@ def test_each_group_sees_its_environment_and_gpus():
         assert seen[('actor', i)] == {
             'ROLE': 'actor', 'CUDA_VISIBLE_DEVICES': '', 'XLA_PYTHON_CLIENT_PREALLOCATE': None,
             'XLA_PYTHON_CLIENT_MEM_FRACTION': None, 'JAX_PLATFORMS': 'cpu'}
-    # A group without resources must not grab the GPUs given to another group.
-    assert seen[('evaluator', 0)]['CUDA_VISIBLE_DEVICES'] == ''
+    # A group without resources keeps the launcher's GPUs (docs/gpus.md), sharing them.
+    assert seen[('evaluator', 0)]['CUDA_VISIBLE_DEVICES'] is None
+    assert seen[('evaluator', 0)]['XLA_PYTHON_CLIENT_PREALLOCATE'] == 'false'
 
 
 def test_gpus_are_left_alone_when_no_group_names_any(monkeypatch):
     """Without gpus anywhere, node processes inherit the launcher's CUDA_VISIBLE_DEVICES."""
     monkeypatch.setenv('CUDA_VISIBLE_DEVICES', '3')
-    program, handles = _reporters({'worker': 1})
+    program, handles = reporter_program('resources', {'worker': 1})
     resources = {'worker': lp.PythonProcess(env={'ROLE': 'worker'})}
     with lp.launch(program, launch_type='local_mp', local_resources=resources):
         seen = handles['worker'][0].dereference().env(NAMES)
@@ -57,7 +49,7 @@ def test_gpus_are_left_alone_when_no_group_names_any(monkeypatch):
 @pytest.mark.parametrize('launch_type', ['test_mt', 'test_mp'])
 def test_node_knows_its_label_and_index(launch_type):
     """lp.get_node_context() gives each node its group label and index, in handler threads too."""
-    program, handles = _reporters({'actor': 3, 'learner': 1})
+    program, handles = reporter_program('resources', {'actor': 3, 'learner': 1})
     with lp.launch(program, launch_type=launch_type):
         contexts = [h.dereference().context() for group in handles.values() for h in group]
     assert contexts == [('actor', 0), ('actor', 1), ('actor', 2), ('learner', 0)]
@@ -65,7 +57,7 @@ def test_node_knows_its_label_and_index(launch_type):
 
 def test_threads_of_a_node_process_know_their_node():
     """In a process of its own, threads a node starts itself fall back to the node's context."""
-    program, handles = _reporters({'actor': 2})
+    program, handles = reporter_program('resources', {'actor': 2})
     with lp.launch(program, launch_type='test_mp'):
         assert handles['actor'][1].dereference().context_from_side_thread() == ('actor', 1)
 

@@ -209,6 +209,10 @@ def make_program(config: Config = Config(), replay: str = 'learner',
 
 
 def cpu_only_resources() -> dict[str, lp.PythonProcess]:
-    """``local_mp`` resources keeping actors and evaluator off any GPU; the learner gets the rest."""
-    cpu = lp.PythonProcess(env={'CUDA_VISIBLE_DEVICES': '', 'JAX_PLATFORMS': 'cpu'})
+    """``local_mp`` resources keeping actors and evaluator off any GPU.
+
+    The learner is left out on purpose: it keeps every GPU the launcher sees and,
+    being the only process that sees them, JAX's default allocation (docs/gpus.md).
+    """
+    cpu = lp.PythonProcess(gpus=[], jax_platforms='cpu')
     return {'actor': cpu, 'evaluator': cpu}

@@ -95,9 +95,9 @@ class Client(_courier.Client):
 
     def __init__(self, server_address: str, compress: bool = False,
                  call_timeout: float | int | datetime.timedelta | None = None,
-                 wait_for_ready: bool = True, chunk_tensors: bool = False):
-        del compress, chunk_tensors  # Transport choices are made by launchpad_py itself.
-        super().__init__(str(server_address), timeout=call_timeout, wait_for_ready=wait_for_ready)
+                 wait_for_ready: bool = True, chunk_tensors: bool = False, **options):
+        del chunk_tensors  # Large payloads are chunked by the transport itself.
+        super().__init__(str(server_address), compress, call_timeout, wait_for_ready, **options)
 
 
 def __getattr__(name: str):

@@ -26,6 +26,9 @@ from launchpad_py.courier.auth import register_secret
 from launchpad_py.courier.auth import set_default_secret
 from launchpad_py.courier.tls import TlsCredentials
 
+# Failing fast on servers that are gone (used when a program stops)
+from launchpad_py.courier.fail_fast import fail_fast_on_unavailable
+
 # Batching concurrent calls into one
 from launchpad_py.courier.batching import batched_handler
 

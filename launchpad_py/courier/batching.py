@@ -6,8 +6,11 @@
             return self.network(observation)  # leading axis split back per caller
 
 Each caller waits for its own row of the result. Array and number arguments
-(also inside dicts, lists, tuples, namedtuples and dataclasses) are stacked
-on a new leading axis; other leaves (strings, objects) as an object array. A batch runs as
+(also inside dicts, tuples, namedtuples and dataclasses) are stacked on a new
+leading axis; a list, string or other object arrives as the list of the
+callers' values (as in the original Launchpad: ``compute([x, x + 1])`` from
+three callers gives ``compute`` a list of three lists). Results are split
+back by the same rules: arrays and lists by their leading position. A batch runs as
 soon as ``batch_size`` calls wait, or when the oldest has waited ``timeout``
 (``None``: only full batches). ``pad_batch`` repeats the last call's
 arguments to fill a short batch; ``max_parallelism`` bounds how many batches

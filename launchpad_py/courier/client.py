@@ -1,6 +1,6 @@
 """Calls the methods of an object served by a courier ``Server``.
 
-    client = courier.Client('127.0.0.1:5000', timeout=10)
+    client = courier.Client('127.0.0.1:5000', call_timeout=10)
     client.add(1, 2)                      # synchronous
     future = client.futures.add(1, 2)     # concurrent.futures.Future
     courier.list_methods(client)          # ['add', ...]
@@ -114,16 +114,26 @@ def decode_reply(frame: frames.Frame, device_arrays: bool = False) -> Any:
 class Client:
     """A proxy whose attribute calls run on the remote object.
 
-    ``device_arrays=True`` turns JAX arrays in replies back into JAX arrays
-    (by default they arrive as numpy arrays). ``secret``: the bytes to prove
-    to the server (default: registered for the address, else the process's);
-    ``tls``: the server's ``TlsCredentials``, to encrypt TCP and gRPC.
+    The positional parameters are the original Launchpad's. ``call_timeout``
+    (or its alias ``timeout``) bounds each call; ``compress`` is accepted and
+    ignored: the transport picks how payloads travel. ``device_arrays=True``
+    turns JAX arrays in replies back into JAX arrays (by default they arrive
+    as numpy arrays). ``secret``: the bytes to prove to the server (default:
+    registered for the address, else the process's); ``tls``: the server's
+    ``TlsCredentials``, to encrypt TCP and gRPC.
     """
 
-    def __init__(self, address: str, *, timeout: Timeout = None, wait_for_ready: bool = True,
-                 transport: str = 'auto', device_arrays: bool = False,
+    def __init__(self, server_address: str, compress: bool = False,
+                 call_timeout: Timeout = None, wait_for_ready: bool = True, *,
+                 timeout: Timeout = None, transport: str = 'auto', device_arrays: bool = False,
                  max_message_bytes: int = grpc_chunks.MAX_MESSAGE_BYTES,
                  secret: bytes | None = None, tls: TlsCredentials | None = None):
+        del compress
+        address = server_address
+        if call_timeout is not None and timeout is not None:
+            raise TypeError(f'pass call_timeout or its alias timeout, not both '
+                            f'(got call_timeout={call_timeout!r}, timeout={timeout!r})')
+        timeout = timeout if call_timeout is None else call_timeout
         if not isinstance(address, str) or ':' not in address:
             raise ValueError(f"address must be 'host:port' (got {address!r})")
         if transport not in TRANSPORTS:

@@ -16,11 +16,11 @@ import concurrent.futures
 import hmac
 import struct
 import threading
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 
 import grpc
 
-from launchpad_py.courier import auth, errors, frames, grpc_chunks, wire
+from launchpad_py.courier import auth, errors, fail_fast, frames, grpc_chunks, wire
 from launchpad_py.courier.tls import GRPC_CHANNEL_OPTIONS, TlsCredentials
 
 _channels: dict[tuple, grpc.Channel] = {}
@@ -34,14 +34,41 @@ CHANNEL_OPTIONS = [
 
 
 def channel(address: str, tls: TlsCredentials | None = None) -> grpc.Channel:
+    key = (address, tls)
     with _channels_lock:
-        found = _channels.get((address, tls))
+        found = _channels.get(key)
         if found is None:
-            found = _channels[(address, tls)] = (
+            found = _channels[key] = (
                 grpc.insecure_channel(address, options=CHANNEL_OPTIONS) if tls is None else
                 grpc.secure_channel(address, tls.grpc_channel_credentials(),
                                     options=CHANNEL_OPTIONS + GRPC_CHANNEL_OPTIONS))
+            fail_fast.track_grpc_channel(address, found, lambda: _forget(key, found))
         return found
+
+
+def _forget(key: tuple, closed: grpc.Channel) -> None:
+    with _channels_lock:
+        if _channels.get(key) is closed:
+            del _channels[key]
+
+
+class _Stubs(NamedTuple):
+    """One channel and its methods, replaced together when the channel is."""
+
+    channel: grpc.Channel
+    call: Any
+    call_chunked: Any
+    fetch: Any
+    list: Any
+    endpoints: Any
+
+    @classmethod
+    def of(cls, grpc_channel: grpc.Channel) -> '_Stubs':
+        return cls(grpc_channel, grpc_channel.unary_unary(wire.CALL),
+                   grpc_channel.stream_unary(wire.CALL_CHUNKED),
+                   grpc_channel.unary_stream(wire.FETCH),
+                   grpc_channel.unary_unary(wire.LIST_METHODS),
+                   grpc_channel.unary_unary(wire.ENDPOINTS))
 
 
 class GrpcCaller:
@@ -52,23 +79,27 @@ class GrpcCaller:
                  tls: TlsCredentials | None = None):
         self._address = address
         self._secret = secret
+        self._tls = tls
         self._timeout = timeout
         self._wait_for_ready = wait_for_ready
         self._limit = max_message_bytes
-        grpc_channel = channel(address, tls)
-        self._call = grpc_channel.unary_unary(wire.CALL)
-        self._call_chunked = grpc_channel.stream_unary(wire.CALL_CHUNKED)
-        self._fetch = grpc_channel.unary_stream(wire.FETCH)
-        self._list = grpc_channel.unary_unary(wire.LIST_METHODS)
-        self._endpoints = grpc_channel.unary_unary(wire.ENDPOINTS)
+        self._stubs = _Stubs.of(channel(address, tls))
 
-    def _options(self, method: str) -> tuple[dict, str | None]:
-        """The call's options, and the proof the server must send back (None: no secret)."""
-        options = {'timeout': self._timeout, 'wait_for_ready': self._wait_for_ready}
+    def _use(self, method: str) -> tuple[_Stubs, dict, str | None]:
+        """The stubs and options for the next call, and the proof the server must send back.
+
+        A channel closed by ``fail_fast`` is replaced; calls under a fail-fast
+        rule do not wait for their server. The proof is None without a secret.
+        """
+        stubs = self._stubs
+        if fail_fast.closed_here(stubs.channel):
+            stubs = self._stubs = _Stubs.of(channel(self._address, self._tls))
+        wait = self._wait_for_ready and not fail_fast.applies(self._address)
+        options = {'timeout': self._timeout, 'wait_for_ready': wait}
         if self._secret is None:
-            return options, None
+            return stubs, options, None
         options['metadata'], proof = auth.grpc_token(self._secret, method)  # See auth.py.
-        return options, proof
+        return stubs, options, proof
 
     def _verify(self, call, proof: str | None, method: str) -> None:
         """Refuses a reply from a server that did not prove the secret, before decoding it."""
@@ -80,43 +111,55 @@ class GrpcCaller:
                 f'the server at {self._address} did not prove it holds the program secret; '
                 f'its reply to {method!r} was not decoded')
 
+    def _error(self, error: Exception, method: str, stubs: _Stubs) -> errors.CourierError:
+        if fail_fast.closed_here(stubs.channel):
+            return errors.CourierUnavailableError(
+                f'server unavailable calling {method!r} on {self._address}: it is gone, and '
+                'calls to it fail fast while its program stops')
+        return errors.translate_rpc_error(error, self._address, method)
+
     def _start(self, request: tuple, future: bool):
-        """The reply and its call (sync), or the call's future; and the proof it must carry."""
+        """(The reply and its call (sync) or the call's future, the proof it must carry, stubs)."""
         parts, _ = frames.encode(0, frames.REQUEST, request)
         size = grpc_chunks.size(parts)
         if size <= self._limit:
-            stub = self._call
+            stubs, options, proof = self._use(wire.CALL)
+            stub = stubs.call
             try:
-                message = b''.join(parts)
+                payload = b''.join(parts)
             except MemoryError:
                 raise MemoryError(f'cannot send {size} bytes to {request[0]!r} on '
                                   f'{self._address}: no memory for the gRPC message') from None
-            options, proof = self._options(wire.CALL)
         else:
-            stub, message = self._call_chunked, grpc_chunks.split(parts, self._limit)
-            options, proof = self._options(wire.CALL_CHUNKED)
-        return (stub.future if future else stub.with_call)(message, **options), proof
+            stubs, options, proof = self._use(wire.CALL_CHUNKED)
+            stub, payload = stubs.call_chunked, grpc_chunks.split(parts, self._limit)
+        try:
+            started = (stub.future if future else stub.with_call)(payload, **options)
+        except grpc.RpcError as exc:
+            raise self._error(exc, request[0], stubs) from None
+        except ValueError as exc:  # The channel was closed by fail_fast since _use() chose it.
+            if fail_fast.closed_here(stubs.channel):
+                raise self._error(exc, request[0], stubs) from None
+            raise
+        return started, proof, stubs
 
     def _finish(self, reply: bytes, method: str, decode: Callable) -> Any:
         frame = frames.from_bytes(reply)
         if frame.kind == frames.CHUNKED:
             token, _ = frame.value()
-            options, proof = self._options(wire.FETCH)
+            stubs, options, proof = self._use(wire.FETCH)
             try:
-                chunks = self._fetch(token, **options)
+                chunks = stubs.fetch(token, **options)
                 self._verify(chunks, proof, method)
                 whole = grpc_chunks.join(chunks)
             except grpc.RpcError as exc:
-                raise errors.translate_rpc_error(exc, self._address, method) from None
+                raise self._error(exc, method, stubs) from None
             return decode(frames.from_bytes(whole))
         # A writable copy: arrays decoded from it behave as on every other path.
         return decode(frames.from_bytes(bytearray(reply)))
 
     def call(self, request: tuple, decode: Callable) -> Any:
-        try:
-            (reply, call), proof = self._start(request, future=False)
-        except grpc.RpcError as exc:
-            raise errors.translate_rpc_error(exc, self._address, request[0]) from None
+        (reply, call), proof, _ = self._start(request, future=False)
         self._verify(call, proof, request[0])
         return self._finish(reply, request[0], decode)
 
@@ -134,7 +177,7 @@ class GrpcCaller:
                                      daemon=True).start()
                     return
             except grpc.RpcError as exc:
-                result.set_exception(errors.translate_rpc_error(exc, self._address, method))
+                result.set_exception(self._error(exc, method, stubs))
                 return
             except errors.AuthenticationError as exc:
                 result.set_exception(exc)
@@ -147,25 +190,26 @@ class GrpcCaller:
             except BaseException as exc:  # The remote exception, rebuilt.
                 result.set_exception(exc)
 
-        call, proof = self._start(request, future=True)
+        call, proof, stubs = self._start(request, future=True)
         call.add_done_callback(finish)
         return result
 
     def list_methods(self) -> list[str]:
+        stubs, options, proof = self._use(wire.LIST_METHODS)
         try:
-            options, proof = self._options(wire.LIST_METHODS)
-            reply, call = self._list.with_call(b'', **options)
+            reply, call = stubs.list.with_call(b'', **options)
         except grpc.RpcError as exc:
-            raise errors.translate_rpc_error(exc, self._address, 'list_methods') from None
+            raise self._error(exc, 'list_methods', stubs) from None
         self._verify(call, proof, 'list_methods')
         return frames.from_bytes(reply).value()
 
     def tcp_port(self) -> int:
         """The server's raw-TCP port (0: it has none). Plain bytes: nothing to unpickle."""
+        stubs, options, _ = self._use(wire.ENDPOINTS)
         try:
-            reply = self._endpoints(b'', **self._options(wire.ENDPOINTS)[0])
+            reply = stubs.endpoints(b'', **options)
         except grpc.RpcError as exc:
             if exc.code() == grpc.StatusCode.UNIMPLEMENTED:
                 return 0
-            raise errors.translate_rpc_error(exc, self._address, 'Endpoints') from None
+            raise self._error(exc, 'Endpoints', stubs) from None
         return struct.unpack('<H', reply)[0] if len(reply) == 2 else 0

@@ -1,7 +1,10 @@
 """Just enough of a pytree library for batching: flatten, unflatten, stack, split.
 
-Containers are dicts, lists, tuples, namedtuples, dataclass instances and
-None; everything else is a leaf. No dependency on jax or dm-tree.
+Containers are dicts, tuples, namedtuples, dataclass instances and None;
+everything else is a leaf, lists included: the original Launchpad batches a
+list argument as one value (the batched function gets the list of the
+callers' lists), so a list is never opened here. No dependency on jax or
+dm-tree.
 """
 
 from __future__ import annotations
@@ -27,8 +30,8 @@ def _flatten(tree: Any, leaves: list) -> Any:
         return ('dict', type(tree), tuple(keys), tuple(_flatten(tree[k], leaves) for k in keys))
     if isinstance(tree, tuple) and hasattr(type(tree), '_fields'):
         return ('namedtuple', type(tree), tuple(_flatten(v, leaves) for v in tree))
-    if isinstance(tree, (list, tuple)):
-        return (type(tree).__name__, type(tree), tuple(_flatten(v, leaves) for v in tree))
+    if isinstance(tree, tuple):
+        return ('tuple', type(tree), tuple(_flatten(v, leaves) for v in tree))
     if dataclasses.is_dataclass(tree) and not isinstance(tree, type):
         names = tuple(f.name for f in dataclasses.fields(tree))
         return ('dataclass', type(tree), names,
@@ -70,7 +73,8 @@ def signature(leaf: Any) -> Any:
 
 
 def stack(columns: list[list]) -> list:
-    """One stacked leaf per column: arrays get a new leading axis, other leaves an object array."""
+    """One stacked leaf per column: numbers and arrays get a new leading axis; other
+    leaves (lists, strings, objects) become the list of the callers' values."""
     out = []
     for column in columns:
         if all(is_numeric(leaf) for leaf in column):
@@ -78,10 +82,8 @@ def stack(columns: list[list]) -> list:
             # One dtype in, the same dtype out (np.stack would make big-endian native).
             same = all(a.dtype == arrays[0].dtype for a in arrays)
             out.append(np.stack(arrays, dtype=arrays[0].dtype if same else None))
-        else:  # An object array: one leaf, split back by row like any other.
-            objects = np.empty(len(column), dtype=object)
-            objects[:] = column
-            out.append(objects)
+        else:  # Split back by position like any other leaf.
+            out.append(list(column))
     return out
 
 

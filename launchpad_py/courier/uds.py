@@ -9,10 +9,18 @@ no extra round trip to find it, and falls back to gRPC when it is absent.
 On connecting, the server writes its port and network namespace, so a client
 in another namespace sharing ``/tmp`` (a container) never talks to the wrong
 server.
+
+A server that is killed cannot remove its socket; ``remove_stale_sockets``
+(launchers call it when a program starts and ends) removes those that refuse
+connections. Servers bind under a shared lock on the directory and the sweep
+holds it exclusively, so a socket bound but not yet listening is never taken
+for a dead one.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 import socket
 import stat
@@ -44,6 +52,48 @@ def runtime_dir() -> str | None:
             or info.st_mode & 0o077):
         return None
     return path
+
+
+@contextlib.contextmanager
+def directory_lock(directory: str, exclusive: bool):
+    """Holds the lock of ``directory``: shared to create entries, exclusive to sweep them."""
+    fd = os.open(os.path.join(directory, '.lock'), os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+        yield
+    finally:
+        os.close(fd)
+
+
+def remove_stale_sockets() -> list[str]:
+    """Removes the sockets of servers that died without stopping; returns their paths."""
+    directory = runtime_dir()
+    if directory is None:
+        return []
+    removed = []
+    with directory_lock(directory, exclusive=True):
+        for name in os.listdir(directory):
+            path = os.path.join(directory, name)
+            if name.startswith('courier-') and name.endswith('.sock') and _refuses(path):
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(path)
+                removed.append(path)
+    return removed
+
+
+def _refuses(path: str) -> bool:
+    """True only when nothing listens on ``path`` (a live but busy server is kept)."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.setblocking(False)
+    try:
+        sock.connect(path)
+    except ConnectionRefusedError:
+        return True
+    except OSError:
+        return False
+    finally:
+        sock.close()
+    return False
 
 
 def socket_path(port: int) -> str | None:

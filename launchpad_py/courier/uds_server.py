@@ -6,10 +6,16 @@ thread hand-off, which is most of a tiny call's cost); calls that arrive on a
 futures connection go to the server's thread pool. Either way the server's
 ``thread_pool_size`` bounds how many calls run at once (``dispatch`` takes
 the permit).
+
+A listener removes its socket file when it stops, and at interpreter exit if
+nobody stopped it; a process that is about to kill itself calls
+``remove_socket_files`` first. Only a process killed from outside leaves a
+socket behind, for ``uds.remove_stale_sockets`` to find.
 """
 
 from __future__ import annotations
 
+import atexit
 import concurrent.futures
 import os
 import socket
@@ -51,18 +57,20 @@ class LocalListener:
         if self.path is None:
             return False
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        try:  # A socket left by a crashed server of the same port is stale: ours now.
-            os.unlink(self.path)
-        except FileNotFoundError:
-            pass
-        try:
-            listener.bind(self.path)
-            listener.listen(128)
-        except OSError:
-            listener.close()
-            return False
+        with uds.directory_lock(os.path.dirname(self.path), exclusive=False):
+            try:  # A socket left by a crashed server of the same port is stale: ours now.
+                os.unlink(self.path)
+            except FileNotFoundError:
+                pass
+            try:
+                listener.bind(self.path)
+                listener.listen(128)
+            except OSError:
+                listener.close()
+                return False
         self._listener = listener
         self._inode = os.stat(self.path).st_ino
+        _listening.add(self)
         self._spawn(self._accept_loop)
         return True
 
@@ -130,6 +138,7 @@ class LocalListener:
             connections = list(self._connections)
             threads = list(self._threads)
         if self._listener is not None:
+            _listening.discard(self)
             self._remove_path()
             try:
                 self._listener.shutdown(socket.SHUT_RDWR)
@@ -156,3 +165,15 @@ class LocalListener:
                 os.unlink(self.path)
         except OSError:
             pass
+
+
+_listening: set[LocalListener] = set()
+
+
+def remove_socket_files() -> None:
+    """Unlinks this process's listening socket files: it is about to end without stopping them."""
+    for listener in list(_listening):
+        listener._remove_path()
+
+
+atexit.register(remove_socket_files)

@@ -1,7 +1,9 @@
 """The control channel between a launcher and its worker processes.
 
-Workers connect back to the launcher (authenticated with a per-program
-secret) and exchange small messages::
+A launcher that starts a worker itself hands it one end of a socket pair;
+a worker it cannot hand a socket (a tmux window) connects back to the
+launcher's ``ControlServer`` (authenticated with a per-program secret).
+Either way they exchange small messages::
 
     worker → launcher: ('hello', worker_id, pid, pgid), ('ready',), ('stop_program',),
                        ('failed', summary, traceback, exception_bytes), ('finished',)
@@ -84,6 +86,27 @@ class ControlServer:
             pass
         self._thread.join(5)
         self._listener.close()
+
+
+def hand_to_workers(workers: dict, fields: int) -> Callable:
+    """An ``on_connect`` that gives each channel to the worker its hello names.
+
+    A hello is ``('hello', worker_id, ...)`` with ``fields`` items; the
+    worker's ``on_connect(*hello[2:], channel)`` then runs on a thread of its
+    own for as long as the node lives. A hello naming no worker of ours
+    closes the channel.
+    """
+
+    def on_connect(hello, channel: Channel) -> None:
+        if not (isinstance(hello, tuple) and len(hello) == fields and hello[0] == 'hello'
+                and hello[1] in workers):
+            channel.close()
+            return
+        worker = workers[hello[1]]
+        threading.Thread(target=worker.on_connect, args=(*hello[2:], channel),
+                         name=f'lp-channel-{worker.name}', daemon=True).start()
+
+    return on_connect
 
 
 def _set_receive_timeout(connection: mpc.Connection, seconds: float) -> None:

@@ -19,6 +19,7 @@ import threading
 import time
 
 from launchpad_py import errors, runtime
+from launchpad_py.launchers import stuck
 from launchpad_py.launchers.observe import Observability
 from launchpad_py.launchers.worker_api import (Events, FailureReport, NodeState, NodeStatus,
                                                Worker)
@@ -48,8 +49,11 @@ class ProgramController(Observability):
         self._stop_deadline: float | None = None
         self._failed: Worker | None = None
         self._startup_failure: Worker | None = None
+        self._launch_failure: str | None = None
         self._failure_seen = False
         self._killed: list[str] = []
+        self._stuck: dict[str, str] = {}  # Name -> Python stack of what could not be killed.
+        self._handlers: threading.Thread | None = None
         self._init_observability()
         # A non-daemon supervisor keeps the launching script alive while the program
         # runs, as a script ending with lp.launch(p) expects.
@@ -65,12 +69,14 @@ class ProgramController(Observability):
         _running.add(self)
         self._thread.start()
         self._open_status_endpoint()
+        started = 0
         try:
             for worker in self._workers:
                 worker.started_at = time.time()
                 worker.start()
+                started += 1
         except BaseException:
-            self.request_stop()
+            self._events.queue.put(('abort', None, self._workers[started:]))
             self._done.wait()
             raise
         if not self._ready.wait(ready_timeout):
@@ -79,6 +85,10 @@ class ProgramController(Observability):
             raise errors.LaunchError(
                 f'program {self.name!r}: nodes {pending} did not become ready within '
                 f'{ready_timeout:.0f}s; their output:\n' + self._tails(pending))
+        if self._launch_failure is not None:
+            self._done.wait()
+            raise errors.LaunchError(f'program {self.name!r} failed to start: '
+                                     f'{self._launch_failure}')
         if self._startup_failure is not None:
             self._done.wait()
             self._failure_seen = True
@@ -102,12 +112,14 @@ class ProgramController(Observability):
         if not self._done.wait(timeout):
             raise TimeoutError(f'program {self.name!r} still running after {timeout}s')
         self._raise_failure()
+        self._raise_stuck()
 
     def stop(self, grace: float | None = None, timeout: float | None = None) -> None:
         """Stops the program and waits until every node is gone."""
         self.request_stop(grace)
         if not self._done.wait(timeout):
             raise TimeoutError(f'program {self.name!r} did not stop within {timeout}s')
+        self._raise_stuck()
 
     def request_stop(self, grace: float | None = None) -> None:
         """Starts stopping the program; returns at once."""
@@ -161,6 +173,11 @@ class ProgramController(Observability):
         error = errors.NodeFailedError(worker.label, worker.index, failure.traceback, failure.summary)
         raise error from failure.exception
 
+    def _raise_stuck(self) -> None:
+        """Only where the process was not ended for them (test_mt): see ``stuck``."""
+        if self._stuck:
+            raise stuck.error(self.name, self._grace, self._stuck)
+
     def _supervise(self) -> None:
         try:
             while not all(w.state in _ENDED for w in self._workers):
@@ -181,6 +198,10 @@ class ProgramController(Observability):
             if self._killed:
                 _log.warning('program %r: killed %s after the %.0fs grace period',
                              self.name, ', '.join(self._killed), self._grace)
+            if self._stuck and not self._thread.daemon:
+                stuck.end_process(stuck.report(self.name, self._grace, self._stuck))
+            elif self._stuck:
+                _log.warning('%s', stuck.report(self.name, self._grace, self._stuck))
             if self._on_finish:
                 self._on_finish()
             self._ready.set()
@@ -208,6 +229,28 @@ class ProgramController(Observability):
             self._on_exit(worker, *payload)
         elif kind == 'stop':
             self._begin_stop()
+        elif kind == 'abort':  # Starting a node raised: the payload never started.
+            for unstarted in payload:
+                unstarted.state = NodeState.STOPPED
+            self._abort_launch()
+        elif kind == 'process_died':
+            self._on_process_died(payload)
+
+    def _on_process_died(self, reason: str) -> None:
+        if self._ready.is_set() or self._stopping:
+            _log.warning('program %r: %s; its running nodes go on', self.name, reason)
+            return
+        _log.error('program %r failed to start: %s', self.name, reason)
+        self._launch_failure = reason
+        self._abort_launch()
+        self._ready.set()
+
+    def _abort_launch(self) -> None:
+        """Stops a launch that failed; nodes not yet ready have nothing to finish: killed now."""
+        self._begin_stop()
+        for worker in self._workers:
+            if worker.state == NodeState.STARTING:
+                worker.kill()
 
     def _on_exit(self, worker: Worker, exit_code: int | None, failure: FailureReport | None) -> None:
         if worker.state in _ENDED:
@@ -219,7 +262,15 @@ class ProgramController(Observability):
             worker.state, worker.failure = NodeState.FAILED, failure
             self._failed = worker
             _log.error('node %s of program %r failed: %s', worker.name, self.name, failure.summary)
-            self._begin_stop()
+            if self._startup_failure is worker:
+                self._abort_launch()
+            else:
+                self._begin_stop()
+        elif failure is not None and self._is_the_cause(failure):
+            # The first failure only lost a peer; this one is why, so it is what wait() raises.
+            _log.error('node %s of program %r failed: %s (so %s failed)', worker.name, self.name,
+                       failure.summary, self._failed.name)
+            worker.state, worker.failure, self._failed = NodeState.FAILED, failure, worker
         elif failure is not None:
             worker.state = NodeState.STOPPED
             _log.debug('node %s raised while the program stopped: %s', worker.name, failure.summary)
@@ -229,27 +280,47 @@ class ProgramController(Observability):
                 w.state != NodeState.STARTING for w in self._workers):
             self._ready.set()
 
+    def _is_the_cause(self, failure: FailureReport) -> bool:
+        first = self._failed
+        return (first is not None and first.failure.follows_from_a_peer
+                and not failure.follows_from_a_peer)
+
     def _begin_stop(self) -> None:
-        if self._stopping:
+        if self._stopping:  # A new request may shorten the grace (a second Ctrl-C: none).
+            if self._stop_deadline is not None:
+                self._stop_deadline = min(self._stop_deadline, time.monotonic() + self._grace)
             return
         self._stopping = True
         self._stop_deadline = time.monotonic() + self._grace
-        self._scope.handle_stop()
+        # Stop handlers may block; the supervisor must stay free to enforce the deadline.
+        self._handlers = threading.Thread(target=self._run_stop_handlers, daemon=True,
+                                          name=f'lp-stop-handlers-{self.name}')
+        self._handlers.start()
         for worker in self._workers:
             if worker.state not in _ENDED:
                 worker.request_stop()
 
+    def _run_stop_handlers(self) -> None:
+        runtime.bind_thread(self._scope)
+        self._scope.handle_stop()
+
     def _kill_stragglers(self) -> None:
         for worker in self._workers:
-            if worker.state not in _ENDED:
-                worker.ended_at = time.time()
-            if worker.state not in _ENDED and worker.kill():
+            if worker.state in _ENDED:
+                continue
+            worker.ended_at = time.time()
+            if worker.kill():
                 worker.state = NodeState.KILLED
                 self._killed.append(worker.name)
-            elif worker.state not in _ENDED:
-                # A thread cannot be killed: leave it behind (it is a daemon) and say so.
+            else:
+                # A thread cannot be killed: see stuck.py for what happens instead.
                 worker.state = NodeState.KILLED
                 self._killed.append(f'{worker.name} (thread left running)')
+                stack = worker.stack()
+                if stack:  # Only threads have one; a process that was never started has not.
+                    self._stuck[worker.name] = stack
+        if self._stuck and self._handlers is not None and self._handlers.is_alive():
+            self._stuck['the stop handlers'] = stuck.thread_stack(self._handlers)
         self._stop_deadline = None
 
     def _tails(self, names: list[str]) -> str:

@@ -1,31 +1,39 @@
 """``local_mp`` and ``test_mp``: every node is its own process on this machine.
 
 Each node process starts in its own session (so it has its own process
-group), connects back over the control channel, and is killed with its whole
-group if it ignores a stop for the grace period. Crash detection uses the
-control channel and the exit status, never the terminal mode.
+group), talks to the launcher over its control channel (a socket pair made
+before the process starts, so its end is the end of the process), and is
+killed with its whole group if it ignores a stop for the grace period. Crash
+detection uses the control channel and the exit status, never the terminal
+mode. Nothing the launcher keeps lives under ``TMPDIR`` but the log files a
+terminal mode writes (see ``rundir``).
 """
 
 from __future__ import annotations
 
+import logging
+import multiprocessing.connection as mpc
 import os
 import select
 import shlex
 import shutil
 import signal
+import socket
 import subprocess
 import tempfile
 import threading
 
-from launchpad_py import errors, node_process
+from launchpad_py import errors, flag_transfer, node_process
 from launchpad_py.courier import serialization
-from launchpad_py.launchers import (control, flag_transfer, metrics_probe, output,
-                                    process_starter, program_secret, shipping)
+from launchpad_py.launchers import (control, metrics_probe, output, process_starter,
+                                    program_secret, rundir, shipping)
 from launchpad_py.launchers.controller import ProgramController
 from launchpad_py.launchers.options import LaunchOptions
-from launchpad_py.launchers.resources import PythonProcess, hide_gpus_from_other_groups
-from launchpad_py.launchers.worker_api import Events, FailureReport, Worker
+from launchpad_py.launchers.resources import PythonProcess, apply_gpu_defaults
+from launchpad_py.launchers.worker_api import Events, FailureReport, Worker, relay_node_messages
 from launchpad_py.program import Executable, Program
+
+_log = logging.getLogger(__name__)
 
 
 class ProcessWorker(Worker):
@@ -38,9 +46,8 @@ class ProcessWorker(Worker):
         self._setup = setup
         self._resources = resources
         self._data = data
-        self._sink = output.make_sink(setup.mode, self.name, setup.directory, setup.test)
+        self._sink = output.make_sink(setup.mode, self.name, setup.log_directory, setup.test)
         self._channel: control.Channel | None = None
-        self._connected = threading.Event()
         self._channel_closed = threading.Event()
         self._probe = metrics_probe.MetricsProbe()
         self._process: subprocess.Popen | None = None
@@ -61,7 +68,8 @@ class ProcessWorker(Worker):
         setup = self._setup
         spec = {
             'program': setup.program_name, 'worker_id': self.worker_id,
-            'control_address': setup.control.address, 'executable': self._data,
+            'control_address': setup.control.address if setup.control else None,
+            'executable': self._data,
             'flags': setup.flags, 'args': list(self._resources.args), 'bind_host': '127.0.0.1',
             'secret': setup.secret,
             # In tmux the parent is the window's shell, so only the channel watch applies.
@@ -69,7 +77,7 @@ class ProcessWorker(Worker):
             else None,
             'env': self._resources.environment() if setup.mode == 'tmux_session' else {},
         }
-        path = os.path.join(setup.directory, self.name.replace('/', '_') + '.spec')
+        path = os.path.join(setup.run_directory.path, self.name.replace('/', '_') + '.spec')
         with open(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), 'wb') as spec_file:
             spec_file.write(serialization.dumps(spec))
         return path
@@ -77,7 +85,8 @@ class ProcessWorker(Worker):
     def _environment(self) -> dict[str, str]:
         env = node_process.child_environment(self._resources.environment())
         env['PYTHONUNBUFFERED'] = '1'
-        env[control.KEY_ENV] = self._setup.control.key.hex()
+        if self._setup.control is not None:
+            env[control.KEY_ENV] = self._setup.control.key.hex()
         return env
 
     def start(self) -> None:
@@ -87,25 +96,43 @@ class ProcessWorker(Worker):
             self._start_in_tmux(command)
             return
         fork_server = self._setup.fork_server(self._resources)
+        ours, theirs = socket.socketpair()
         try:
-            if fork_server is not None:
-                self._process = fork_server.spawn_like_popen(
-                    spec_path, self._environment(), os.getcwd(), self._sink.popen_streams())
-            else:
-                self._process = subprocess.Popen(
-                    command, env=self._environment(), cwd=os.getcwd(), start_new_session=True,
-                    stdin=subprocess.DEVNULL, **self._sink.popen_streams())
+            with theirs:
+                if fork_server is not None:
+                    self._process = fork_server.spawn_like_popen(
+                        spec_path, self._environment(), os.getcwd(), self._sink.popen_streams(),
+                        theirs.fileno())
+                else:
+                    self._process = subprocess.Popen(
+                        command + [str(theirs.fileno())], env=self._environment(),
+                        cwd=os.getcwd(), start_new_session=True, stdin=subprocess.DEVNULL,
+                        pass_fds=[theirs.fileno()], **self._sink.popen_streams())
         except OSError as exc:
-            raise errors.LaunchError(
-                f'cannot start node {self.name} with interpreter '
-                f'{self._resources.interpreter!r}: {exc}') from exc
+            ours.close()
+            how = 'by the fork server' if fork_server is not None else (
+                f'with interpreter {self._resources.interpreter!r}')
+            raise errors.LaunchError(f'cannot start node {self.name} {how}: {exc}') from exc
         self._pid = self._pgid = self._process.pid
         self._sink.attach(self._process)
+        channel = control.Channel(mpc.Connection(ours.detach()))
+        threading.Thread(target=self._serve_channel, args=(channel,),
+                         name=f'lp-channel-{self.name}', daemon=True).start()
         threading.Thread(target=self._wait_for_exit, name=f'lp-wait-{self.name}',
                          daemon=True).start()
 
+    def _serve_channel(self, channel: control.Channel) -> None:
+        try:
+            hello = channel.recv()
+        except (EOFError, OSError):  # It ended before saying anything.
+            channel.close()
+            self._channel_closed.set()
+            return
+        self.on_connect(hello[2], hello[3], channel)
+
     def _start_in_tmux(self, command: list[str]) -> None:
-        script = os.path.join(self._setup.directory, self.name.replace('/', '_') + '.sh')
+        script = os.path.join(self._setup.run_directory.path,
+                              self.name.replace('/', '_') + '.sh')
         exports = ''.join(f'export {k}={shlex.quote(v)}\n' for k, v in self._environment().items()
                           if k.isidentifier())
         with open(os.open(script, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o700), 'w') as f:
@@ -122,28 +149,12 @@ class ProcessWorker(Worker):
         with self._lock:
             self._channel, self._pid, self._pgid = channel, pid, pgid
             stop_now = self._stop_pending
-        self._connected.set()
         if stop_now:
             channel.send('stop')
-        while True:
-            try:
-                message = channel.recv()
-            except (EOFError, OSError):
-                break
-            kind = message[0]
-            if kind == 'ready':
-                self.events.ready(self)
-            elif kind == 'stop_program':
-                self.events.stop_requested()
-            elif kind == 'failed':
-                _, summary, text, exception_bytes = message
-                exception = node_process.rebuild_exception(exception_bytes)
-                self._failure = FailureReport(summary, text, exception)
-            elif kind == 'finished':
-                self._finished = True
-            elif kind == 'metrics':
-                self._probe.answer(message)
-        self._probe.close()
+        failure, self._finished = relay_node_messages(channel, self, self._probe)
+        if failure is not None:
+            self._failure = failure
+        channel.close()
         self._channel_closed.set()
 
     def _wait_for_exit(self) -> None:
@@ -157,7 +168,9 @@ class ProcessWorker(Worker):
         self._sink.close()
         failure = self._failure
         if failure is None and not self._finished and code != 0:
-            exit_text = node_process.describe_exit(code)
+            exit_text = (node_process.describe_exit(code) if code is not None else
+                         'ended without reporting why (its exit status is unknown: its fork server '
+                         'had died)')
             failure = FailureReport(exit_text,
                                     f'{exit_text}\n--- output tail ---\n{self._sink.tail()}')
         self.events.exited(self, code, failure)
@@ -216,12 +229,19 @@ class _ProgramSetup:
         self._forget_secret = forget_secret
         self.mode = mode
         self.test = test
-        self.directory = tempfile.mkdtemp(prefix=f'launchpad_{program.name}_')
+        self.run_directory = rundir.LaunchDirectory()
+        # Only log files live under TMPDIR, and only where the terminal mode writes them.
+        self.log_directory = (tempfile.mkdtemp(prefix=f'launchpad_{program.name}_')
+                              if mode in ('output_to_files', 'tmux_session') and not test
+                              else self.run_directory.path)
         self.flags = flag_transfer.capture()
         self.die_with_parent = threading.current_thread() is threading.main_thread()
         self.workers: dict[str, ProcessWorker] = {}
-        self.control = control.ControlServer(os.path.join(self.directory, 'control'),
-                                             self._on_connect)
+        self.events: Events | None = None
+        # tmux starts nodes itself, so they dial back to a socket instead of inheriting one.
+        self.control = control.ControlServer(
+            os.path.join(self.run_directory.path, 'control'),
+            control.hand_to_workers(self.workers, 4)) if mode == 'tmux_session' else None
         self.tmux_session = f'launchpad_{program.name}_{os.getpid()}' if mode == 'tmux_session' else None
         self._fork_server: process_starter.ForkServer | None = None
         self._fork_lock = threading.Lock()
@@ -233,17 +253,13 @@ class _ProgramSetup:
         with self._fork_lock:
             if self._fork_server is None:
                 self._fork_server = process_starter.ForkServer.start(
-                    node_process.child_environment(), self.die_with_parent)
+                    node_process.child_environment(), self.die_with_parent, self._fork_server_died)
             return self._fork_server
 
-    def _on_connect(self, hello, channel: control.Channel) -> None:
-        if not (isinstance(hello, tuple) and len(hello) == 4 and hello[0] == 'hello'
-                and hello[1] in self.workers):
-            channel.close()
-            return
-        worker = self.workers[hello[1]]
-        threading.Thread(target=worker.on_connect, args=(hello[2], hello[3], channel),
-                         name=f'lp-channel-{worker.name}', daemon=True).start()
+    def _fork_server_died(self, reason: str) -> None:
+        """Fails a launch still under way; running nodes are not affected."""
+        if self.events is not None:
+            self.events.process_died(reason)
 
     def tmux_window(self, name: str, script: str) -> int:
         """Opens a window running ``script``; returns the pid of the window's shell."""
@@ -263,24 +279,14 @@ class _ProgramSetup:
 
     def finish(self) -> None:
         self._forget_secret()
-        self.control.close()
+        if self.control is not None:
+            self.control.close()
         if self._fork_server is not None:
             self._fork_server.close()
         if self.tmux_session:
             subprocess.run(['tmux', 'kill-session', '-t', self.tmux_session], capture_output=True)
-        if self.mode == 'output_to_files' or self.mode == 'tmux_session':
-            for name in os.listdir(self.directory):  # Keep the logs, drop the rest.
-                if not name.endswith('.log'):
-                    _remove(os.path.join(self.directory, name))
-        else:
-            shutil.rmtree(self.directory, ignore_errors=True)
-
-
-def _remove(path: str) -> None:
-    try:
-        os.remove(path)
-    except OSError:
-        pass
+        # Sweeps too: the sockets of nodes that were killed go with the program.
+        self.run_directory.close()
 
 
 def _launch(program: Program, options: LaunchOptions, launch_type: str, test: bool):
@@ -295,12 +301,19 @@ def _launch(program: Program, options: LaunchOptions, launch_type: str, test: bo
             raise errors.ResourcesError(
                 f'local_resources[{group!r}] must be lp.PythonProcess(...) for {launch_type} '
                 f'(got {spec!r})')
-    resources = hide_gpus_from_other_groups(resources, list(program.groups))
     prepared = shipping.prepare(program)
+    counts = {group: 0 for group in program.groups}
+    for executable, _ in prepared:
+        counts[executable.label] = counts.get(executable.label, 0) + 1
+    resources, notes = apply_gpu_defaults(resources, counts, os.environ)
+    for note in notes:
+        _log.info('%s: %s', launch_type, note)
     secret, forget_secret = program_secret.issue(e for e, _ in prepared)
     setup = _ProgramSetup(program, mode, test, secret, forget_secret)
     controller = ProgramController(program.name, launch_type, options.grace,
                                    keep_process_alive=not test, on_finish=setup.finish)
+    controller.scope.servers = shipping.server_addresses([e for e, _ in prepared])
+    setup.events = controller.events
     workers = []
     for executable, data in prepared:
         worker = ProcessWorker(executable, data, setup,

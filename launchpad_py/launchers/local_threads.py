@@ -1,9 +1,9 @@
 """``local_mt`` and ``test_mt``: every node is a thread of the launching process.
 
 Node threads share one ``ProgramScope``, so a stop reaches all of them at
-once and each stop handler runs once. Threads cannot be killed: a node that
-ignores the stop for the grace period is reported and left behind as a
-daemon thread.
+once and each stop handler runs once. Threads cannot be killed: when a node
+ignores the stop for the grace period, ``local_mt`` ends the launching
+process with the stuck nodes' stacks and ``test_mt`` raises (see ``stuck``).
 """
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ from __future__ import annotations
 import concurrent.futures
 import threading
 
-from launchpad_py import node_metrics, runtime
+from launchpad_py import node_logging, node_metrics, runtime
 from launchpad_py.courier import serialization
-from launchpad_py.launchers import program_secret, shipping
+from launchpad_py.launchers import program_secret, rundir, shipping, stuck
 from launchpad_py.launchers.controller import ProgramController
 from launchpad_py.launchers.options import LaunchOptions
 from launchpad_py.launchers.worker_api import Events, FailureReport, Worker
@@ -43,7 +43,10 @@ class ThreadWorker(Worker):
             self.events.exited(self, 0, None)
 
     def request_stop(self) -> None:
-        self._scope.handle_stop()
+        """Nothing to do: the controller stops the scope this thread shares with it."""
+
+    def stack(self) -> str:
+        return stuck.thread_stack(self._thread)
 
     def kill(self) -> bool:
         return False
@@ -66,9 +69,12 @@ def _launch(program: Program, options: LaunchOptions, launch_type: str, test: bo
         # Each node gets its own copy of its arguments, as it would in a process;
         # this also reports unpicklable arguments as early as local_mp would.
         executables = [serialization.loads(data) for _, data in shipping.prepare(program)]
+    node_logging.configure_launcher()
+    rundir.sweep()  # Sockets a killed launcher's nodes left; ours are made after this.
     secret, forget_secret = program_secret.issue(executables)
     controller = ProgramController(program.name, launch_type, options.grace,
                                    keep_process_alive=not test, on_finish=forget_secret)
+    controller.scope.servers = shipping.server_addresses(executables)
     controller.scope.secret = secret
     workers = [ThreadWorker(e, controller.scope, controller.events) for e in executables]
     return controller.start(workers, options.ready_timeout)

@@ -2,15 +2,19 @@
 
 A new interpreter spends most of a node's start importing launchpad_py,
 grpc, numpy and cloudpickle; with 100 nodes on a few cores that dominates
-launch time. The fork server is one process per program that has imported
+launch time. The fork server (``fork_server.py``; this module is the
+launcher's end) is one process per program that has imported
 them (and created nothing else: no gRPC object, no thread, so forking it is
 safe) and forks one child per node. Each child starts its own session, takes
 the stdout/stderr it is handed, sets its environment and runs the worker
 entry point, exactly as an exec'd worker would.
 
     server = ForkServer.start(env, die_with_parent=True)
-    process = server.spawn(spec_path, env, cwd, stdout_fd, stderr_fd)
+    process = server.spawn(spec_path, env, cwd, stdout_fd, stderr_fd, control_fd)
     process.pid; process.wait()
+
+Nodes outlive the server: if it dies (the OOM killer picks big processes),
+running nodes go on, and the next ``spawn`` starts a new server.
 
 Nodes whose group needs a different interpreter, or environment variables
 that only take effect when an interpreter starts (``PYTHON*``, ``LD_*``,
@@ -23,14 +27,14 @@ import itertools
 import os
 import pickle
 import select
-import signal
 import socket
 import subprocess
 import sys
 import threading
+from typing import Callable
 
 _EXEC_TIME_PREFIXES = ('PYTHON', 'LD_', 'MALLOC_', 'GLIBC_')
-_MAX_MESSAGE = 1 << 20
+MAX_MESSAGE = 1 << 20
 
 
 def can_fork(interpreter: str, extra_env: dict[str, str]) -> bool:
@@ -42,68 +46,112 @@ def can_fork(interpreter: str, extra_env: dict[str, str]) -> bool:
 
 
 class ForkedProcess:
-    """A node forked by the server; ``wait()`` returns its exit code like ``Popen.wait``."""
+    """A node forked by the server; ``wait()`` returns its exit code like ``Popen.wait``.
 
-    def __init__(self, pid: int):
+    The exit code is None when the node ended after its fork server died (only
+    the server, its parent, could learn it); ``pidfd`` still tells us when.
+    """
+
+    def __init__(self, pid: int, pidfd: int):
         self.pid = pid
         self.stdout = None
         self.returncode: int | None = None
+        self._pidfd: int | None = pidfd
         self._exited = threading.Event()
 
-    def wait(self) -> int:
+    def wait(self) -> int | None:
         self._exited.wait()
         return self.returncode
 
-    def _set_exit(self, code: int) -> None:
+    def _set_exit(self, code: int | None) -> None:
+        if self._exited.is_set():
+            return
         self.returncode = code
+        if self._pidfd is not None:
+            os.close(self._pidfd)
+            self._pidfd = None
         self._exited.set()
 
 
 class ForkServer:
-    """The launcher's end: asks the server for children and learns when they exit."""
+    """The launcher's end: asks the server for children and learns when they exit.
 
-    def __init__(self, process: subprocess.Popen, sock: socket.socket):
-        self._process = process
-        self._sock = sock
+    If the server process dies, its children keep running (they are watched
+    through their pidfds from then on), requests in flight fail at once,
+    ``on_death`` hears why, and the next ``spawn`` starts a new server.
+    """
+
+    def __init__(self, env: dict[str, str], die_with_parent: bool,
+                 on_death: Callable[[str], None] | None = None):
+        self._env = env
+        self._die_with_parent = die_with_parent
+        self._on_death = on_death
         self._ids = itertools.count()
         self._lock = threading.Lock()
         self._started: dict[int, tuple[threading.Event, list]] = {}
         self._children: dict[int, ForkedProcess] = {}
         self._early_exits: dict[int, int] = {}
-        self._reader = threading.Thread(target=self._read, name='lp-fork-server', daemon=True)
-        self._reader.start()
+        self._closing = False
+        self._running = False  # The current server process has not been seen to end.
+        self._process: subprocess.Popen | None = None
+        self._sock: socket.socket | None = None
+        self._reader: threading.Thread | None = None
+        self._start_process()
 
     @classmethod
-    def start(cls, env: dict[str, str], die_with_parent: bool) -> 'ForkServer':
-        """Starts the server process (it imports the heavy modules while we go on).
+    def start(cls, env: dict[str, str], die_with_parent: bool,
+              on_death: Callable[[str], None] | None = None) -> 'ForkServer':
+        """Starts the server process (it imports the heavy modules while we go on)."""
+        return cls(env, die_with_parent, on_death)
 
-        It runs in our working directory, as the nodes do, so relative entries
-        of ``sys.path`` resolve the same way in both.
-        """
+    @property
+    def pid(self) -> int:
+        return self._process.pid
+
+    @property
+    def alive(self) -> bool:
+        return self._running
+
+    def _start_process(self) -> None:
+        """Runs a server in our working directory, as the nodes do, so ``sys.path`` agrees."""
         parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        process = subprocess.Popen(
-            [sys.executable, '-m', 'launchpad_py.launchers.process_starter', str(child.fileno()),
-             str(os.getpid() if die_with_parent else 0)], pass_fds=[child.fileno()], env=env,
-            cwd=os.getcwd(),
-            stdin=subprocess.DEVNULL, start_new_session=True)
-        child.close()
-        return cls(process, parent)
+        # PDEATHSIG follows the thread that forked, so only the main thread may ask for it.
+        die_with = (os.getpid() if self._die_with_parent
+                    and threading.current_thread() is threading.main_thread() else 0)
+        with child:
+            self._process = subprocess.Popen(
+                [sys.executable, '-m', 'launchpad_py.launchers.fork_server',
+                 str(child.fileno()), str(die_with)], pass_fds=[child.fileno()], env=self._env,
+                cwd=os.getcwd(), stdin=subprocess.DEVNULL, start_new_session=True)
+        self._sock = parent
+        self._running = True
+        self._reader = threading.Thread(target=self._read, args=(parent, self._process),
+                                        name='lp-fork-server', daemon=True)
+        self._reader.start()
 
     def spawn(self, spec_path: str, env: dict[str, str], cwd: str, stdout_fd: int,
-              stderr_fd: int, timeout: float = 120.0) -> ForkedProcess:
+              stderr_fd: int, control_fd: int, timeout: float = 120.0) -> ForkedProcess:
+        """Forks a node that runs ``spec_path``, talking to its launcher over ``control_fd``."""
         request_id = next(self._ids)
         done, answer = threading.Event(), []
         with self._lock:
+            if self._closing:
+                raise OSError('the fork server is closed')
+            if not self.alive:
+                self._start_process()
             self._started[request_id] = (done, answer)
+            sock = self._sock
         message = pickle.dumps(('spawn', request_id, spec_path, env, cwd))
-        socket.send_fds(self._sock, [message], [stdout_fd, stderr_fd])
+        try:
+            socket.send_fds(sock, [message], [stdout_fd, stderr_fd, control_fd])
+        except OSError:
+            pass  # The server is gone: its reader answers every request in flight.
         if not done.wait(timeout) or not answer or isinstance(answer[0], str):
-            raise OSError(f'the fork server did not start the node: '
-                          f'{answer[0] if answer else "no answer"}')
+            raise OSError(answer[0] if answer else f'the fork server did not answer in {timeout}s')
         return answer[0]
 
     def spawn_like_popen(self, spec_path: str, env: dict[str, str], cwd: str,
-                         streams: dict) -> ForkedProcess:
+                         streams: dict, control_fd: int) -> ForkedProcess:
         """``spawn`` with ``Popen``-style ``stdout``/``stderr`` (PIPE, a file, STDOUT, unset)."""
         stdout, read_end = streams.get('stdout'), None
         if stdout is subprocess.PIPE:
@@ -112,7 +160,7 @@ class ForkServer:
             out_fd = stdout.fileno() if stdout is not None else sys.stdout.fileno()
         err_fd = out_fd if streams.get('stderr') is subprocess.STDOUT else sys.stderr.fileno()
         try:
-            process = self.spawn(spec_path, env, cwd, out_fd, err_fd)
+            process = self.spawn(spec_path, env, cwd, out_fd, err_fd, control_fd)
         except OSError:
             if read_end is not None:
                 os.close(read_end)
@@ -124,42 +172,62 @@ class ForkServer:
             process.stdout = os.fdopen(read_end, 'rb')
         return process
 
-    def _read(self) -> None:
+    def _read(self, sock: socket.socket, server: subprocess.Popen) -> None:
         while True:
             try:
-                data = self._sock.recv(_MAX_MESSAGE)
+                data, fds, _, _ = socket.recv_fds(sock, MAX_MESSAGE, 1)
             except OSError:
-                data = b''
+                data, fds = b'', []
             if not data:
                 break
-            kind, key, value = pickle.loads(data)
-            with self._lock:
-                if kind == 'started':
-                    process = ForkedProcess(value)
-                    self._children[value] = process
-                    done, answer = self._started.pop(key)
-                    answer.append(process)
-                    early = self._early_exits.pop(value, None)
-                elif kind == 'failed':
-                    done, answer = self._started.pop(key)
-                    answer.append(value)
-                else:  # 'exited': key is the pid.
-                    process = self._children.pop(key, None)
-                    if process is None:
-                        self._early_exits[key] = value
-                    else:
-                        process._set_exit(value)
-                    continue
-            done.set()
-            if kind == 'started' and early is not None:
-                process._set_exit(early)
-        # The server is gone, so were its children (they die with it).
+            self._take(*pickle.loads(data), fds)
+        sock.close()
+        self._server_gone(server)
+
+    def _take(self, kind: str, key: int, value, fds: list[int]) -> None:
+        early, done = None, None
         with self._lock:
-            children, self._children = list(self._children.values()), {}
-        for process in children:
-            process._set_exit(-signal.SIGKILL)
+            if kind == 'started':
+                process = ForkedProcess(value, fds[0])
+                self._children[value] = process
+                done, answer = self._started.pop(key)
+                answer.append(process)
+                early = self._early_exits.pop(value, None)
+            elif kind == 'failed':
+                done, answer = self._started.pop(key)
+                answer.append(value)
+            else:  # 'exited': key is the pid.
+                process = self._children.pop(key, None)
+                if process is None:
+                    self._early_exits[key] = value
+        if done is not None:
+            done.set()
+        if kind == 'started' and early is not None:
+            process._set_exit(early)
+        elif kind == 'exited' and process is not None:
+            process._set_exit(value)
+
+    def _server_gone(self, server: subprocess.Popen) -> None:
+        """The server ended: fail requests in flight, keep watching its children."""
+        from launchpad_py.node_process import describe_exit
+        reason = f'the fork server (pid {server.pid}) died: {describe_exit(server.wait())}'
+        with self._lock:  # From here on, spawn starts a new server instead of queueing.
+            self._running = False
+            pending, self._started = list(self._started.values()), {}
+            orphans, self._children = list(self._children.values()), {}
+            closing = self._closing
+        for done, answer in pending:
+            answer.append(reason)
+            done.set()
+        if orphans:
+            threading.Thread(target=_watch_orphans, args=(orphans,), name='lp-fork-orphans',
+                             daemon=True).start()
+        if not closing and self._on_death is not None:
+            self._on_death(reason)
 
     def close(self) -> None:
+        with self._lock:
+            self._closing = True
         try:
             self._sock.shutdown(socket.SHUT_RDWR)
         except OSError:
@@ -173,98 +241,10 @@ class ForkServer:
         self._reader.join(timeout=10)
 
 
-# -- the server process ------------------------------------------------------------
-
-
-def _preload() -> None:
-    """Imports what every node needs; creates no gRPC object and starts no thread."""
-    import launchpad_py  # noqa: F401  (first: it sets gRPC's log level)
-    from launchpad_py.launchers import worker  # noqa: F401
-
-    import absl.flags  # noqa: F401
-    import cloudpickle  # noqa: F401
-    import grpc  # noqa: F401
-    import numpy  # noqa: F401
-    import portpicker  # noqa: F401
-
-
-def _child(fd: int, stdout_fd: int, stderr_fd: int, spec_path: str, env: dict, cwd: str) -> None:
-    """In the forked child: becomes a node process like an exec'd one, then runs it."""
-    code = 1
-    try:
-        os.close(fd)
-        os.setsid()
-        null = os.open(os.devnull, os.O_RDONLY)
-        os.dup2(null, 0)
-        os.dup2(stdout_fd, 1)
-        os.dup2(stderr_fd, 2)
-        for extra in {null, stdout_fd, stderr_fd} - {0, 1, 2}:
-            os.close(extra)
-        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-        os.chdir(cwd)
-        os.environ.clear()
-        os.environ.update(env)
-        # What importing courier set in the server's environment, set again (gRPC reads it later).
-        os.environ.setdefault('GRPC_VERBOSITY', 'ERROR')
-        from launchpad_py.launchers import worker
-        code = worker.main(spec_path, parent_pid=os.getppid())
-        sys.stdout.flush()
-        sys.stderr.flush()
-    except SystemExit as exc:
-        code = exc.code if isinstance(exc.code, int) else 1
-    except BaseException:  # Reported on the node's own stderr, like a crashed interpreter.
-        import traceback
-        traceback.print_exc()
-    finally:
-        os._exit(code)
-
-
-def _serve(fd: int) -> None:
-    sock = socket.socket(fileno=fd)
-    children: dict[int, int] = {}  # pidfd -> pid
-    while True:
-        ready, _, _ = select.select([sock, *children], [], [])
-        for pidfd in [r for r in ready if r is not sock]:
-            pid = children.pop(pidfd)
-            os.close(pidfd)
-            _, status = os.waitpid(pid, 0)
-            sock.send(pickle.dumps(('exited', pid, os.waitstatus_to_exitcode(status))))
-        if sock not in ready:
-            continue
-        try:
-            data, fds, _, _ = socket.recv_fds(sock, _MAX_MESSAGE, 2)
-        except OSError:
-            data = b''
-        if not data:
-            return  # The launcher closed us (its children die with us: PDEATHSIG).
-        _, request_id, spec_path, env, cwd = pickle.loads(data)
-        try:
-            pid = os.fork()
-        except OSError as exc:
-            sock.send(pickle.dumps(('failed', request_id, f'fork failed: {exc}')))
-            for extra in fds:
-                os.close(extra)
-            continue
-        if pid == 0:
-            _child(fd, fds[0], fds[1], spec_path, env, cwd)
-        for extra in fds:
-            os.close(extra)
-        children[os.pidfd_open(pid)] = pid
-        sock.send(pickle.dumps(('started', request_id, pid)))
-
-
-def _die_with(parent_pid: int) -> None:
-    import ctypes
-    try:
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        return
-    if os.getppid() != parent_pid:
-        os._exit(1)
-
-
-if __name__ == '__main__':
-    if int(sys.argv[2]):
-        _die_with(int(sys.argv[2]))
-    _preload()
-    _serve(int(sys.argv[1]))
+def _watch_orphans(orphans: list[ForkedProcess]) -> None:
+    """Reports each child of a dead server as ended (code unknown) when its pidfd says so."""
+    waiting = {process._pidfd: process for process in orphans if process._pidfd is not None}
+    while waiting:
+        ready, _, _ = select.select(list(waiting), [], [])
+        for pidfd in ready:
+            waiting.pop(pidfd)._set_exit(None)

@@ -25,8 +25,8 @@ import shutil
 import tempfile
 import threading
 
-from launchpad_py import courier, errors, node_process
-from launchpad_py.launchers import control, flag_transfer, output, shipping
+from launchpad_py import courier, errors, flag_transfer
+from launchpad_py.launchers import control, output, shipping
 from launchpad_py.launchers.controller import ProgramController
 from launchpad_py.launchers.options import LaunchOptions
 from launchpad_py.launchers.remote_worker import (HEARTBEAT_S, HEARTBEAT_TIMEOUT_S, Placement,
@@ -62,18 +62,9 @@ class RemoteSetup:
         """The control listener on our interface ``ip`` (one per interface the hosts reach)."""
         with self._lock:
             if ip not in self._controls:
-                self._controls[ip] = control.ControlServer((ip, 0), self._on_connect,
-                                                           family='AF_INET')
+                self._controls[ip] = control.ControlServer(
+                    (ip, 0), control.hand_to_workers(self.workers, 5), family='AF_INET')
             return self._controls[ip]
-
-    def _on_connect(self, hello, channel: node_process.Channel) -> None:
-        if not (isinstance(hello, tuple) and len(hello) == 5 and hello[0] == 'hello'
-                and hello[1] in self.workers):
-            channel.close()
-            return
-        worker = self.workers[hello[1]]
-        threading.Thread(target=worker.on_connect, args=(hello[2], hello[4], channel),
-                         name=f'lp-channel-{worker.name}', daemon=True).start()
 
     def bound(self, worker: RemoteWorker) -> None:
         """Called as each node reports its addresses; the last one completes the table."""

@@ -24,9 +24,8 @@ import socket
 import sys
 import threading
 
-from launchpad_py import node_process
+from launchpad_py import flag_transfer, node_logging, node_process
 from launchpad_py.courier import serialization
-from launchpad_py.launchers import flag_transfer
 
 
 def _kill_own_group() -> None:
@@ -100,7 +99,8 @@ def main() -> int:
 
     def load():
         executable = serialization.loads(data)
-        flag_transfer.restore(flags, args)
+        setup = flag_transfer.restore(flags, args)
+        node_logging.configure(setup, f'{executable.label}/{executable.index}')
         return executable
 
     return node_process.run(channel, program_name, bind_host, load, _kill_own_group,

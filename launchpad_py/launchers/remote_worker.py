@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 from launchpad_py import errors, node_process
 from launchpad_py.courier import serialization
 from launchpad_py.launchers import metrics_probe, output
-from launchpad_py.launchers.worker_api import Events, FailureReport, Worker
+from launchpad_py.launchers.worker_api import Events, FailureReport, Worker, relay_node_messages
 from launchpad_py.program import Executable
 
 if TYPE_CHECKING:
@@ -98,7 +98,9 @@ class RemoteWorker(Worker):
         threading.Thread(target=self._wait_for_exit, name=f'lp-wait-{self.name}',
                          daemon=True).start()
 
-    def on_connect(self, pid: int, addresses: list[str], channel: node_process.Channel) -> None:
+    def on_connect(self, pid: int, pgid: int, addresses: list[str],
+                   channel: node_process.Channel) -> None:
+        del pgid  # The starter (ssh, srun) ends the node's group; the node ends it itself too.
         with self._lock:
             self._channel, self._pid, self.addresses = channel, pid, addresses
             stop_now = self._stop_requested
@@ -106,25 +108,10 @@ class RemoteWorker(Worker):
             channel.send('stop')
         else:
             self._setup.bound(self)
-        while True:
-            try:
-                message = channel.recv()
-            except (EOFError, OSError):
-                break
-            kind = message[0]
-            if kind == 'ready':
-                self.events.ready(self)
-            elif kind == 'stop_program':
-                self.events.stop_requested()
-            elif kind == 'failed':
-                _, summary, text, exception_bytes = message
-                exception = node_process.rebuild_exception(exception_bytes)
-                self._failure = FailureReport(f'{summary} (on host {self.host})', text, exception)
-            elif kind == 'finished':
-                self._finished = True
-            elif kind == 'metrics':
-                self._probe.answer(message)
-        self._probe.close()
+        failure, self._finished = relay_node_messages(channel, self, self._probe,
+                                                      f' (on host {self.host})')
+        if failure is not None:
+            self._failure = failure
         self._channel_closed.set()
 
     def send(self, *message) -> None:

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import dataclasses
 import sys
+from typing import Mapping
 
-from launchpad_py import errors
+from launchpad_py import devices, errors
 
 
 @dataclasses.dataclass
@@ -23,8 +24,8 @@ class PythonProcess:
     ``env``: variables added to the node processes' environment.
     ``interpreter``: the Python executable (default: the launcher's own).
     ``gpus``: GPU indices (or UUIDs) the group may see, as
-    ``CUDA_VISIBLE_DEVICES``; ``[]`` hides every GPU; ``None`` leaves it alone,
-    except that once any group of a launch names GPUs, groups that name none get ``[]``.
+    ``CUDA_VISIBLE_DEVICES``; ``[]`` hides every GPU (and JAX then runs on the
+    CPU); ``None`` leaves the launcher's visibility alone.
     ``jax_preallocate``, ``jax_memory_fraction``, ``jax_platforms``: JAX presets,
     set as ``XLA_PYTHON_CLIENT_PREALLOCATE``, ``XLA_PYTHON_CLIENT_MEM_FRACTION``
     and ``JAX_PLATFORMS`` (see docs/gpus.md).
@@ -98,18 +99,52 @@ class PythonProcess:
         return self.gpus is not None or 'CUDA_VISIBLE_DEVICES' in self.env
 
 
-def hide_gpus_from_other_groups(resources: dict[str, PythonProcess],
-                                groups: list[str]) -> dict[str, PythonProcess]:
-    """Once one group names GPUs, every group that names none gets ``gpus=[]``.
+def apply_gpu_defaults(
+        resources: dict[str, PythonProcess], process_counts: dict[str, int],
+        launcher_env: Mapping[str, str]) -> tuple[dict[str, PythonProcess], list[str]]:
+    """Each group's resources with the GPU defaults of docs/gpus.md, and what to log about them.
 
-    Without this a CPU actor that imports JAX or TensorFlow would claim memory
-    on every visible GPU, next to the learner that was given it.
+    ``process_counts`` maps every group of the program to its number of
+    processes. No group loses a GPU it would otherwise see: a group that names
+    no GPUs sees the launcher's. A group that sees none runs JAX on the CPU; groups
+    whose processes may meet on one GPU do not preallocate its memory.
     """
-    if not any(spec.controls_gpus for spec in resources.values()):
-        return dict(resources)
-    result = dict(resources)
+    groups = list(process_counts)
+    specs = {g: resources.get(g, PythonProcess()) for g in groups}
+    visible = {g: devices.visible_gpus(specs[g].environment().get(
+        'CUDA_VISIBLE_DEVICES', launcher_env.get('CUDA_VISIBLE_DEVICES'))) for g in groups}
+    sharing = [g for g in groups if devices.may_share(visible[g], visible[g]) and (
+        process_counts[g] > 1 or any(devices.may_share(visible[g], visible[o])
+                                     for o in groups if o != g and process_counts[o]))]
+    result, shared_jax = dict(resources), []
     for group in groups:
-        spec = result.get(group, PythonProcess())
-        if not spec.controls_gpus:
-            result[group] = dataclasses.replace(spec, gpus=[])
-    return result
+        own = specs[group].environment()
+        if visible[group] == frozenset():
+            extra = devices.hidden_environment(own)
+        elif group in sharing:
+            extra = devices.sharing_environment({**launcher_env, **own})
+            shared_jax += [group] if 'XLA_PYTHON_CLIENT_PREALLOCATE' in extra else []
+        else:
+            extra = {}
+        if extra:
+            result[group] = dataclasses.replace(specs[group], env={**specs[group].env, **extra})
+    return result, _gpu_log_lines(specs, visible, process_counts, shared_jax)
+
+
+def _gpu_log_lines(specs: dict[str, PythonProcess], visible: dict, process_counts: dict[str, int],
+                   shared_jax: list[str]) -> list[str]:
+    lines = []
+    hidden = [g for g, spec in specs.items() if spec.controls_gpus and visible[g] == frozenset()]
+    if hidden:
+        lines.append(f'{_names(hidden)} run without GPUs (CUDA_VISIBLE_DEVICES=\'\'; JAX on the '
+                     f'CPU unless jax_platforms says otherwise)')
+    if shared_jax and devices.machine_has_gpus():
+        count = sum(process_counts[g] for g in shared_jax)
+        lines.append(f'{count} processes of {_names(shared_jax)} may use the same GPUs, so JAX '
+                     f'preallocates no GPU memory in them; give groups their own gpus=[...], or '
+                     f'set jax_preallocate or jax_memory_fraction, to choose')
+    return lines
+
+
+def _names(groups: list[str]) -> str:
+    return ('group ' if len(groups) == 1 else 'groups ') + ', '.join(repr(g) for g in groups)

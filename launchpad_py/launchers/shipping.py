@@ -50,3 +50,9 @@ def prepare(program: Program, serialize: bool = True) -> list[tuple[Executable, 
                     raise _serialization_error(node, exc) from exc
             prepared.append((executable, data))
     return prepared
+
+
+def server_addresses(executables: list[Executable]) -> list[str]:
+    """Where the program's servers listen, as its clients name them."""
+    return [address.resolve() for executable in executables
+            for address in executable.addresses if address.is_assigned]

@@ -5,11 +5,13 @@ from __future__ import annotations
 import logging
 import signal
 import threading
+import weakref
 
 from launchpad_py.launchers import controller
 
 _log = logging.getLogger(__name__)
 _installed = False
+_interrupted: weakref.WeakSet = weakref.WeakSet()  # Programs a Ctrl-C already asked to stop.
 
 
 def _on_sigint(signum, frame) -> None:
@@ -17,9 +19,10 @@ def _on_sigint(signum, frame) -> None:
     if not running:
         raise KeyboardInterrupt
     for program in running:
-        if getattr(program, '_stopping', False):
+        if program in _interrupted or getattr(program, '_stopping', False):
             program.request_stop(grace=0)  # Second Ctrl-C: no more grace.
         else:
+            _interrupted.add(program)
             _log.warning('Ctrl-C: stopping program %r (press again to kill it)', program.name)
             program.request_stop()
 

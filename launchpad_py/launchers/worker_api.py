@@ -12,6 +12,17 @@ import dataclasses
 import enum
 import queue
 import traceback
+from typing import TYPE_CHECKING
+
+from launchpad_py import node_process
+from launchpad_py.courier.errors import CourierUnavailableError
+from launchpad_py.errors import PeerFailedError
+
+if TYPE_CHECKING:
+    from launchpad_py.launchers.metrics_probe import MetricsProbe
+
+# A node that raised one of these failed because a node it called had failed or gone.
+_CONSEQUENCES = (CourierUnavailableError, PeerFailedError)
 
 
 class NodeState(str, enum.Enum):
@@ -35,6 +46,13 @@ class FailureReport:
     def from_exception(cls, exc: BaseException) -> 'FailureReport':
         text = ''.join(traceback.format_exception(exc))
         return cls(f'{type(exc).__name__}: {exc}', text, exc)
+
+    @property
+    def follows_from_a_peer(self) -> bool:
+        """True when the node failed only because a node it called had failed or gone."""
+        if self.exception is not None:
+            return isinstance(self.exception, _CONSEQUENCES)
+        return self.summary.split(':', 1)[0] in {kind.__name__ for kind in _CONSEQUENCES}
 
 
 @dataclasses.dataclass
@@ -64,6 +82,13 @@ class Events:
 
     def stop_requested(self) -> None:
         self.queue.put(('stop', None, None))
+
+    def process_died(self, reason: str) -> None:
+        """A process of the program that runs no node (a fork server) died: ``reason`` says how.
+
+        Before every node is ready this fails the launch; afterwards it is only logged.
+        """
+        self.queue.put(('process_died', None, reason))
 
 
 class Worker(abc.ABC):
@@ -111,5 +136,40 @@ class Worker(abc.ABC):
         """The node's own counters to come (see ``node_metrics``); None where it cannot say."""
         return None
 
+    def stack(self) -> str:
+        """Where a node that cannot be killed is stuck (threads only)."""
+        return ''
+
     def cleanup(self) -> None:
         """Releases what the worker holds once the program is over."""
+
+
+def relay_node_messages(channel, worker: Worker, probe: MetricsProbe,
+                        where: str = '') -> tuple[FailureReport | None, bool]:
+    """Passes a node process's control messages on to the supervisor until the channel closes.
+
+    Counters the node sends go to ``probe`` (whose open questions fail once the
+    channel closes). Returns the failure the node reported (``where`` is added
+    to its summary, e.g. the host) and whether it said it finished: what its
+    exit means.
+    """
+    failure, finished = None, False
+    while True:
+        try:
+            message = channel.recv()
+        except (EOFError, OSError):
+            probe.close()
+            return failure, finished
+        kind = message[0]
+        if kind == 'ready':
+            worker.events.ready(worker)
+        elif kind == 'stop_program':
+            worker.events.stop_requested()
+        elif kind == 'failed':
+            _, summary, text, exception_bytes = message
+            failure = FailureReport(summary + where, text,
+                                    node_process.rebuild_exception(exception_bytes))
+        elif kind == 'finished':
+            finished = True
+        elif kind == 'metrics':
+            probe.answer(message)

@@ -1,8 +1,8 @@
 """``CacherNode``: answers repeated calls to a courier node from a cache.
 
-    params = p.add_node(lp.CourierNode(ParameterServer))
-    cached = p.add_node(lp.CacherNode(params, refresh_interval_ms=100, stale_after_ms=1000))
-    p.add_node(lp.CourierNode(Actor, cached))   # cached.get_params() as with params
+    params = p.add_node(lp.CourierNode(ParameterServer), label='params')
+    cached = p.add_node(lp.CacherNode(params, refresh_interval_ms=100), label='cache')
+    p.add_node(lp.CourierNode(Actor, cached), label='actor')  # cached.get_params() as on params
 
 Many callers asking the same thing (actors polling a parameter server) cost
 the upstream one call per refresh interval instead of one call each.

@@ -3,7 +3,9 @@
     python -m launchpad_py.nodes.colocation_child FD
 
 ``FD`` is this end of a socket pair to the supervisor, which first sends
-``('start', executable_bytes, bind_host, program_name, supervisor_pid, secret)``.
+``('start', executable_bytes, bind_host, program_name, supervisor_pid, setup,
+label_lines, secret)``: ``setup`` holds the supervisor's flags and logging setup,
+``label_lines`` says whether this child labels its log lines itself.
 The child dies with its supervisor, and ignores Ctrl-C: the launcher turns
 Ctrl-C into a program stop, which reaches the child through the supervisor.
 """
@@ -17,15 +19,30 @@ import sys
 
 
 def main(fd: int) -> int:
-    from launchpad_py import node_process
+    from launchpad_py import flag_transfer, node_logging, node_process
     from launchpad_py.courier import serialization
 
     channel = node_process.Channel(mpc.Connection(fd))
-    _, data, bind_host, program_name, supervisor_pid, secret = channel.recv()
+    _, data, bind_host, program_name, supervisor_pid, setup, label_lines, secret = (
+        channel.recv())
     node_process.die_with_parent(supervisor_pid)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    return node_process.run(channel, program_name, bind_host, lambda: serialization.loads(data),
-                            lambda: os._exit(1), secret=secret)
+
+    def load():
+        executable = serialization.loads(data)
+        logging_setup = flag_transfer.restore(setup, [])
+        node_logging.configure(logging_setup, f'{executable.label}/{executable.index}',
+                               label_lines_here=label_lines)
+        return executable
+
+    return node_process.run(channel, program_name, bind_host, load, _supervisor_gone,
+                            secret=secret)
+
+
+def _supervisor_gone() -> None:
+    from launchpad_py.courier import uds_server
+    uds_server.remove_socket_files()  # os._exit runs no atexit hook.
+    os._exit(1)
 
 
 if __name__ == '__main__':

@@ -23,9 +23,8 @@ import sys
 import threading
 import time
 
-from launchpad_py import errors, runtime
+from launchpad_py import devices, errors, flag_transfer, flags, node_process, runtime
 from launchpad_py.courier import serialization
-from launchpad_py import node_process
 from launchpad_py.node_process import Channel
 from launchpad_py.program.node import ExecutionContext, Executable
 
@@ -66,8 +65,17 @@ class _Supervisor:
         self._context = context
         self._scope = scope
         self._events: queue.Queue = queue.Queue()
+        # Children get this process's flags and log as it does. A node process's output
+        # is labelled by its launcher; a thread's (local_mt) is not, so children label it.
+        self._setup = flag_transfer.capture()
+        self._label_lines = runtime.process_node() is None
         self._stopping = False
+        self._kill_at: float | None = None
         self._reported_ready = False
+        # Children share this process's GPUs: several must not each preallocate them.
+        sees_gpus = devices.visible_gpus(os.environ.get('CUDA_VISIBLE_DEVICES')) != frozenset()
+        self._gpu_sharing = (devices.sharing_environment(os.environ)
+                             if sees_gpus and len(children) > 1 else {})
 
     def run(self) -> None:
         threading.Thread(target=self._watch_stop, daemon=True,
@@ -76,9 +84,21 @@ class _Supervisor:
             for child in self._children:
                 self._start(child)
             while not all(child.ended for child in self._children):
-                self._handle(*self._events.get())
+                self._handle(*self._next_event())
         finally:
             self._end_children()
+
+    def _next_event(self):
+        """The next event; once the children's grace after a stop ran out, kills them first."""
+        while True:
+            timeout = None if self._kill_at is None else max(0.0, self._kill_at - time.monotonic())
+            try:
+                return self._events.get(timeout=timeout)
+            except queue.Empty:
+                self._kill_at = None
+                for child in self._children:
+                    if child.process is not None and child.process.poll() is None:
+                        child.process.send_signal(signal.SIGKILL)
 
     def _watch_stop(self) -> None:
         self._context.stop_event.wait()
@@ -89,11 +109,12 @@ class _Supervisor:
         with theirs:
             child.process = subprocess.Popen(
                 [sys.executable, '-m', 'launchpad_py.nodes.colocation_child', str(theirs.fileno())],
-                pass_fds=[theirs.fileno()], env=node_process.child_environment(), stdin=subprocess.DEVNULL)
+                pass_fds=[theirs.fileno()], env=node_process.child_environment(self._gpu_sharing),
+                stdin=subprocess.DEVNULL)
         child.channel = Channel(mpc.Connection(ours.detach()))
         child.generation += 1
         child.channel.send('start', child.data, self._context.bind_host, self._scope.name,
-                           os.getpid(), self._scope.secret)
+                           os.getpid(), self._setup, self._label_lines, self._scope.secret)
         threading.Thread(target=self._read, args=(child, child.generation, child.process,
                                                    child.channel),
                          name=f'lp-colocated-{child.executable.label}/{child.executable.index}',
@@ -122,6 +143,7 @@ class _Supervisor:
     def _handle(self, kind: str, child: _Child | None, generation: int | None, payload) -> None:
         if kind == 'stop':
             self._stopping = True
+            self._kill_at = time.monotonic() + _children_grace()
             for other in self._children:
                 if not other.ended:
                     other.channel.send('stop')
@@ -173,6 +195,16 @@ class _Supervisor:
             except subprocess.TimeoutExpired:
                 child.process.send_signal(signal.SIGKILL)
                 child.process.wait()
+
+
+def _children_grace() -> float:
+    """How long children may take to stop: a second less than the launcher waits for us.
+
+    The supervisor must end within the launcher's grace period: as a thread
+    (``local_mt``) it cannot be killed, so it kills its children first.
+    """
+    notice = float(flags.value_or_default(flags.TERMINATION_NOTICE_SECS))
+    return max(notice - 1.0, notice / 2)
 
 
 def _summary(code: int, failure: tuple | None) -> str:

@@ -1,16 +1,17 @@
 """``CourierNode``: builds a user object, serves its public methods, calls ``run()``.
 
-    learner = p.add_node(lp.CourierNode(Learner, replay, lr=1e-3))
+    learner = p.add_node(lp.CourierNode(Learner, replay, lr=1e-3), label='learner')
     actor = lp.CourierNode(Actor, learner)   # the handle becomes a client of Learner
 """
 
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import threading
 from typing import Any, Callable, Generic, Iterator, TypeVar
 
-from launchpad_py import courier, runtime
+from launchpad_py import courier, errors, runtime
 from launchpad_py.nodes.deferred_call import DeferredCall, target_name
 from launchpad_py.program.address import Address, get_port_from_address
 from launchpad_py.program.handle import Handle
@@ -28,7 +29,7 @@ class CourierHandle(Handle[T], Generic[T]):
         self._client_kwargs = client_kwargs
 
     def set_client_kwargs(self, **client_kwargs) -> None:
-        """Options for the clients this handle makes, e.g. ``timeout=5``."""
+        """Options for the clients this handle makes, e.g. ``call_timeout=5``."""
         self._client_kwargs = client_kwargs
 
     @property
@@ -63,8 +64,8 @@ class _UnderConstruction:
     def _target(self) -> Any:
         self._done.wait()
         if self._error is not None:
-            raise RuntimeError(f'the object of node {self._label!r} failed to construct: '
-                               f'{type(self._error).__name__}: {self._error}')
+            raise errors.PeerFailedError(f'the object of node {self._label!r} failed to construct: '
+                                         f'{type(self._error).__name__}: {self._error}')
         return self._obj
 
     def __getattr__(self, name: str) -> Any:
@@ -109,13 +110,27 @@ class _ServeObject:
             server.stop()
 
 
+def _checked_client_kwargs(kwargs: dict | None, constructor: Callable) -> dict:
+    """Rejects options ``courier.Client`` does not take now rather than at the first call."""
+    kwargs = dict(kwargs or {})
+    try:
+        inspect.signature(courier.Client).bind('host:0', **kwargs)
+    except TypeError as exc:
+        raise errors.ProgramError(
+            f'courier_client_kwargs={kwargs!r} of CourierNode({target_name(constructor)}) do not '
+            f'fit courier.Client(server_address, compress, call_timeout, wait_for_ready, *, '
+            f'timeout, transport, device_arrays, max_message_bytes): {exc}') from None
+    return kwargs
+
+
 class CourierNode(Node, Generic[T]):
     """Serves ``constructor(*args, **kwargs)`` over courier.
 
     Options are keyword-only and prefixed so they never collide with the
     constructor's own arguments: ``courier_kwargs`` go to the server (e.g.
     ``{'thread_pool_size': 32}``), ``courier_client_kwargs`` to every client
-    made from this node's handles (e.g. ``{'timeout': 5}``).
+    made from this node's handles: ``courier.Client``'s own parameters, e.g.
+    ``{'call_timeout': 5, 'wait_for_ready': False}``.
     """
 
     def __init__(self, constructor: Callable[..., T], *args,
@@ -124,7 +139,7 @@ class CourierNode(Node, Generic[T]):
         super().__init__()
         self._call = DeferredCall(constructor, args, kwargs)
         self._server_kwargs = dict(courier_kwargs or {})
-        self._client_kwargs = dict(courier_client_kwargs or {})
+        self._client_kwargs = _checked_client_kwargs(courier_client_kwargs, constructor)
         self._address = self._new_address()
 
     def configure(self, *args, **kwargs) -> None:

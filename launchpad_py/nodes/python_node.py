@@ -1,17 +1,20 @@
 """``PyNode`` runs a function; ``PyClassNode`` builds an object and calls its ``run()``.
 
-    p.add_node(lp.PyNode(train, learner_handle, steps=1000))
-    p.add_node(lp.PyClassNode(Evaluator, learner_handle))
+    p.add_node(lp.PyNode(train, learner_handle, steps=1000), label='trainer')
+    p.add_node(lp.PyClassNode(Evaluator, learner_handle), label='evaluator')
 """
 
 from __future__ import annotations
 
 import dataclasses
+import logging
 from typing import Any, Callable, Iterator
 
 from launchpad_py.nodes.deferred_call import DeferredCall, target_name
 from launchpad_py.program.handle import Handle
 from launchpad_py.program.node import ExecutionContext, Executable, Node
+
+_log = logging.getLogger(__name__)
 
 
 class _NoHandle(Handle[None]):
@@ -43,8 +46,10 @@ class _BuildAndRun:
         if self.run_enabled:
             run = getattr(obj, 'run', None)
             if not callable(run):
-                raise TypeError(f'{type(obj).__name__} built by PyClassNode {context.label!r} has '
-                                'no run() method; add one, or call disable_run() on the node')
+                # The original Launchpad warns and lets the node end; programs rely on it.
+                _log.warning('%s built by PyClassNode %r has no run() method: the node ends '
+                             'after construction', type(obj).__name__, context.label)
+                return
             run()
 
 

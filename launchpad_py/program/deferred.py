@@ -1,7 +1,7 @@
 """``Deferred``: build an object inside the node that receives it, not at setup.
 
     env = lp.Deferred(gym.make, 'CartPole-v1')       # unpicklable once built
-    p.add_node(lp.CourierNode(Actor, env, learner))   # built inside the actor
+    p.add_node(lp.CourierNode(Actor, env, learner), label='actor')  # built in the actor
 
 Handles among a Deferred's own arguments are dereferenced first, so a deferred
 object can hold clients of other nodes.

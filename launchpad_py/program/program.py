@@ -56,7 +56,11 @@ class Program:
             self._current_group = None
 
     def add_node(self, node: Node, label: str | None = None) -> Handle:
-        """Adds ``node`` and returns its handle."""
+        """Adds ``node`` and returns its handle.
+
+        The node's label is ``label``, or the enclosing group's; one of the two
+        is required (as in the original Launchpad).
+        """
         if not isinstance(node, Node):
             raise errors.ProgramError(
                 f'add_node expects a node such as lp.CourierNode(...) (got {node!r} '
@@ -70,7 +74,10 @@ class Program:
                     f'{self._current_group!r}: leave the label out or make it match')
             label = self._current_group
         elif label is None:
-            label = node._target_name()
+            raise errors.ProgramError(
+                f'{node.description} added to program {self.name!r} without a label: pass one, '
+                f"as in add_node(node, label='learner'), or add it inside a "
+                f"'with program.group(...)' block")
         _check_label(label, node.description)
         nodes = self._groups.setdefault(label, [])
         node._on_added(label, len(nodes))

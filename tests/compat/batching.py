@@ -1,4 +1,11 @@
-"""Written against DeepMind Launchpad: a batched handler serving several clients."""
+"""Written against DeepMind Launchpad: a batched handler serving several clients.
+
+Like the original's batching example, each caller sends a list and the
+handler receives the list of the callers' lists. The last caller to finish
+stops the program, so no caller is still calling when the server stops.
+"""
+
+import threading
 
 from absl import app, flags
 
@@ -17,20 +24,27 @@ class Caller:
             result = self._server.compute([x, x + 1])
             assert int(result) == 2 * x + 1, result
         print(f'caller {self._client_id} done', flush=True)
-        lp.stop()
+        if self._server.finished() == 0:
+            lp.stop()
 
 
 class Summer:
     """Adds the two numbers each caller sends; callers' calls arrive together, batched."""
 
-    def __init__(self, batch_size):
-        self.batches = 0
-        self.compute = lp.batched_handler(batch_size=batch_size)(self.compute)
+    def __init__(self, num_callers):
+        self._running = num_callers
+        self._lock = threading.Lock()
+        self.compute = lp.batched_handler(batch_size=num_callers)(self.compute)
 
     def compute(self, values):
-        # A list argument is batched element-wise: values[0] holds every caller's first number.
-        self.batches += 1
-        return np.asarray(values[0]) + np.asarray(values[1])
+        # One [x, x + 1] list per caller in the batch: lists are not stacked.
+        return np.sum(values, axis=1)
+
+    def finished(self):
+        """How many callers are still running once this one is done."""
+        with self._lock:
+            self._running -= 1
+            return self._running
 
 
 def main(_):

@@ -139,4 +139,4 @@ def relaxed(value):
     leaves, structure = __import__('launchpad_py.courier.pytree', fromlist=['x']).flatten(value)
     return structure, [fingerprint(np.asarray(leaf)) if isinstance(leaf, (np.generic, int, float,
                                                                              np.ndarray))
-                       else leaf for leaf in leaves]
+                       else fingerprint(leaf) for leaf in leaves]

@@ -153,3 +153,63 @@ def test_bad_arguments_are_rejected_with_the_value():
         lp.batched_handler(0)
     with pytest.raises(ValueError, match='timeout'):
         lp.batched_handler(2, timeout='soon')
+
+
+CALLERS = [1, 2, 3, 8]
+
+
+@pytest.mark.parametrize('callers', CALLERS)
+def test_a_list_argument_arrives_as_the_list_of_the_callers_lists(callers):
+    """A list is not stacked: the function gets one list per caller, each caller its row."""
+    seen = []
+
+    @lp.batched_handler(callers, timeout=None)
+    def compute(values):
+        seen.append(values)
+        return np.sum(values, axis=1)
+
+    results = _concurrently(lambda i: compute([i, i + 1]), callers)
+    assert [int(r) for r in results] == [2 * i + 1 for i in range(callers)]
+    assert len(seen) == 1 and isinstance(seen[0], list)
+    assert sorted(seen[0]) == [[i, i + 1] for i in range(callers)]
+
+
+@pytest.mark.parametrize('callers', CALLERS)
+def test_scalar_arguments_arrive_stacked_on_a_new_axis(callers):
+    """Numbers from n callers arrive as one array of shape (n,); each caller gets its row."""
+    seen = []
+
+    @lp.batched_handler(callers, timeout=None)
+    def double(x):
+        seen.append(x)
+        return x * 2
+
+    assert [int(r) for r in _concurrently(double, callers)] == [2 * i for i in range(callers)]
+    assert len(seen) == 1 and seen[0].shape == (callers,)
+
+
+@pytest.mark.parametrize('callers', CALLERS)
+def test_a_list_result_gives_each_caller_its_item(callers):
+    """A returned list is split by position, like an array: caller i gets item i."""
+    @lp.batched_handler(callers, timeout=None)
+    def describe(values):
+        return [f'{a}+{b}' for a, b in values]
+
+    results = _concurrently(lambda i: describe([i, i + 1]), callers)
+    assert results == [f'{i}+{i + 1}' for i in range(callers)]
+
+
+def test_the_original_batching_example_over_a_server():
+    """The original's example: list arguments summed over axis 0, one result row per caller."""
+    class Summer:
+        def __init__(self):
+            self.compute = lp.batched_handler(batch_size=3, timeout=None)(self.compute)
+
+        def compute(self, values):
+            return np.tile(np.sum(values, axis=0), (len(values), 1))
+
+    with courier.Server(Summer(), thread_pool_size=3) as server:
+        client = courier.Client(server.address, call_timeout=60)
+        results = _concurrently(lambda i: client.compute([i, i + 1]), 3)
+    for result in results:
+        np.testing.assert_array_equal(result, [3, 6])
