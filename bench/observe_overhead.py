@@ -171,6 +171,7 @@ def main() -> None:
     pair_ratios = [statistics.median(c / b for c, b in zip(p['current'], p['baseline']))
                    for p in pairs]
     report = {
+        'baseline_ref': args.baseline or default_baseline(),
         'baseline_commit': commit,
         'current_commit': _git('rev-parse', 'HEAD'),
         'pairs': args.pairs, 'blocks': args.blocks, 'calls_per_block': args.calls,
@@ -187,7 +188,8 @@ def main() -> None:
     print(f'tiny call: baseline {report["baseline_us"]:.1f} µs, with statistics '
           f'{report["current_us"]:.1f} µs; ratio {report["ratio_median"]:.3f} (median of '
           f'{args.pairs} pairs: {", ".join(f"{r:.3f}" for r in sorted(pair_ratios))}); the '
-          f'counters alone {report["hot_path_ns"]:.0f} ns = {report["hot_path_share"]:.2%} of a call')
+          f'counters alone {report["hot_path_ns"]:.0f} ns = '
+          f'{report["hot_path_share"]:.2%} of a call')
     inside = report['in_process']
     print(f'in one process, CPU per call: counters on {inside["on_cpu_us"]:.2f} µs, off '
           f'{inside["off_cpu_us"]:.2f} µs; ratio {inside["ratio_median"]:.4f} (quartiles '

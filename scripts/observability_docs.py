@@ -2,6 +2,7 @@
 
     .venv/bin/python scripts/observability_docs.py            # all of them
     .venv/bin/python scripts/observability_docs.py --graphs   # only the graph pictures
+    .venv/bin/python scripts/observability_docs.py --overhead bench/observe_overhead.json
 
 Graphs come from ``python -m launchpad_py.graph`` run on each example's own
 ``__main__`` (so they are what that command would launch); the live pictures
@@ -9,12 +10,17 @@ come from the actor-learner example under ``local_mp`` with the dashboard on:
 the ``python -m launchpad_py.status`` table and a headless-Chromium screenshot
 once the learner has served some calls, then a screenshot of a small program
 whose node fails. Needs graphviz, chromium, chromium-driver and selenium.
+``--overhead`` only writes the numbers of ``bench/observe_overhead.py``'s JSON
+into the doc. Text blocks go between ``<!-- begin NAME -->`` and
+``<!-- end NAME -->`` in docs/observability.md.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -22,6 +28,7 @@ import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 IMAGES = os.path.join(REPO, 'docs', 'images')
+DOC = os.path.join(REPO, 'docs', 'observability.md')
 sys.path.insert(0, REPO)
 
 EXAMPLES = {  # picture name -> module and flags
@@ -40,6 +47,43 @@ EXAMPLES = {  # picture name -> module and flags
 # The Reverb variant builds only where dm-reverb is installed (scripts/test.sh's .venv-reverb).
 REVERB_PYTHON = os.environ.get('LP_REVERB_PYTHON', os.path.join(REPO, '.venv-reverb', 'bin',
                                                                  'python'))
+
+
+def fill_doc(name: str, text: str) -> None:
+    """Replaces the block ``name`` of docs/observability.md with ``text``."""
+    with open(DOC) as f:
+        doc = f.read()
+    pattern = re.compile(f'(<!-- begin {name} -->\n).*?(<!-- end {name} -->)', re.S)
+    if not pattern.search(doc):
+        raise SystemExit(f'{DOC} has no block {name!r}')
+    with open(DOC, 'w') as f:
+        f.write(pattern.sub(lambda m: m.group(1) + text + m.group(2), doc))
+    print('filled', name, 'in', DOC)
+
+
+def overhead(path: str) -> None:
+    """The doc's overhead numbers, from a JSON report of bench/observe_overhead.py."""
+    with open(path) as f:
+        r = json.load(f)
+    inside = r['in_process']
+    quartiles = inside['ratio_quartiles']
+    rows = [
+        ('`tiny_sync`, µs per call, {} pairs of fresh server processes'.format(r['pairs']),
+         f"{r['baseline_us']:.1f}", f"{r['current_us']:.1f}",
+         f"{r['ratio_median']:.3f} (pairs {min(r['pair_ratios']):.3f}–"
+         f"{max(r['pair_ratios']):.3f})"),
+        ('one process, CPU µs per call (counters as no-ops, then on)',
+         f"{inside['off_cpu_us']:.2f}", f"{inside['on_cpu_us']:.2f}",
+         f"{inside['ratio_median']:.4f} (quartiles {quartiles[0]:.3f}–{quartiles[2]:.3f})"),
+        ('the counters alone, per call', '', f"{r['hot_path_ns']:.0f} ns",
+         f"{r['hot_path_share']:.2%} of a call"),
+    ]
+    table = ['| measure | without statistics | with | ratio |', '|---|---|---|---|']
+    table += ['| ' + ' | '.join(row) + ' |' for row in rows]
+    fill_doc('overhead', f"Measured at commit `{r['current_commit'][:10]}` against "
+                         f"`{r['baseline_ref']}` (`{r['baseline_commit'][:10]}`), {r['cpus']} "
+                         f"CPUs, load average {r['load_average'][0]:.1f} at the end:\n\n"
+                         + '\n'.join(table) + '\n')
 
 
 def graphs() -> None:
@@ -90,9 +134,11 @@ def actor_learner_live(driver) -> None:
         _wait(learner_busy, 240, 'the learner to serve 300 calls')
         table = subprocess.run([sys.executable, '-m', 'launchpad_py.status', 'actor_learner',
                                 '--once'], cwd=REPO, capture_output=True, text=True, check=True)
-        with open(os.path.join(IMAGES, 'actor_learner_status.txt'), 'w') as out:
-            out.write(table.stdout)
+        uptime = round(max(n.uptime_s for n in controller.statistics()))
         print(table.stdout)
+        fill_doc('status-table', f'The actor-learner example (`local_mp`, 2 actors), {uptime} s '
+                                 'after launch, as\n`scripts/observability_docs.py` captured it:'
+                                 f'\n\n```\n{table.stdout.rstrip()}\n```\n')
         driver.get(controller.dashboard.url)
         _wait(lambda: driver.execute_script('return Number(document.body.dataset.polled || 0)') > 2,
               30, 'the page to poll')
@@ -113,7 +159,8 @@ def failure_live(driver) -> None:
                            terminal='output_to_files')
     try:
         driver.get(controller.dashboard.url)
-        time.sleep(3)  # A few seconds of traffic for the plots (a picture, not a test).
+        _wait(lambda: driver.execute_script('return Number(document.body.dataset.polled || 0)') > 3,
+              30, 'a few polls for the plots')
         bomb.dereference().futures.arm()  # Its reply may never come: the node dies.
         try:
             controller.wait(timeout=60)
@@ -129,7 +176,11 @@ def failure_live(driver) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     parser.add_argument('--graphs', action='store_true', help='only the graph pictures')
+    parser.add_argument('--overhead', metavar='JSON', help='only the overhead numbers, from JSON')
     args = parser.parse_args()
+    if args.overhead:
+        overhead(args.overhead)
+        return
     graphs()
     if args.graphs:
         return

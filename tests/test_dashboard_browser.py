@@ -2,12 +2,11 @@
 
 Needs chromium and chromedriver (apt-get install chromium chromium-driver) and
 selenium (in the [dev] extra); skipped, saying which is missing, otherwise.
-Set LP_SCREENSHOT_DIR to keep screenshots (scripts/observability_docs.sh does).
+The screenshots in docs/observability.md come from scripts/observability_docs.py.
 """
 
 from __future__ import annotations
 
-import os
 import shutil
 
 import pytest
@@ -68,12 +67,6 @@ def _state(driver, node: str) -> str | None:
     return cards[0].get_attribute('data-state') if cards else None
 
 
-def _screenshot(driver, name: str) -> None:
-    directory = os.environ.get('LP_SCREENSHOT_DIR')
-    if directory:
-        driver.save_screenshot(os.path.join(directory, name))
-
-
 def test_page_shows_every_node_running(browser, program):
     """Every node has a card and a box in the graph, and each turns 'running'."""
     controller, _ = program
@@ -86,7 +79,6 @@ def test_page_shows_every_node_running(browser, program):
     WebDriverWait(browser, 30).until(  # The server's calls show up as a method row.
         lambda d: 'echo' in d.find_element(By.CSS_SELECTOR,
                                            '.card[data-node="server/0"] .methods').text)
-    _screenshot(browser, 'dashboard_running.png')
 
 
 def test_failed_node_turns_red_with_its_traceback(browser, program):
@@ -104,4 +96,3 @@ def test_failed_node_turns_red_with_its_traceback(browser, program):
     assert traceback.is_displayed()
     assert 'RuntimeError: the bomb went off as the test asked' in traceback.text
     assert _state(browser, 'server/0') == 'stopped'
-    _screenshot(browser, 'dashboard_failed.png')
