@@ -106,7 +106,6 @@ def test_stop_handlers_run_once_in_order(launch_type, tmp_path):
         assert f.read().splitlines() == ['first', 'second']
 
 
-
 def test_statistics_count_calls(launch_type):
     """controller.statistics() counts the calls a node served, under every launcher."""
     program, handle = _pinger_program()
