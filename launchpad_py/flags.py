@@ -25,3 +25,9 @@ SSH_OPTIONS = flags.DEFINE_string(
     'lp_ssh_options', '',
     "For --lp_launch_type=ssh: extra ssh arguments for the hosts of --lp_ssh_hosts, e.g. "
     "'-F cluster_ssh_config'.")
+DASHBOARD = flags.DEFINE_bool(
+    'lp_dashboard', False,
+    'Serve a web dashboard of the launched program on a loopback port (its address and token are '
+    'printed when it starts); see docs/observability.md.')
+DASHBOARD_PORT = flags.DEFINE_integer(
+    'lp_dashboard_port', 0, 'Port of the dashboard (--lp_dashboard); 0 picks a free one.')

@@ -5,8 +5,8 @@ Shared by the launchers' worker processes and the children of a
 ``Channel``::
 
     process → parent: ('ready',), ('stop_program',), ('failed', summary, traceback,
-                      exception_bytes), ('finished',)
-    parent → process: ('stop',)
+                      exception_bytes), ('finished',), ('metrics', request_id, counters)
+    parent → process: ('stop',), ('metrics', request_id)
 
 The end of the channel means the parent died; the process then ends too, so
 no node outlives whoever started it.
@@ -24,7 +24,7 @@ import threading
 import traceback
 from typing import Callable
 
-from launchpad_py import courier, runtime
+from launchpad_py import courier, node_metrics, runtime
 from launchpad_py.courier import serialization
 from launchpad_py.program import ExecutionContext, Executable
 
@@ -112,6 +112,8 @@ def _listen(channel: Channel, scope: runtime.ProgramScope, finished: threading.E
             return
         if message[0] == 'stop':
             scope.handle_stop()
+        elif message[0] == 'metrics':
+            channel.send('metrics', message[1], node_metrics.collect())
 
 
 def _report_failure(channel: Channel, finished: threading.Event, exc: BaseException) -> int:

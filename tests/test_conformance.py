@@ -105,3 +105,14 @@ def test_stop_handlers_run_once_in_order(launch_type, tmp_path):
     with open(path) as f:
         assert f.read().splitlines() == ['first', 'second']
 
+
+def test_statistics_count_calls(launch_type):
+    """controller.statistics() counts the calls a node served, under every launcher."""
+    program, handle = _pinger_program()
+    with launch(program, launch_type) as controller:
+        client = handle.dereference()
+        for i in range(17):
+            client.ping(i)
+        (node,) = controller.statistics()
+    assert node.name == 'pinger/0' and node.state == lp.NodeState.RUNNING
+    assert {m.name: m.calls for m in node.methods} == {'ping': 17}

@@ -88,6 +88,17 @@ def encode(call_id: int, kind: int, obj: Any, pool: shm.SegmentPool | None = Non
     return parts, fd
 
 
+def encoded_size(parts: list) -> int:
+    """Payload bytes of an encoded frame, buffers in shared memory included."""
+    if len(parts) == 1:
+        return len(parts[0])
+    head = parts[0]
+    _, _, n_released, n_buffers, pickle_len, _, _ = HEADER.unpack_from(head, 0)
+    table = HEADER.size + 8 * n_released
+    buffers = sum(_ENTRY.unpack_from(head, table + i * _ENTRY.size)[1] for i in range(n_buffers))
+    return len(head) + pickle_len + buffers
+
+
 def _padding(position: int) -> int:
     """Bytes that put an in-band buffer on an aligned offset (numpy wants aligned data)."""
     return -position % _BUFFER_ALIGN

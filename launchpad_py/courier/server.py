@@ -22,15 +22,17 @@ from __future__ import annotations
 import concurrent.futures
 import logging
 import threading
+import time
 from typing import Any, Callable
 
 import grpc
 
-from launchpad_py.courier import (auth, errors, frames, grpc_chunks, tcp, uds, uds_server,
-                                  wire)
+from launchpad_py.courier import (auth, errors, frames, grpc_chunks, stats, tcp, uds,
+                                  uds_server, wire)
 from launchpad_py.courier import tls as tls_module
 
 _log = logging.getLogger('launchpad_py.courier')
+_clock = time.perf_counter
 
 # Unlimited message sizes; SO_REUSEPORT off so two servers can never silently share a port.
 GRPC_OPTIONS = [
@@ -102,6 +104,7 @@ class Server:
         self._label = label
         self._local_transport = local_transport
         self._initializer = thread_initializer
+        self._pool_size = thread_pool_size
         self._permits = threading.BoundedSemaphore(thread_pool_size)
         self._pool = concurrent.futures.ThreadPoolExecutor(
             thread_pool_size, thread_name_prefix=f'courier-{label or "server"}',
@@ -110,6 +113,8 @@ class Server:
         self._server: grpc.Server | None = None
         self._local: uds_server.LocalListener | None = None
         self._port: int | None = None
+        #: Calls served, in flight, latency and bytes per method (see ``stats.py``).
+        self.stats = stats.ServerStats(label, self._calls_running)
 
     @property
     def port(self) -> int:
@@ -158,7 +163,8 @@ class Server:
                 'the port is in use or the host is not local') from cause
         if self._local_transport and uds.local_port(f'{self._host}:{port}') is not None:
             self._local = uds_server.LocalListener(port, self._dispatch_frame, self._unsendable,
-                                                   self._pool, self._label, self._initializer)
+                                                   self._pool, self._label, self._initializer,
+                                                   on_sent=self.stats.sent)
             if not self._local.start():
                 self._local = None
         if self._tcp_transport:
@@ -166,14 +172,17 @@ class Server:
                 self._host, self._secret, self._dispatch_frame, self._unsendable, self._pool,
                 self._label, self._initializer, handshake_timeout=self._handshake_timeout,
                 max_frame_bytes=self._max_frame_bytes,
-                tls=None if self._tls is None else self._tls.server_context())
+                tls=None if self._tls is None else self._tls.server_context(),
+                on_sent=self.stats.sent)
             if not self._tcp.start():
                 self._tcp = None
         server.start()
         self._server, self._port = server, port
+        stats.register(self.stats)
         return self
 
     def stop(self, grace: float | None = None) -> None:
+        stats.unregister(self.stats)
         if self._tcp is not None:
             self._tcp.stop()
             self._tcp = None
@@ -209,11 +218,25 @@ class Server:
     def _dispatch_frame(self, frame: frames.Frame) -> tuple:
         """Runs one request: ``('ok', value)`` or ``('error', RemoteFailure)``."""
         with self._permits:
+            ok = False
+            start = _clock()
             try:
                 frame.method, args, kwargs = frame.value()
-                return 'ok', self._resolve(frame.method)(*args, **kwargs)
+                reply = 'ok', self._resolve(frame.method)(*args, **kwargs)
+                ok = True
+                return reply
             except Exception as exc:  # Every failure travels back to the caller.
                 return 'error', wire.RemoteFailure.capture(exc, self._label, frame.method)
+            finally:
+                size = len(frame.pickled)
+                if frame.buffers:
+                    size += stats.buffer_bytes(frame.buffers)
+                self.stats.record(frame.method, start, size, ok)
+
+    def _calls_running(self) -> int:
+        # Every call holds a permit while it runs, so the permits in use are the calls in
+        # flight, and counting them costs the hot path nothing.
+        return self._pool_size - self._permits._value
 
     def _unsendable(self, frame: frames.Frame, exc: Exception) -> tuple:
         """The reply for a result that cannot be serialized: the caller learns why."""
@@ -225,9 +248,11 @@ class Server:
 
     def _reply(self, frame: frames.Frame) -> bytes:
         try:
-            return self._chunks.reply(self._dispatch_frame(frame))
+            reply = self._chunks.reply(self._dispatch_frame(frame))
         except (TypeError, MemoryError) as exc:
-            return self._chunks.reply(self._unsendable(frame, exc))
+            reply = self._chunks.reply(self._unsendable(frame, exc))
+        self.stats.sent(len(reply))  # Counted before it leaves, like the other paths.
+        return reply
 
     def _handle_chunked_call(self, chunks, context: grpc.ServicerContext) -> bytes:
         return self._reply(frames.from_bytes(grpc_chunks.join(chunks)))

@@ -45,8 +45,10 @@ class Connection(uds.Connection):
                                     max_frame_bytes=max_frame_bytes)
         self._send_lock = threading.Lock()
 
-    def send(self, call_id: int, kind: int, obj) -> None:
+    def send(self, call_id: int, kind: int, obj, on_size=None) -> None:
         parts, _ = frames.encode(call_id, kind, obj)
+        if on_size is not None:
+            on_size(len(parts[0]) if len(parts) == 1 else frames.encoded_size(parts))
         with self._send_lock:
             frames.send(self.sock, parts, None)
 
@@ -97,8 +99,10 @@ class TcpListener(uds_server.LocalListener):
                  executor, label: str | None, thread_initializer=None, *,
                  tls: ssl.SSLContext | None = None,
                  handshake_timeout: float = HANDSHAKE_SECONDS,
-                 max_frame_bytes: int = MAX_FRAME_BYTES):
-        super().__init__(0, dispatch, unsendable, executor, label, thread_initializer)
+                 max_frame_bytes: int = MAX_FRAME_BYTES,
+                 on_sent: Callable[[int], None] | None = None):
+        super().__init__(0, dispatch, unsendable, executor, label, thread_initializer,
+                         on_sent=on_sent)
         self.path = None
         self._name = f'courier-{label or "server"}-tcp'
         self._host = host

@@ -33,8 +33,10 @@ class LocalListener:
 
     def __init__(self, port: int, dispatch: Callable, unsendable: Callable,
                  executor: concurrent.futures.Executor, label: str | None,
-                 thread_initializer: Callable[[], None] | None = None):
+                 thread_initializer: Callable[[], None] | None = None, *,
+                 on_sent: Callable[[int], None] | None = None):
         self._port = port
+        self._on_sent = on_sent  # Told the size of each reply (the server's counters).
         # Small calls are answered on the connection's own thread, which must be
         # set up like the executor's threads.
         self._thread_initializer = thread_initializer
@@ -123,9 +125,10 @@ class LocalListener:
         reply = self._dispatch(frame)
         try:
             try:
-                connection.send(frame.call_id, frames.REPLY, reply)
+                connection.send(frame.call_id, frames.REPLY, reply, self._on_sent)
             except (TypeError, MemoryError) as exc:  # The result itself cannot travel.
-                connection.send(frame.call_id, frames.REPLY, self._unsendable(frame, exc))
+                connection.send(frame.call_id, frames.REPLY, self._unsendable(frame, exc),
+                                self._on_sent)
         except OSError:
             pass  # The caller went away; its reader has reported that already.
 

@@ -20,6 +20,7 @@ import time
 
 from launchpad_py import errors, runtime
 from launchpad_py.launchers import stuck
+from launchpad_py.launchers.observe import Observability
 from launchpad_py.launchers.worker_api import (Events, FailureReport, NodeState, NodeStatus,
                                                Worker)
 
@@ -27,7 +28,7 @@ _log = logging.getLogger(__name__)
 _ENDED = (NodeState.FINISHED, NodeState.STOPPED, NodeState.FAILED, NodeState.KILLED)
 
 
-class ProgramController:
+class ProgramController(Observability):
     """Handle on a launched program: ``wait``, ``stop``, ``statuses``."""
 
     def __init__(self, name: str, launch_type: str, grace: float, keep_process_alive: bool,
@@ -53,6 +54,7 @@ class ProgramController:
         self._killed: list[str] = []
         self._stuck: dict[str, str] = {}  # Name -> Python stack of what could not be killed.
         self._handlers: threading.Thread | None = None
+        self._init_observability()
         # A non-daemon supervisor keeps the launching script alive while the program
         # runs, as a script ending with lp.launch(p) expects.
         self._thread = threading.Thread(target=self._supervise, name=f'lp-supervisor-{name}',
@@ -66,9 +68,11 @@ class ProgramController:
         runtime.activate(self._scope)
         _running.add(self)
         self._thread.start()
+        self._open_status_endpoint()
         started = 0
         try:
             for worker in self._workers:
+                worker.started_at = time.time()
                 worker.start()
                 started += 1
         except BaseException:
@@ -150,6 +154,7 @@ class ProgramController:
 
     def __exit__(self, exc_type, exc, tb) -> None:
         self.stop()
+        self._close_dashboard()
         if exc_type is None:
             self._raise_failure()
 
@@ -184,6 +189,7 @@ class ProgramController:
         finally:
             for worker in self._workers:
                 worker.cleanup()
+            self._close_status_endpoint()
             self._scope.stop_event.set()
             runtime.deactivate(self._scope)
             _running.discard(self)
@@ -249,7 +255,7 @@ class ProgramController:
     def _on_exit(self, worker: Worker, exit_code: int | None, failure: FailureReport | None) -> None:
         if worker.state in _ENDED:
             return
-        worker.exit_code = exit_code
+        worker.exit_code, worker.ended_at = exit_code, time.time()
         if failure is not None and not self._stopping:
             if worker.state == NodeState.STARTING:  # Failed before it was ready.
                 self._startup_failure = worker
@@ -300,10 +306,13 @@ class ProgramController:
 
     def _kill_stragglers(self) -> None:
         for worker in self._workers:
-            if worker.state not in _ENDED and worker.kill():
+            if worker.state in _ENDED:
+                continue
+            worker.ended_at = time.time()
+            if worker.kill():
                 worker.state = NodeState.KILLED
                 self._killed.append(worker.name)
-            elif worker.state not in _ENDED:
+            else:
                 # A thread cannot be killed: see stuck.py for what happens instead.
                 worker.state = NodeState.KILLED
                 self._killed.append(f'{worker.name} (thread left running)')

@@ -10,18 +10,21 @@ from launchpad_py import errors, flags
 from launchpad_py.launchers import controller, registry, signals
 from launchpad_py.launchers.options import LaunchOptions
 from launchpad_py.program import Program
+from launchpad_py.program import graph as program_graph
 
 
 def launch(programs: Program | Sequence[Program], launch_type=None, xm_resources: Any = None,
            local_resources: Mapping[str, Any] | None = None, test_case: Any = None,
            terminal: str | None = None, *, serialize_py_nodes: bool | None = None,
-           resources: Mapping[str, Any] | None = None):
+           resources: Mapping[str, Any] | None = None, dashboard: bool | None = None):
     """Launches one program (returns its controller) or several (returns a list).
 
     ``launch_type`` is a ``LaunchType`` or its name; by default the value of
     ``--lp_launch_type``. ``resources`` maps group labels to the launcher's
     resource type (``lp.PythonProcess`` for local_mp, ``lp.SshHost`` for ssh);
-    ``local_resources`` is its older name. Returns once every courier server is listening.
+    ``local_resources`` is its older name. ``dashboard=True`` (default: ``--lp_dashboard``)
+    serves a web dashboard on loopback (see docs/observability.md). Returns once every
+    courier server is listening.
 
         controller = lp.launch(p, launch_type='local_mp')
         controller.wait()
@@ -41,7 +44,8 @@ def launch(programs: Program | Sequence[Program], launch_type=None, xm_resources
         if not isinstance(program, Program):
             raise errors.ProgramError(f'lp.launch expects lp.Program objects (got {program!r})')
     options = LaunchOptions.from_flags(local_resources=local_resources, terminal=terminal,
-                                       test_case=test_case, serialize_py_nodes=serialize_py_nodes)
+                                       test_case=test_case, serialize_py_nodes=serialize_py_nodes,
+                                       dashboard=dashboard)
     for program in program_list:
         options.check_resource_groups(program)
     signals.install_once()
@@ -49,6 +53,9 @@ def launch(programs: Program | Sequence[Program], launch_type=None, xm_resources
     controllers = []
     for program in program_list:
         running = launcher(program, options)
+        if options.dashboard:
+            port = options.dashboard_port + len(controllers) if options.dashboard_port else 0
+            running.open_dashboard(program_graph.structure(program), port)
         if test_case is not None:
             test_case.addCleanup(_stop_and_raise, running)
         controllers.append(running)

@@ -25,8 +25,8 @@ import threading
 
 from launchpad_py import errors, flag_transfer, node_process
 from launchpad_py.courier import serialization
-from launchpad_py.launchers import (control, output, process_starter, program_secret, rundir,
-                                    shipping)
+from launchpad_py.launchers import (control, metrics_probe, output, process_starter,
+                                    program_secret, rundir, shipping)
 from launchpad_py.launchers.controller import ProgramController
 from launchpad_py.launchers.options import LaunchOptions
 from launchpad_py.launchers.resources import PythonProcess, apply_gpu_defaults
@@ -49,6 +49,7 @@ class ProcessWorker(Worker):
         self._sink = output.make_sink(setup.mode, self.name, setup.log_directory, setup.test)
         self._channel: control.Channel | None = None
         self._channel_closed = threading.Event()
+        self._probe = metrics_probe.MetricsProbe()
         self._process: subprocess.Popen | None = None
         self._pid: int | None = None
         self._pgid: int | None = None
@@ -150,7 +151,7 @@ class ProcessWorker(Worker):
             stop_now = self._stop_pending
         if stop_now:
             channel.send('stop')
-        failure, self._finished = relay_node_messages(channel, self)
+        failure, self._finished = relay_node_messages(channel, self, self._probe)
         if failure is not None:
             self._failure = failure
         channel.close()
@@ -196,6 +197,9 @@ class ProcessWorker(Worker):
 
     def output_tail(self) -> str:
         return self._sink.tail()
+
+    def request_metrics(self):
+        return self._probe.ask(self._channel)
 
     def cleanup(self) -> None:
         # Anything the node left in its process group (its own subprocesses) goes too.

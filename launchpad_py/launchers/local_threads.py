@@ -8,9 +8,10 @@ process with the stuck nodes' stacks and ``test_mt`` raises (see ``stuck``).
 
 from __future__ import annotations
 
+import concurrent.futures
 import threading
 
-from launchpad_py import node_logging, runtime
+from launchpad_py import node_logging, node_metrics, runtime
 from launchpad_py.courier import serialization
 from launchpad_py.launchers import program_secret, rundir, shipping, stuck
 from launchpad_py.launchers.controller import ProgramController
@@ -49,6 +50,12 @@ class ThreadWorker(Worker):
 
     def kill(self) -> bool:
         return False
+
+    def request_metrics(self) -> concurrent.futures.Future:
+        # Threads share the process: only this node's servers, but the process's RSS and CPU.
+        future: concurrent.futures.Future = concurrent.futures.Future()
+        future.set_result(node_metrics.collect(owner_thread=self._thread.ident))
+        return future
 
     def join(self, timeout: float | None = None) -> None:
         self._thread.join(timeout)

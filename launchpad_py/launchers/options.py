@@ -17,11 +17,16 @@ class LaunchOptions:
     serialize_py_nodes: bool | None = None
     grace: float = 10.0
     ready_timeout: float | None = 300.0
+    dashboard: bool = False
+    dashboard_port: int = 0
 
     @classmethod
     def from_flags(cls, **kwargs) -> 'LaunchOptions':
         grace = float(flags.value_or_default(flags.TERMINATION_NOTICE_SECS))
-        return cls(grace=grace, **kwargs)
+        if kwargs.get('dashboard') is None:
+            kwargs['dashboard'] = bool(flags.value_or_default(flags.DASHBOARD))
+        port = int(flags.value_or_default(flags.DASHBOARD_PORT))
+        return cls(grace=grace, dashboard_port=port, **kwargs)
 
     def reject_for(self, launch_type: str, *, local_resources: bool = False,
                    terminal: bool = False) -> None:

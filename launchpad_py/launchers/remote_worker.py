@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from launchpad_py import errors, node_process
 from launchpad_py.courier import serialization
-from launchpad_py.launchers import output
+from launchpad_py.launchers import metrics_probe, output
 from launchpad_py.launchers.worker_api import Events, FailureReport, Worker, relay_node_messages
 from launchpad_py.program import Executable
 
@@ -63,6 +63,7 @@ class RemoteWorker(Worker):
         self._finished = False
         self._stop_requested = False
         self._channel_closed = threading.Event()
+        self._probe = metrics_probe.MetricsProbe()
         self._lock = threading.Lock()
 
     @property
@@ -107,7 +108,8 @@ class RemoteWorker(Worker):
             channel.send('stop')
         else:
             self._setup.bound(self)
-        failure, self._finished = relay_node_messages(channel, self, f' (on host {self.host})')
+        failure, self._finished = relay_node_messages(channel, self, self._probe,
+                                                      f' (on host {self.host})')
         if failure is not None:
             self._failure = failure
         self._channel_closed.set()
@@ -164,6 +166,9 @@ class RemoteWorker(Worker):
 
     def output_tail(self) -> str:
         return self._sink.tail()
+
+    def request_metrics(self):
+        return self._probe.ask(self._channel)
 
     def cleanup(self) -> None:
         self.kill()

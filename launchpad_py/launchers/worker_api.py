@@ -7,14 +7,19 @@ process) and reports to its supervisor through ``Events``.
 from __future__ import annotations
 
 import abc
+import concurrent.futures
 import dataclasses
 import enum
 import queue
 import traceback
+from typing import TYPE_CHECKING
 
 from launchpad_py import node_process
 from launchpad_py.courier.errors import CourierUnavailableError
 from launchpad_py.errors import PeerFailedError
+
+if TYPE_CHECKING:
+    from launchpad_py.launchers.metrics_probe import MetricsProbe
 
 # A node that raised one of these failed because a node it called had failed or gone.
 _CONSEQUENCES = (CourierUnavailableError, PeerFailedError)
@@ -95,6 +100,9 @@ class Worker(abc.ABC):
         self.state = NodeState.STARTING
         self.exit_code: int | None = None
         self.failure: FailureReport | None = None
+        # Set by the supervisor (time.time()), for uptimes in statistics.
+        self.started_at: float | None = None
+        self.ended_at: float | None = None
 
     @property
     def name(self) -> str:
@@ -124,6 +132,10 @@ class Worker(abc.ABC):
     def output_tail(self) -> str:
         return ''
 
+    def request_metrics(self) -> 'concurrent.futures.Future[dict] | None':
+        """The node's own counters to come (see ``node_metrics``); None where it cannot say."""
+        return None
+
     def stack(self) -> str:
         """Where a node that cannot be killed is stuck (threads only)."""
         return ''
@@ -132,18 +144,21 @@ class Worker(abc.ABC):
         """Releases what the worker holds once the program is over."""
 
 
-def relay_node_messages(channel, worker: Worker,
+def relay_node_messages(channel, worker: Worker, probe: MetricsProbe,
                         where: str = '') -> tuple[FailureReport | None, bool]:
     """Passes a node process's control messages on to the supervisor until the channel closes.
 
-    Returns the failure the node reported (``where`` is added to its summary,
-    e.g. the host) and whether it said it finished: what its exit means.
+    Counters the node sends go to ``probe`` (whose open questions fail once the
+    channel closes). Returns the failure the node reported (``where`` is added
+    to its summary, e.g. the host) and whether it said it finished: what its
+    exit means.
     """
     failure, finished = None, False
     while True:
         try:
             message = channel.recv()
         except (EOFError, OSError):
+            probe.close()
             return failure, finished
         kind = message[0]
         if kind == 'ready':
@@ -156,3 +171,5 @@ def relay_node_messages(channel, worker: Worker,
                                     node_process.rebuild_exception(exception_bytes))
         elif kind == 'finished':
             finished = True
+        elif kind == 'metrics':
+            probe.answer(message)

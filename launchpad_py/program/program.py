@@ -9,9 +9,10 @@
 from __future__ import annotations
 
 import contextlib
-from typing import Iterator
+from typing import Any, Iterator, Mapping
 
 from launchpad_py import errors
+from launchpad_py.program import graph
 from launchpad_py.program.handle import Handle
 from launchpad_py.program.node import Node
 
@@ -82,6 +83,14 @@ class Program:
         node._on_added(label, len(nodes))
         nodes.append(node)
         return node.create_handle()
+
+    def to_dot(self, resources: Mapping[str, Any] | None = None) -> str:
+        """The graph in Graphviz DOT: groups as clusters, an edge per handle passed to a node.
+
+        ``resources`` (as given to ``lp.launch``) are written on each node of their group.
+        Render with ``dot -Tsvg``, or use ``python -m launchpad_py.graph``.
+        """
+        return graph.to_dot(self, resources)
 
     def __repr__(self) -> str:
         sizes = ', '.join(f'{label}×{len(nodes)}' for label, nodes in self._groups.items())

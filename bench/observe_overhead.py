@@ -1,0 +1,203 @@
+"""What collecting node statistics costs a tiny call: this tree against the code before it.
+
+Run from the repository root::
+
+    python -m bench.observe_overhead --json bench/observe_overhead.json
+
+The baseline is the commit before ``launchpad_py/courier/stats.py`` was added
+(``--baseline REF`` picks another), checked out in a temporary git worktree.
+One courier server process runs from each tree (``echo``, loopback, the
+same-host socket path that ``tiny_sync`` of ``bench/run.py`` measures), and one
+caller alternates blocks of ``echo(1)`` calls between them, so a burst of load
+on this shared machine hits both sides alike. Two processes running the same
+code still differ by a few percent (placement, memory layout), so this is
+repeated with ``--pairs`` fresh pairs of processes. Reported: µs per call of
+each side, the median over pairs of each pair's median per-block ratio (this
+tree ÷ baseline), every pair's ratio, and the counters' own cost per call
+timed alone (``hot_path_ns``). ``--baseline HEAD`` compares the code with
+itself: the ratio then shows the method's own error.
+
+A second, finer measure (``in_process``) runs the same server and caller in
+this process and alternates blocks with the counters on and with them
+replaced by no-ops (the clock read that starts a call included), timing each
+block in CPU seconds of this process (server and caller both), which load from
+other processes barely moves.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+# Runs in each tree: serve echo until stdin closes; print the address first.
+SERVER = r'''
+import sys
+import launchpad_py
+from launchpad_py import courier
+class Echo:
+    def echo(self, x):
+        return x
+server = courier.Server(Echo(), thread_pool_size=4).start()
+print(server.address, launchpad_py.__file__, flush=True)
+sys.stdin.read()
+server.stop()
+'''
+
+
+def _git(*args: str) -> str:
+    return subprocess.run(['git', *args], cwd=REPO, check=True, capture_output=True,
+                          text=True).stdout.strip()
+
+
+def default_baseline() -> str:
+    added = _git('log', '--diff-filter=A', '--format=%H', '--', 'launchpad_py/courier/stats.py')
+    if not added:
+        raise SystemExit('cannot find the commit that added launchpad_py/courier/stats.py; '
+                         'pass --baseline REF')
+    return added.splitlines()[-1] + '~1'
+
+
+def start_server(tree: str) -> tuple[subprocess.Popen, str]:
+    process = subprocess.Popen([sys.executable, '-c', SERVER], cwd=tree, text=True,
+                               env=dict(os.environ, PYTHONPATH=tree),
+                               stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    address, library = process.stdout.readline().split()
+    if not os.path.realpath(library).startswith(os.path.realpath(tree)):
+        raise SystemExit(f'{tree}: launchpad_py came from {library}, not the tree')
+    return process, address
+
+
+def block_us(client, calls: int) -> float:
+    start = time.perf_counter()
+    for _ in range(calls):
+        client.echo(1)
+    return (time.perf_counter() - start) / calls * 1e6
+
+
+def hot_path_ns(calls: int = 200_000) -> float:
+    """Nanoseconds the counters add to one call, measured alone (clock, record, reply size)."""
+    from launchpad_py.courier import stats
+    counters = stats.ServerStats('bench')
+    clock = time.perf_counter
+    start = clock()
+    for _ in range(calls):
+        counters.record('echo', clock(), 27, True)
+        counters.sent(61)
+    return (clock() - start) / calls * 1e9
+
+
+def in_process(blocks: int, calls: int) -> dict:
+    """CPU µs per call with the counters on and off (no-ops), same server, alternating blocks."""
+    from launchpad_py import courier
+    from launchpad_py.courier import server as server_module
+    from launchpad_py.courier import stats
+
+    class Echo:
+        def echo(self, x):
+            return x
+
+    # Off: the start clock read becomes float() (≈ its call cost), record and sent no-ops.
+    real = (server_module._clock, stats.ServerStats.record, stats.ServerStats.sent)
+    off = (float, lambda self, *args: None, lambda self, nbytes: None)
+    per_block: dict[str, list[float]] = {'off': [], 'on': []}
+    server = courier.Server(Echo()).start()
+    try:
+        client = courier.Client(server.address)
+        block_us(client, calls)
+        for number in range(2 * blocks):
+            name = ('on', 'off')[(number + number // 2) % 2]  # on off off on on off ...
+            server_module._clock, stats.ServerStats.record, stats.ServerStats.sent = (
+                real if name == 'on' else off)
+            start = time.process_time()
+            for _ in range(calls):
+                client.echo(1)
+            per_block[name].append((time.process_time() - start) / calls * 1e6)
+    finally:
+        server_module._clock, stats.ServerStats.record, stats.ServerStats.sent = real
+        server.stop()
+    ratios = [a / b for a, b in zip(per_block['on'], per_block['off'])]
+    return {'on_cpu_us': statistics.median(per_block['on']),
+            'off_cpu_us': statistics.median(per_block['off']),
+            'ratio_median': statistics.median(ratios),
+            'ratio_quartiles': statistics.quantiles(ratios, n=4)}
+
+
+def measure(base_tree: str, blocks: int, calls: int) -> dict:
+    from launchpad_py import courier
+    servers = {name: start_server(tree) for name, tree in (('baseline', base_tree),
+                                                          ('current', REPO))}
+    try:
+        clients = {name: courier.Client(address) for name, (_, address) in servers.items()}
+        for client in clients.values():  # Warm-up: connections, caches, frequency.
+            block_us(client, calls)
+        per_block = {'baseline': [], 'current': []}
+        for number in range(blocks):
+            order = ['baseline', 'current'] if number % 2 == 0 else ['current', 'baseline']
+            for name in order:
+                per_block[name].append(block_us(clients[name], calls))
+    finally:
+        for process, _ in servers.values():
+            process.stdin.close()
+            process.wait(30)
+    return per_block
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+    parser.add_argument('--baseline', help='git ref of the code without statistics')
+    parser.add_argument('--pairs', type=int, default=8, help='fresh pairs of server processes')
+    parser.add_argument('--blocks', type=int, default=60, help='blocks per side and pair')
+    parser.add_argument('--calls', type=int, default=400, help='calls per block')
+    parser.add_argument('--in-process-blocks', type=int, default=400,
+                        help='blocks per side of the in-process measure')
+    parser.add_argument('--json', help='write the results here')
+    args = parser.parse_args()
+    commit = _git('rev-parse', args.baseline or default_baseline())
+    with tempfile.TemporaryDirectory(prefix='lp-baseline-') as tmp:
+        base_tree = os.path.join(tmp, 'tree')
+        _git('worktree', 'add', '--detach', base_tree, commit)
+        try:
+            pairs = [measure(base_tree, args.blocks, args.calls) for _ in range(args.pairs)]
+        finally:
+            _git('worktree', 'remove', '--force', base_tree)
+    pair_ratios = [statistics.median(c / b for c, b in zip(p['current'], p['baseline']))
+                   for p in pairs]
+    report = {
+        'baseline_ref': args.baseline or default_baseline(),
+        'baseline_commit': commit,
+        'current_commit': _git('rev-parse', 'HEAD'),
+        'pairs': args.pairs, 'blocks': args.blocks, 'calls_per_block': args.calls,
+        'baseline_us': statistics.median(v for p in pairs for v in p['baseline']),
+        'current_us': statistics.median(v for p in pairs for v in p['current']),
+        'ratio_median': statistics.median(pair_ratios),
+        'pair_ratios': pair_ratios,
+        'hot_path_ns': min(hot_path_ns() for _ in range(3)),
+        'load_average': os.getloadavg(),
+        'cpus': os.cpu_count(),
+    }
+    report['hot_path_share'] = report['hot_path_ns'] / 1e3 / report['current_us']
+    report['in_process'] = in_process(args.in_process_blocks, args.calls)
+    print(f'tiny call: baseline {report["baseline_us"]:.1f} µs, with statistics '
+          f'{report["current_us"]:.1f} µs; ratio {report["ratio_median"]:.3f} (median of '
+          f'{args.pairs} pairs: {", ".join(f"{r:.3f}" for r in sorted(pair_ratios))}); the '
+          f'counters alone {report["hot_path_ns"]:.0f} ns = '
+          f'{report["hot_path_share"]:.2%} of a call')
+    inside = report['in_process']
+    print(f'in one process, CPU per call: counters on {inside["on_cpu_us"]:.2f} µs, off '
+          f'{inside["off_cpu_us"]:.2f} µs; ratio {inside["ratio_median"]:.4f} (quartiles '
+          f'{inside["ratio_quartiles"][0]:.3f}–{inside["ratio_quartiles"][2]:.3f})')
+    if args.json:
+        with open(args.json, 'w') as out:
+            json.dump(dict(report, per_block=pairs), out, indent=1)
+
+
+if __name__ == '__main__':
+    main()

@@ -1,0 +1,166 @@
+"""Per-method counters of a courier server: what a status page shows about a node.
+
+Every ``Server`` keeps a ``ServerStats``; ``live_servers()`` lists those of the
+servers running in this process, so a node's runtime can report them without
+knowing which servers its node made::
+
+    server.stats.snapshot()   # {'methods': {'echo': {'calls': 3, ...}}, 'in_flight': 0, ...}
+
+The hot path is one call per request and takes no lock: each serving thread
+counts in a shard of its own, and readers add the shards up. Counts are exact;
+latency is timed on a sample (each method's first ``TIME_FIRST`` calls in a
+thread, then one in ``TIME_EVERY``), because at a tiny call's scale every
+memory access shows: measured in place, the second clock read and its
+bookkeeping cost more than all the counting. Timed calls go into a bounded ring
+per method whose p99 is computed when someone asks. Calls in flight are read
+off the server's permits, so starting a call costs nothing here.
+"""
+
+from __future__ import annotations
+
+import collections
+import threading
+import time
+import weakref
+from typing import Callable
+
+#: Recent latencies kept per method, for the p99 (a window, not the whole run).
+RECENT_CALLS = 1024
+#: Each method's calls in a serving thread are all timed up to this many ...
+TIME_FIRST = 64
+#: ... and then one in this many (a power of two).
+TIME_EVERY = 8
+_clock = time.perf_counter
+
+
+class _Method:
+    __slots__ = ('calls', 'errors', 'timed', 'total_s', 'bytes_in', 'recent')
+
+    def __init__(self) -> None:
+        self.calls = self.errors = self.timed = self.bytes_in = 0
+        self.total_s = 0.0  # Of the timed calls.
+        self.recent: collections.deque[float] = collections.deque(maxlen=RECENT_CALLS)
+
+    def add(self, other: '_Method') -> None:
+        self.calls += other.calls
+        self.errors += other.errors
+        self.timed += other.timed
+        self.bytes_in += other.bytes_in
+        self.total_s += other.total_s
+        self.recent.extend(list(other.recent))
+
+
+class _Shard:
+    """The counters one thread writes; nobody else writes them, so no lock is needed."""
+
+    __slots__ = ('thread', 'bytes_out', 'methods')
+
+    def __init__(self, thread: threading.Thread | None) -> None:
+        self.thread = thread
+        self.bytes_out = 0
+        self.methods: dict[str, _Method] = {}
+
+
+class ServerStats:
+    """Calls served, in flight, latency and bytes of one server.
+
+    Each serving thread counts in a shard of its own (a lock per call would
+    cost more than everything else here); readers add the shards up.
+    ``in_flight`` tells how many calls run now (the server reads its permits).
+    ``owner_thread`` is the thread that made the server: where several nodes
+    share a process (``local_mt``), it tells whose server this is.
+
+        start = time.perf_counter()
+        ...                                   # run the call, in the same thread
+        stats.record('echo', start, bytes_in=27, ok=True)
+    """
+
+    def __init__(self, label: str | None, in_flight: Callable[[], int] = lambda: 0) -> None:
+        self.label = label
+        self.owner_thread = threading.get_ident()
+        self._in_flight = in_flight
+        self._local = threading.local()
+        self._shards: list[_Shard] = []
+        self._retired = _Shard(None)  # What threads that have ended counted.
+        self._lock = threading.Lock()  # Guards the list of shards, not the counts.
+
+    def _new_shard(self) -> _Shard:
+        shard = self._local.shard = _Shard(threading.current_thread())
+        with self._lock:
+            self._shards.append(shard)
+        return shard
+
+    def record(self, method: str, start: float, bytes_in: int, ok: bool) -> None:
+        """Counts one finished call that began at ``start`` (``time.perf_counter()``)."""
+        try:
+            entry = self._local.shard.methods[method]
+        except (AttributeError, KeyError):
+            entry = self._new_entry(method)
+        entry.calls += 1
+        entry.bytes_in += bytes_in
+        if not ok:
+            entry.errors += 1
+        if entry.calls <= TIME_FIRST or not entry.calls & (TIME_EVERY - 1):
+            elapsed = _clock() - start
+            entry.timed += 1
+            entry.total_s += elapsed
+            entry.recent.append(elapsed)
+
+    def _new_entry(self, method: str) -> _Method:
+        shard = getattr(self._local, 'shard', None) or self._new_shard()
+        shard.methods[method] = _Method()
+        return shard.methods[method]
+
+    def sent(self, nbytes: int) -> None:
+        """Counts a reply's bytes (the transports call this as they send it)."""
+        try:
+            self._local.shard.bytes_out += nbytes
+        except AttributeError:
+            self._new_shard().bytes_out += nbytes
+
+    def snapshot(self) -> dict:
+        """The counters added up, with the recent latencies of each method."""
+        total = _Shard(None)
+        with self._lock:
+            for shard in [s for s in self._shards if not s.thread.is_alive()]:
+                self._shards.remove(shard)  # Its thread is gone: its counts are final.
+                _merge(self._retired, shard)
+            _merge(total, self._retired)
+            for shard in self._shards:
+                _merge(total, shard)
+        methods = {name: {'calls': m.calls, 'errors': m.errors, 'timed': m.timed,
+                          'total_s': m.total_s, 'bytes_in': m.bytes_in, 'recent': list(m.recent)}
+                   for name, m in total.methods.items()}
+        return {'label': self.label, 'in_flight': self._in_flight(),
+                'bytes_out': total.bytes_out, 'methods': methods}
+
+
+def _merge(into: _Shard, shard: _Shard) -> None:
+    into.bytes_out += shard.bytes_out
+    for name, entry in list(shard.methods.items()):
+        into.methods.setdefault(name, _Method()).add(entry)
+
+
+_live: weakref.WeakSet[ServerStats] = weakref.WeakSet()
+_live_lock = threading.Lock()
+
+
+def register(stats: ServerStats) -> None:
+    with _live_lock:
+        _live.add(stats)
+
+
+def unregister(stats: ServerStats) -> None:
+    with _live_lock:
+        _live.discard(stats)
+
+
+def live_servers() -> list[ServerStats]:
+    """The counters of every server started and not yet stopped in this process."""
+    with _live_lock:
+        return list(_live)
+
+
+def buffer_bytes(buffers) -> int:
+    """Bytes of a request's out-of-band buffers (its pickle is ``len(frame.pickled)``)."""
+    return sum(memoryview(b).nbytes for b in buffers)
