@@ -19,6 +19,7 @@ class LaunchOptions:
     ready_timeout: float | None = 300.0
     dashboard: bool = False
     dashboard_port: int = 0
+    slurm_options: Mapping[str, Any] | None = None
 
     @classmethod
     def from_flags(cls, **kwargs) -> 'LaunchOptions':

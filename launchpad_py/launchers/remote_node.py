@@ -1,11 +1,12 @@
 """Entry point of a node process on another host: ``python -m launchpad_py.launchers.remote_node``.
 
 Whatever started it (ssh, srun, a pod) gives it one JSON line on stdin:
-the launcher's control address and key, the program secret, its worker id
-and how many addresses it must bind. Secrets never appear on a command line.
+the launcher's control address and key, the program secret, its worker id,
+how many addresses it must bind, and which environment variable names its
+host (``host_env``: a scheduler placed it; the name goes in its hello). Secrets never appear on a command line.
 Then, over the authenticated control channel (see ``remote.py``)::
 
-    node → launcher: ('hello', worker_id, pid, pgid, ['host:port', ...])
+    node → launcher: ('hello', worker_id, pid, pgid, ['host:port', ...], host_name)
     launcher → node: ('run', program_name, executable_bytes, flags, args) | ('stop',)
     then the messages of ``node_process``, and ('ping',) from the launcher every second.
 
@@ -85,8 +86,10 @@ def main() -> int:
     connection = mpc.Client((host, port), family='AF_INET', authkey=bytes.fromhex(boot['key']))
     channel = HeartbeatChannel(connection, boot['heartbeat_timeout'])
     bind_host = _local_ip(connection)
+    host_env = boot.get('host_env')
     channel.send('hello', boot['worker_id'], os.getpid(), os.getpgrp(),
-                 _pick_ports(bind_host, boot['addresses']))
+                 _pick_ports(bind_host, boot['addresses']),
+                 (os.environ.get(host_env) or socket.gethostname()) if host_env else None)
     try:
         message = channel.recv()
         while message[0] == 'ping':

@@ -12,7 +12,7 @@ import dataclasses
 import json
 import subprocess
 import threading
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 from launchpad_py import errors, node_process
 from launchpad_py.courier import serialization
@@ -36,12 +36,21 @@ class Placement:
     srun); ``host``: the name shown in statuses and messages;
     ``launcher_ip``: the launcher's address as that host reaches it;
     ``args``: extra absl flags for the node.
+
+    Where a scheduler picks the host, the launcher cannot name it in advance:
+    ``host_env`` names the node's environment variable that holds its host's
+    name (Slurm's ``SLURMD_NODENAME``), which the node reports when it dials
+    back; until then ``host`` is shown. ``ended_by`` says what ended a node
+    that stopped without being asked to (``'Slurm job 7 is CANCELLED'``), or
+    None when the scheduler did not end it.
     """
 
     argv: list[str]
     host: str
     launcher_ip: str
     args: list[str] = dataclasses.field(default_factory=list)
+    host_env: str | None = None
+    ended_by: Callable[[], str | None] | None = None
 
 
 class RemoteWorker(Worker):
@@ -54,8 +63,10 @@ class RemoteWorker(Worker):
         self.executable = executable
         self.placement = placement
         self.addresses: list[str] | None = None
+        self._reported_host: str | None = None
         self._setup = setup
-        self._sink = output.make_sink(setup.mode, self.name, setup.log_dir, setup.test)
+        self._sink = output.make_sink(setup.mode, self.name, setup.log_dir, setup.test,
+                                       keep_log=setup.keep_logs)
         self._process: subprocess.Popen | None = None
         self._channel: node_process.Channel | None = None
         self._pid: int | None = None
@@ -72,7 +83,7 @@ class RemoteWorker(Worker):
 
     @property
     def host(self) -> str:
-        return self.placement.host
+        return self._reported_host or self.placement.host
 
     def start(self) -> None:
         setup = self._setup
@@ -80,7 +91,7 @@ class RemoteWorker(Worker):
                 'key': setup.control_for(self.placement.launcher_ip).key.hex(),
                 'secret': setup.secret.hex(), 'worker_id': self.worker_id,
                 'addresses': len(self.executable.addresses),
-                'heartbeat_timeout': HEARTBEAT_TIMEOUT_S}
+                'heartbeat_timeout': HEARTBEAT_TIMEOUT_S, 'host_env': self.placement.host_env}
         try:
             # A session of its own: Ctrl-C in the terminal goes to the launcher, which
             # stops the nodes gracefully, instead of cutting their connections.
@@ -98,11 +109,13 @@ class RemoteWorker(Worker):
         threading.Thread(target=self._wait_for_exit, name=f'lp-wait-{self.name}',
                          daemon=True).start()
 
-    def on_connect(self, pid: int, pgid: int, addresses: list[str],
+    def on_connect(self, pid: int, pgid: int, addresses: list[str], host: str | None,
                    channel: node_process.Channel) -> None:
         del pgid  # The starter (ssh, srun) ends the node's group; the node ends it itself too.
         with self._lock:
             self._channel, self._pid, self.addresses = channel, pid, addresses
+            if self.placement.host_env and host:
+                self._reported_host = host
             stop_now = self._stop_requested
         if stop_now:  # Stopped while it was starting: it ends without running.
             channel.send('stop')
@@ -137,6 +150,9 @@ class RemoteWorker(Worker):
         self._channel_closed.wait(5 if self._channel is not None else 0)
         self._sink.close()
         failure = self._failure
+        if self.placement.ended_by and not self._stop_requested and (
+                failure is None or failure.follows_from_a_peer):
+            failure = self._ended_by_scheduler(code) or failure
         if failure is None and not self._finished:
             if self._channel is None:
                 text = (f'the node process on {self.host} ended before it reached the launcher '
@@ -146,6 +162,14 @@ class RemoteWorker(Worker):
                 text = f'the connection to {self.host} ended ({node_process.describe_exit(code)})'
             failure = FailureReport(text, f'{text}\n--- output tail ---\n{self._sink.tail()}')
         self.events.exited(self, code, failure)
+
+    def _ended_by_scheduler(self, code: int) -> FailureReport | None:
+        """A failure when the scheduler ended the node (cancelled, out of time, preempted)."""
+        verdict = self.placement.ended_by()
+        if verdict is None:
+            return None
+        text = f'{verdict}; the node on {self.host} ended ({node_process.describe_exit(code)})'
+        return FailureReport(text, f'{text}\n--- output tail ---\n{self._sink.tail()}')
 
     def request_stop(self) -> None:
         with self._lock:

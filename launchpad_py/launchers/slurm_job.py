@@ -1,0 +1,284 @@
+"""The one Slurm job a program runs in, and the ``srun`` step that starts each node there.
+
+From a login node, ``Allocation.submit`` holds a new allocation with
+``salloc`` (one component per distinct group request; several make a
+heterogeneous job), reporting while it is pending. Inside an allocation
+(an ``sbatch`` script, an interactive ``salloc``), ``ExistingAllocation``
+puts the steps into it. Either way ``scancel JOB`` ends the whole program.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+from launchpad_py import errors
+from launchpad_py.launchers.slurm_resources import SlurmOptions, SlurmResources
+
+_HOLD = os.path.join(os.path.dirname(os.path.abspath(__file__)), '_slurm_hold.py')
+_GRANTED = 'LPJOB '
+# salloc's command: says the job id and nodes once granted (a heterogeneous job lists them per
+# component), then holds the allocation until its stdin ends.
+_HOLDER = ['sh', '-c', 'nodes=${SLURM_JOB_NODELIST:-$(env | sed -n '
+           "'s/^SLURM_JOB_NODELIST_HET_GROUP_[0-9]*=//p' | paste -sd, -)}; "
+           f'echo "{_GRANTED}$SLURM_JOB_ID $nodes"; exec cat >/dev/null']
+_REPORT_EVERY_S = 30.0
+_COMMAND_TIMEOUT_S = 30
+# Pending reasons no waiting can cure: the request exceeds what the cluster is set up to give.
+_HOPELESS = {'BadConstraints', 'PartitionConfig', 'PartitionNodeLimit', 'PartitionTimeLimit',
+             'InvalidAccount', 'InvalidQOS', 'AccountNotAllowed', 'QOSNotAllowed'}
+_ENDED_BY_SLURM = {'CANCELLED': 'was cancelled', 'TIMEOUT': 'reached its time limit',
+                   'PREEMPTED': 'was preempted', 'NODE_FAIL': 'lost a node',
+                   'DEADLINE': 'passed its deadline', 'BOOT_FAIL': 'could not boot its nodes'}
+# Variables an allocation sets that srun would read as requests of its own.
+_JOB_REQUEST_VARIABLES = ('SLURM_MEM_PER_NODE', 'SLURM_MEM_PER_CPU', 'SLURM_MEM_PER_GPU',
+                          'SLURM_GPUS', 'SLURM_GPUS_PER_TASK', 'SLURM_GPUS_PER_NODE')
+
+
+@dataclasses.dataclass(frozen=True)
+class Component:
+    """Nodes of the groups ``groups`` that all ask for ``spec``: one part of the job."""
+
+    spec: SlurmResources
+    tasks: int
+    groups: tuple[str, ...]
+
+    def salloc_args(self) -> list[str]:
+        spec = self.spec
+        args = [f'--ntasks={self.tasks}', f'--cpus-per-task={spec.cpus}']
+        args += [f'--partition={spec.partition}'] if spec.partition else []
+        args += [f'--mem-per-cpu={spec.mem_per_cpu()}M'] if spec.mem is not None else []
+        return args + ([f'--gpus-per-task={spec.gpus}'] if spec.gpus else [])
+
+    def describe(self) -> str:
+        spec = self.spec
+        return (f"groups {list(self.groups)}: {self.tasks} node(s) x {spec.cpus} CPU(s)"
+                + (f', {spec.mem} memory' if spec.mem is not None else '')
+                + (f', {spec.gpus} GPU(s)' if spec.gpus else '')
+                + f" on partition {spec.partition or '(default)'}")
+
+
+def components_of(specs: dict[str, SlurmResources], counts: dict[str, int]) -> list[Component]:
+    """Groups that ask for the same resources share a component, in the program's group order."""
+    by_request: dict[tuple, list[str]] = {}
+    for label, spec in specs.items():
+        if counts[label]:
+            key = (spec.partition, spec.cpus, spec.gpus, spec.mem_per_cpu())
+            by_request.setdefault(key, []).append(label)
+    return [Component(specs[labels[0]], sum(counts[g] for g in labels), tuple(labels))
+            for labels in by_request.values()]
+
+
+def step_args(spec: SlurmResources) -> list[str]:
+    """srun options that give one node what its group asks for, and only its own GPUs."""
+    args = ['--ntasks=1', '--nodes=1', f'--cpus-per-task={spec.cpus}']
+    args += [f'--mem-per-cpu={spec.mem_per_cpu()}M'] if spec.mem is not None else []
+    return args + ([f'--gpus={spec.gpus}'] if spec.gpus else ['--gres=none'])
+
+
+def _run(argv: list[str]) -> str:
+    try:
+        return subprocess.run(argv, capture_output=True, text=True, check=True,
+                              timeout=_COMMAND_TIMEOUT_S).stdout
+    except FileNotFoundError:
+        raise errors.LaunchError(f'{argv[0]} is not installed here: the slurm launcher needs '
+                                 "Slurm's client commands (apt-get install slurm-client)") from None
+    except subprocess.CalledProcessError as exc:
+        raise errors.LaunchError(f'{" ".join(argv)} failed: {exc.stderr.strip()}') from None
+
+
+def address_towards(node_list: str) -> str:
+    """This machine's address on the route to the first node of ``node_list`` (a Slurm hostlist)."""
+    first = _run(['scontrol', 'show', 'hostnames', node_list]).split()[0]
+    found = re.search(r'\bNodeAddr=(\S+)', _run(['scontrol', '-o', 'show', 'node', first]))
+    target = found.group(1) if found else first
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as route:
+        route.connect((target, 9))  # Picks a route; sends nothing.
+        return route.getsockname()[0]
+
+
+class Job:
+    """A Slurm job that nodes run in as job steps."""
+
+    def __init__(self, job_id: str, node_list: str):
+        self.job_id, self.node_list = job_id, node_list
+        self._verdict: str | None = None
+        self._lock = threading.Lock()
+
+    def srun(self, component: int | None) -> list[str]:
+        """The start of a node's srun command (``component``: its part of a heterogeneous job)."""
+        unset = [f'--unset={name}' for name in _JOB_REQUEST_VARIABLES if name in os.environ]
+        return (['env', *unset] if unset else []) + [
+            'srun', f'--jobid={self.job_id}',
+            *([f'--het-group={component}'] if component is not None else [])]
+
+    def ended_by(self) -> str | None:
+        """What Slurm did to the job, when it ended it ('Slurm job 7 was cancelled'); else None."""
+        with self._lock:
+            if self._verdict is None:
+                try:
+                    shown = _run(['scontrol', '-o', 'show', 'job', self.job_id])
+                except errors.LaunchError:
+                    return None  # Long gone from slurmctld's memory: not what ended a node now.
+                state = re.search(r'\bJobState=(\w+)', shown)
+                if state and state.group(1) in _ENDED_BY_SLURM:
+                    self._verdict = (f'Slurm job {self.job_id} {_ENDED_BY_SLURM[state.group(1)]} '
+                                     f'(JobState={state.group(1)})')
+            return self._verdict
+
+    def release(self) -> None:
+        """Gives the allocation back once the program is over (nothing when it is not ours)."""
+
+
+class ExistingAllocation(Job):
+    """The allocation the launcher runs in (``SLURM_JOB_ID`` is set): steps go there."""
+
+    @classmethod
+    def from_environment(cls, components: list[Component], options: SlurmOptions
+                         ) -> 'ExistingAllocation':
+        job_id = os.environ['SLURM_JOB_ID']
+        for name in ('time', 'account', 'extra_args'):
+            if getattr(options, name):
+                raise errors.ResourcesError(
+                    f'the launcher runs inside Slurm job {job_id}, whose allocation is already '
+                    f'made, so slurm_options[{name!r}] cannot apply (got '
+                    f'{getattr(options, name)!r}); give it to sbatch/salloc instead')
+        partition = os.environ.get('SLURM_JOB_PARTITION')
+        for component in components:
+            if component.spec.partition not in (None, partition):
+                raise errors.ResourcesError(
+                    f'groups {list(component.groups)} ask for partition '
+                    f'{component.spec.partition!r}, but the launcher runs inside Slurm job '
+                    f'{job_id} on partition {partition!r}, whose resources its nodes share; '
+                    'leave partition unset or submit to that partition')
+        _check_capacity(job_id, components)
+        return cls(job_id, os.environ.get('SLURM_JOB_NODELIST', ''))
+
+    def srun(self, component: int | None) -> list[str]:
+        return super().srun(None)  # One allocation: no components to choose from.
+
+
+def _check_capacity(job_id: str, components: list[Component]) -> None:
+    """Fails when the allocation has fewer CPUs than the nodes ask for (steps would wait forever)."""
+    cpus_per_node = os.environ.get('SLURM_JOB_CPUS_PER_NODE', '')
+    have = 0
+    for part in filter(None, cpus_per_node.split(',')):
+        count, _, repeat = part.partition('(x')
+        have += int(count) * int(repeat.rstrip(')') or 1)
+    need = sum(c.tasks * c.spec.cpus for c in components)
+    if have and need > have:
+        raise errors.ResourcesError(
+            f'the program needs {need} CPUs (' + '; '.join(c.describe() for c in components)
+            + f') but Slurm job {job_id}, which the launcher runs in, has {have} '
+            f'(SLURM_JOB_CPUS_PER_NODE={cpus_per_node}); ask sbatch/salloc for more, e.g. '
+            f'--ntasks={need}, or ask less of the groups')
+
+
+class Allocation(Job):
+    """A job the launcher holds with salloc; it ends when the launcher is done or gone."""
+
+    def __init__(self, process: subprocess.Popen, components: list[Component], program: str):
+        super().__init__('', '')
+        self._process, self._components, self._program = process, components, program
+        self._granted = threading.Event()
+        self._said: list[str] = []  # salloc's last words, for error messages.
+        self._released = False
+        for stream, read in ((process.stdout, self._read_grant), (process.stderr, self._read_salloc)):
+            threading.Thread(target=read, args=(stream,), name=f'lp-slurm-{program}',
+                             daemon=True).start()
+
+    @classmethod
+    def submit(cls, program: str, components: list[Component],
+               options: SlurmOptions) -> 'Allocation':
+        """Asks Slurm for the job; returns once it is granted, or raises saying why not."""
+        argv = ['salloc', f'--job-name={program}', '--no-bell']
+        argv += [f'--time={options.time}'] if options.time else []
+        argv += [f'--account={options.account}'] if options.account else []
+        for index, component in enumerate(components):
+            argv += ([':'] if index else []) + component.salloc_args() + list(options.extra_args)
+        try:  # Its own session: Ctrl-C reaches the launcher only, which releases the job.
+            process = subprocess.Popen([sys.executable, _HOLD, *argv, *_HOLDER],
+                                       stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                       stderr=subprocess.PIPE, text=True, start_new_session=True)
+        except OSError as exc:
+            raise errors.LaunchError(f'cannot run salloc for program {program!r}: {exc}') from None
+        allocation = cls(process, components, program)
+        try:
+            allocation._wait_until_granted(options.pending_timeout)
+        except BaseException:  # Ctrl-C included: a job we gave up on must not run later.
+            allocation.release()
+            raise
+        return allocation
+
+    def _read_grant(self, stream) -> None:
+        for line in stream:
+            if line.startswith(_GRANTED):
+                self.job_id, _, self.node_list = line[len(_GRANTED):].strip().partition(' ')
+                self._granted.set()
+        stream.close()
+
+    def _read_salloc(self, stream) -> None:
+        for line in stream:
+            self._said = (self._said + [line.rstrip()])[-10:]
+            found = re.search(r'(?:Pending|Granted) job allocation (\d+)', line)
+            if found and not self.job_id:
+                self.job_id = found.group(1)
+        stream.close()
+
+    def _wait_until_granted(self, pending_timeout: float) -> None:
+        start = time.monotonic()
+        reported, reported_at = None, start
+        while not self._granted.wait(1.0):
+            if self._process.poll() is not None and not self._granted.wait(1.0):
+                raise errors.LaunchError(self._refused())
+            reason = self._pending_reason()
+            waited = time.monotonic() - start
+            if reason in _HOPELESS:
+                raise errors.LaunchError(self._refused(f'it stays pending with reason {reason}, '
+                                                       'which no waiting cures'))
+            if pending_timeout and waited > pending_timeout:
+                raise errors.LaunchError(self._refused(
+                    f'still pending after {pending_timeout:.0f}s (reason {reason}); '
+                    'the job was cancelled'))
+            if reason and (reason != reported or time.monotonic() - reported_at >= _REPORT_EVERY_S):
+                print(f'launchpad_py: Slurm job {self.job_id} of program {self._program!r} is '
+                      f'pending ({reason}) after {waited:.0f}s; waiting for the scheduler '
+                      '(Ctrl-C gives up)', flush=True)
+                reported, reported_at = reason, time.monotonic()
+
+    def _pending_reason(self) -> str | None:
+        if not self.job_id:
+            return None
+        try:
+            lines = _run(['squeue', '-h', '-j', self.job_id, '-o', '%T %r']).split('\n')
+        except errors.LaunchError:
+            return None
+        state, _, reason = lines[0].partition(' ')
+        return reason.strip() if state == 'PENDING' else None
+
+    def _refused(self, why: str | None = None) -> str:
+        said = '\n'.join('  ' + line for line in self._said) or '  (salloc said nothing)'
+        asked = '\n'.join('  ' + c.describe() for c in self._components)
+        return (f'Slurm did not run the job of program {self._program!r}'
+                + (f' ({self.job_id})' if self.job_id else '') + f': {why or "salloc failed"}.'
+                f'\nsalloc said:\n{said}\nthe job asked for:\n{asked}')
+
+    def release(self) -> None:
+        if self._released:
+            return
+        self._released = True
+        try:
+            self._process.stdin.close()  # The holder ends, so salloc gives the job back.
+        except OSError:
+            pass
+        try:
+            self._process.wait(_COMMAND_TIMEOUT_S + 5)
+        except subprocess.TimeoutExpired:
+            self._process.kill()
+            self._process.wait()
