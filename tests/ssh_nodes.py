@@ -1,4 +1,4 @@
-"""Nodes and a launching script for the SSH launcher tests; importable on every test host."""
+"""Nodes and a launching script for the SSH and Slurm launcher tests; importable on every host."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ class Store:
         return float(np.sum(array, dtype=np.float64))
 
     def where(self):
-        return os.environ.get('LP_TEST_HOST')
+        return os.environ.get('LP_TEST_HOST') or os.environ.get('SLURMD_NODENAME')
 
 
 def use_store(store, result_path):
@@ -38,7 +38,7 @@ def use_store(store, result_path):
         'big_bytes': int(back.nbytes),
         'big_equal': bool(np.array_equal(back, array)),
         'big_total': store.total(array),
-        'client_host': os.environ.get('LP_TEST_HOST'),
+        'client_host': os.environ.get('LP_TEST_HOST') or os.environ.get('SLURMD_NODENAME'),
     }
     with open(result_path, 'w') as f:
         json.dump(result, f)

@@ -150,8 +150,7 @@ class RemoteWorker(Worker):
         self._channel_closed.wait(5 if self._channel is not None else 0)
         self._sink.close()
         failure = self._failure
-        if self.placement.ended_by and not self._stop_requested and (
-                failure is None or failure.follows_from_a_peer):
+        if self.placement.ended_by and (failure is None or failure.follows_from_a_peer):
             failure = self._ended_by_scheduler(code) or failure
         if failure is None and not self._finished:
             if self._channel is None:
@@ -169,7 +168,8 @@ class RemoteWorker(Worker):
         if verdict is None:
             return None
         text = f'{verdict}; the node on {self.host} ended ({node_process.describe_exit(code)})'
-        return FailureReport(text, f'{text}\n--- output tail ---\n{self._sink.tail()}')
+        return FailureReport(text, f'{text}\n--- output tail ---\n{self._sink.tail()}',
+                             by_scheduler=True)
 
     def request_stop(self) -> None:
         with self._lock:

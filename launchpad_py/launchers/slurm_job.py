@@ -29,6 +29,7 @@ _HOLDER = ['sh', '-c', 'nodes=${SLURM_JOB_NODELIST:-$(env | sed -n '
            "'s/^SLURM_JOB_NODELIST_HET_GROUP_[0-9]*=//p' | paste -sd, -)}; "
            f'echo "{_GRANTED}$SLURM_JOB_ID $nodes"; exec cat >/dev/null']
 _REPORT_EVERY_S = 30.0
+_LOOK_EVERY_S = 1.0  # How often squeue is asked about a pending job.
 _COMMAND_TIMEOUT_S = 30
 # Pending reasons no waiting can cure: the request exceeds what the cluster is set up to give.
 _HOPELESS = {'BadConstraints', 'PartitionConfig', 'PartitionNodeLimit', 'PartitionTimeLimit',
@@ -109,6 +110,7 @@ class Job:
     def __init__(self, job_id: str, node_list: str):
         self.job_id, self.node_list = job_id, node_list
         self._verdict: str | None = None
+        self._looked_at = -1e9
         self._lock = threading.Lock()
 
     def srun(self, component: int | None) -> list[str]:
@@ -119,18 +121,32 @@ class Job:
             *([f'--het-group={component}'] if component is not None else [])]
 
     def ended_by(self) -> str | None:
-        """What Slurm did to the job, when it ended it ('Slurm job 7 was cancelled'); else None."""
+        """What Slurm did to the job, when it ended it ('Slurm job 7 was cancelled'); else None.
+
+        Asked as each node ends; nodes ending together share one look.
+        """
         with self._lock:
-            if self._verdict is None:
-                try:
-                    shown = _run(['scontrol', '-o', 'show', 'job', self.job_id])
-                except errors.LaunchError:
-                    return None  # Long gone from slurmctld's memory: not what ended a node now.
-                state = re.search(r'\bJobState=(\w+)', shown)
-                if state and state.group(1) in _ENDED_BY_SLURM:
-                    self._verdict = (f'Slurm job {self.job_id} {_ENDED_BY_SLURM[state.group(1)]} '
-                                     f'(JobState={state.group(1)})')
+            if self._verdict is None and time.monotonic() - self._looked_at > 1.0:
+                state = self._final_state()
+                self._looked_at = time.monotonic()
+                if state in _ENDED_BY_SLURM:
+                    self._verdict = (f'Slurm job {self.job_id} {_ENDED_BY_SLURM[state]} '
+                                     f'(JobState={state})')
             return self._verdict
+
+    def _final_state(self) -> str | None:
+        """The job's state; a job still COMPLETING (its steps being killed) is waited for."""
+        deadline = time.monotonic() + _COMMAND_TIMEOUT_S
+        pause = threading.Event()
+        while True:
+            try:
+                shown = _run(['scontrol', '-o', 'show', 'job', self.job_id])
+            except errors.LaunchError:
+                return None  # Long gone from slurmctld's memory: not what ended a node now.
+            state = re.search(r'\bJobState=(\w+)', shown)
+            if not state or state.group(1) != 'COMPLETING' or time.monotonic() > deadline:
+                return state and state.group(1)
+            pause.wait(0.2)
 
     def release(self) -> None:
         """Gives the allocation back once the program is over (nothing when it is not ours)."""
@@ -189,9 +205,12 @@ class Allocation(Job):
         self._granted = threading.Event()
         self._said: list[str] = []  # salloc's last words, for error messages.
         self._released = False
-        for stream, read in ((process.stdout, self._read_grant), (process.stderr, self._read_salloc)):
-            threading.Thread(target=read, args=(stream,), name=f'lp-slurm-{program}',
-                             daemon=True).start()
+        self._readers = [threading.Thread(target=read, args=(stream,), name=f'lp-slurm-{program}',
+                                          daemon=True)
+                         for stream, read in ((process.stdout, self._read_grant),
+                                              (process.stderr, self._read_salloc))]
+        for reader in self._readers:
+            reader.start()
 
     @classmethod
     def submit(cls, program: str, components: list[Component],
@@ -233,10 +252,17 @@ class Allocation(Job):
 
     def _wait_until_granted(self, pending_timeout: float) -> None:
         start = time.monotonic()
-        reported, reported_at = None, start
-        while not self._granted.wait(1.0):
-            if self._process.poll() is not None and not self._granted.wait(1.0):
+        reported, reported_at, next_look = None, start, start + _LOOK_EVERY_S
+        while not self._granted.wait(0.1):
+            if self._process.poll() is not None:
+                for reader in self._readers:  # salloc's last words, and a grant just made.
+                    reader.join(5)
+                if self._granted.is_set():
+                    return
                 raise errors.LaunchError(self._refused())
+            if time.monotonic() < next_look:
+                continue
+            next_look = time.monotonic() + _LOOK_EVERY_S
             reason = self._pending_reason()
             waited = time.monotonic() - start
             if reason in _HOPELESS:
