@@ -286,3 +286,47 @@ def test_flags_choose_slurm_for_a_script_that_launches_without_resources(tmp_pat
     shown = subprocess.run(['scontrol', '-o', 'show', 'job', job], capture_output=True, text=True,
                            timeout=30).stdout
     assert 'TimeLimit=00:05:00' in shown and os.path.isdir(tmp_path / f'hello_world-{job}')
+
+
+@pytest.mark.parametrize('kwargs, message', [
+    ({'cpus': 0}, r'cpus must be an int >= 1 per node \(got 0\)'),
+    ({'gpus': -1}, r'gpus must be an int >= 0 per node \(got -1\)'),
+    ({'mem': 'lots'}, r"mem must be an amount such as '32G'.*\(got 'lots'\)"),
+    ({'partition': ''}, r"partition must be a partition name such as 'gpu' \(got ''\)"),
+    ({'env': {'A': 1}}, r"env must map variable names to strings \(got \{'A': 1\}\)"),
+])
+def test_bad_resources_are_named(kwargs, message):
+    """Each bad field of lp.SlurmResources is named with its value."""
+    with pytest.raises((TypeError, ValueError), match=message):
+        lp.SlurmResources(**kwargs)
+
+
+def test_memory_is_asked_per_cpu():
+    """Slurm sizes memory per CPU for jobs of several tasks: mem is divided over the node's CPUs."""
+    assert lp.SlurmResources(cpus=8, mem='32G').mem_per_cpu() == 4096
+    assert lp.SlurmResources(cpus=3, mem=1000).mem_per_cpu() == 334
+    assert lp.SlurmResources(mem='512k').megabytes() == 1
+
+
+@pytest.mark.parametrize('launch_kwargs, message', [
+    ({'slurm_options': {'walltime': '1:00'}}, r"slurm_options has unknown keys \['walltime'\]"),
+    ({'slurm_options': {'extra_args': 42}}, r"'extra_args'\] must be a list"),
+    ({'slurm_options': {'pending_timeout': -1}}, r"'pending_timeout'\] must be seconds >= 0"),
+    ({'resources': {'waiter': lp.SshHost('h1')}}, r"resources\['waiter'\] must be "
+                                                  r"lp.SlurmResources\(...\) for slurm"),
+])
+def test_bad_options_fail_before_anything_is_submitted(launch_kwargs, message):
+    """Unknown or malformed slurm_options and foreign resources are errors naming the culprit."""
+    program = lp.Program('bad')
+    program.add_node(lp.PyNode(serve_forever), label='waiter')
+    with pytest.raises(lp.ResourcesError, match=message):
+        lp.launch(program, launch_type='slurm', **launch_kwargs)
+
+
+def test_slurm_options_belong_to_slurm():
+    """slurm_options given to another launcher are an error, not ignored."""
+    program = lp.Program('other')
+    program.add_node(lp.PyNode(serve_forever), label='waiter')
+    with pytest.raises(lp.ResourcesError, match=r'slurm_options are for launch_type="slurm" \(got '
+                                                r"them with 'local_mp'"):
+        lp.launch(program, launch_type='local_mp', slurm_options={'time': '1:00'})

@@ -7,6 +7,7 @@ process keeps that stdin open and passes the holder's output on. When the
 launcher is gone (our stdin ends, also when it was SIGKILLed) or done with
 the job: a granted job's holder gets end-of-file, so salloc gives the job back
 as completed; salloc waiting for a pending job gets SIGTERM, which cancels it.
+Should salloc itself be killed, the job it held is cancelled.
 """
 
 import os
@@ -18,18 +19,18 @@ import threading
 _TIMEOUT_S = 30
 
 
-def _pass_output_on(salloc: subprocess.Popen, granted: threading.Event) -> None:
+def _pass_output_on(salloc: subprocess.Popen, granted: list) -> None:
     for line in salloc.stdout:
-        granted.set()
+        granted.append(line.split()[1])  # 'LPJOB <job id> <nodes>'
         sys.stdout.write(line)
         sys.stdout.flush()
 
 
-def _release_when_launcher_is_done(salloc: subprocess.Popen, granted: threading.Event) -> None:
+def _release_when_launcher_is_done(salloc: subprocess.Popen, granted: list) -> None:
     while os.read(0, 4096):
         pass
     salloc.stdin.close()
-    if not granted.is_set():
+    if not granted:
         salloc.send_signal(signal.SIGTERM)
     try:
         salloc.wait(_TIMEOUT_S)
@@ -40,12 +41,14 @@ def _release_when_launcher_is_done(salloc: subprocess.Popen, granted: threading.
 def main() -> int:
     salloc = subprocess.Popen(sys.argv[1:], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                               text=True)
-    granted = threading.Event()
+    granted: list[str] = []  # The job id, once salloc's command says it.
     output = threading.Thread(target=_pass_output_on, args=(salloc, granted))
     output.start()
     threading.Thread(target=_release_when_launcher_is_done, args=(salloc, granted),
                      daemon=True).start()
     code = salloc.wait()
+    if code < 0 and granted:  # salloc itself was killed: its job would outlive it.
+        subprocess.run(['scancel', granted[0]], timeout=_TIMEOUT_S, check=False)
     output.join(_TIMEOUT_S)
     return code
 
