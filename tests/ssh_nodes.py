@@ -44,6 +44,17 @@ def use_store(store, result_path):
         json.dump(result, f)
 
 
+def store_program(result_dir: str):
+    """A store and two clients that each write what they saw to ``result_dir/client<i>.json``."""
+    program = lp.Program('across')
+    store = program.add_node(lp.CourierNode(Store), label='store')
+    with program.group('client'):
+        for index in range(2):
+            program.add_node(lp.PyNode(use_store, store,
+                                       os.path.join(result_dir, f'client{index}.json')))
+    return program, store
+
+
 def print_gpus():
     print('CUDA_VISIBLE_DEVICES=' + os.environ.get('CUDA_VISIBLE_DEVICES', '<unset>'), flush=True)
     lp.wait_for_stop()

@@ -20,9 +20,9 @@ import uuid
 import pytest
 
 import launchpad_py as lp
-from conftest import REPO, SLURM_LOGS, launch, needs_slurm, slurm_cluster, wait_for
+from conftest import REPO, SLURM_LOGS, launch, needs_slurm, slow, slurm_cluster, wait_for
 from nodes_for_tests import Pinger, crash, serve_forever
-from ssh_nodes import BIG, Store, print_gpus, use_store
+from ssh_nodes import BIG, print_gpus, store_program
 from test_ssh import _alive, _marked, _wait_until_gone
 
 pytestmark = needs_slurm
@@ -53,11 +53,7 @@ def _job_ended(job: str) -> str | bool:
 
 def test_nodes_on_three_slurm_hosts_talk_over_their_addresses(tmp_path):
     """Nodes that fill a host each: clients on two hosts call a store on the third (64 MiB too)."""
-    program = lp.Program('across')
-    store = program.add_node(lp.CourierNode(Store), label='store')
-    with program.group('client'):
-        for index in range(2):
-            program.add_node(lp.PyNode(use_store, store, str(tmp_path / f'client{index}.json')))
+    program, store = store_program(str(tmp_path))
     whole_host = lp.SlurmResources(cpus=16)
     with launch(program, 'slurm', resources={'store': whole_host, 'client': whole_host}) as running:
         wait_for(lambda: all(s.state == lp.NodeState.FINISHED or not running.is_running

@@ -5,7 +5,7 @@
         'actor': lp.SlurmResources(partition='cpu', cpus=1, mem='2G'),
     }, slurm_options={'time': '02:00:00'})
 
-This module only gets the job (``slurm_job``) and builds each node's
+This module only gets the job (``slurm_job``, ``slurm_allocation``) and builds each node's
 ``srun`` command; the node dials back and reports where it landed, and
 starting, the address table, logs, stop and cleanup are ``remote.py``'s.
 Each step's srun carries the node's stdin (the bootstrap with the program
@@ -21,8 +21,9 @@ from launchpad_py import errors
 from launchpad_py.launchers import remote
 from launchpad_py.launchers.controller import ProgramController
 from launchpad_py.launchers.options import LaunchOptions
-from launchpad_py.launchers.slurm_job import (Allocation, Component, ExistingAllocation, Job,
-                                              address_towards, components_of, step_args)
+from launchpad_py.launchers.slurm_allocation import Allocation
+from launchpad_py.launchers.slurm_job import (Component, ExistingAllocation, Job, address_towards,
+                                              components_of, step_args)
 from launchpad_py.launchers.slurm_resources import (SlurmOptions, SlurmResources,
                                                     resources_of_groups)
 from launchpad_py.program import Program
