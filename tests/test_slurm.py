@@ -23,7 +23,7 @@ import launchpad_py as lp
 from conftest import REPO, SLURM_LOGS, launch, needs_slurm, slow, slurm_cluster, wait_for
 from nodes_for_tests import Pinger, crash, serve_forever
 from ssh_nodes import BIG, print_gpus, store_program
-from test_ssh import _alive, _marked, _wait_until_gone
+from test_ssh import _alive, _marked, _nodes_of, _wait_until_gone
 
 pytestmark = needs_slurm
 _HOSTS = {'h1', 'h2', 'h3'}
@@ -195,14 +195,6 @@ def _start_launcher(*args: str) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, os.path.join(REPO, 'tests', 'slurm_nodes.py'), *args],
                             cwd=REPO, stdout=subprocess.PIPE, text=True,
                             env={**os.environ, 'PYTHONPATH': os.path.join(REPO, 'tests')})
-
-
-def _nodes_of(launcher: subprocess.Popen) -> list[list]:
-    """The [host, pid] of each node, as the launching script prints them once its nodes are ready."""
-    for line in launcher.stdout:
-        if line.startswith('[['):
-            return json.loads(line)
-    raise AssertionError('the launcher ended before its nodes were ready')
 
 
 def test_sigkill_of_the_launcher_ends_the_job_and_every_node():
