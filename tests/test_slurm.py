@@ -213,14 +213,15 @@ def test_sigkill_of_the_launcher_ends_the_job_and_every_node():
     print(f'all node processes gone {seconds:.2f}s after SIGKILL of the launcher')
 
 
-def test_sigkill_of_a_launcher_waiting_for_its_job_cancels_the_job():
-    """A launcher killed while its job is pending leaves no job behind to start later."""
+@pytest.mark.parametrize('how', [signal.SIGKILL, signal.SIGINT], ids=['sigkill', 'ctrl_c'])
+def test_launcher_ended_while_waiting_for_its_job_cancels_the_job(how):
+    """A launcher killed or interrupted while its job is pending leaves no job to start later."""
     token = uuid.uuid4().hex[:12]
     launcher = _start_launcher('pending', token)
     line = launcher.stdout.readline()
     job = re.search(r'Slurm job (\d+) .* is pending \(PartitionDown\)', line).group(1)
-    launcher.kill()
-    launcher.wait(timeout=10)
+    launcher.send_signal(how)
+    launcher.wait(timeout=30)
     launcher.stdout.close()
     assert wait_for(lambda: _job_ended(job), timeout=30, what='the job to go') == 'CANCELLED'
 
@@ -318,3 +319,14 @@ def test_slurm_options_belong_to_slurm():
     with pytest.raises(lp.ResourcesError, match=r'slurm_options are for launch_type="slurm" \(got '
                                                 r"them with 'local_mp'"):
         lp.launch(program, launch_type='local_mp', slurm_options={'time': '1:00'})
+
+
+@slow
+def test_time_limit_ends_the_program_and_wait_says_so():
+    """A job that reaches its time limit ends the program; wait() names the limit (about 65 s)."""
+    program = lp.Program('limited')
+    program.add_node(lp.PyNode(serve_forever), label='waiter')
+    running = launch(program, 'slurm', slurm_options={'time': '00:01:00', 'output_dir': SLURM_LOGS})
+    with pytest.raises(lp.NodeFailedError, match=r'Slurm job \d+ reached its time limit '
+                                                 r'\(JobState=TIMEOUT\)'):
+        running.wait(timeout=180)
