@@ -93,9 +93,14 @@ def test_node_output_is_prefixed_and_kept_in_the_jobs_directory(tmp_path, capfd)
     """A node's lines come back as [label/index] and also go to its file under the job's directory."""
     program = lp.Program('logs')
     program.add_node(lp.PyNode(print_gpus), label='printer')
+    printed: list[str] = []
+
+    def line_printed() -> bool:
+        printed.append(capfd.readouterr().out)  # Read in pieces: a line may come in two.
+        return '[printer/0] CUDA_VISIBLE_DEVICES=\n' in ''.join(printed)
+
     with launch(program, 'slurm', slurm_options={'output_dir': str(tmp_path)}) as running:
-        wait_for(lambda: '[printer/0] CUDA_VISIBLE_DEVICES=' in capfd.readouterr().out,
-                 timeout=60, what='the prefixed line')
+        wait_for(line_printed, timeout=60, what='the prefixed line')
         job = _job_of(running.statuses()[0].pid)
     with open(tmp_path / f'logs-{job}' / 'printer_0.log') as log:
         assert log.read().splitlines()[0] == 'CUDA_VISIBLE_DEVICES='
