@@ -29,6 +29,10 @@ K8S_MANIFESTS_DIR = flags.DEFINE_string(
     'lp_k8s_manifests_dir', None,
     'For --lp_launch_type=kubernetes: a dry run. Write every manifest the launch would apply as '
     'YAML files into this directory and apply nothing.')
+K8S_IMAGE = flags.DEFINE_string(
+    'lp_k8s_image', None,
+    'For --lp_launch_type=kubernetes: the image of every group that resources leave out '
+    '(it must hold your code and launchpad_py).')
 DASHBOARD = flags.DEFINE_bool(
     'lp_dashboard', False,
     'Serve a web dashboard of the launched program on a loopback port (its address and token are '

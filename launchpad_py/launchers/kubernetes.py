@@ -109,7 +109,8 @@ def launch_kubernetes(program: Program, options: LaunchOptions) -> ProgramContro
         raise errors.ProgramError('kubernetes always serializes nodes to ship them to their pods; '
                                   'leave serialize_py_nodes unset')
     k8s = kubernetes_options(options)
-    resources = resources_of_groups(list(program.groups), options.local_resources or {})
+    resources = resources_of_groups(list(program.groups), options.local_resources or {},
+                                    flags.value_or_default(flags.K8S_IMAGE))
     renderer = Renderer(program, resources, k8s, options.grace)
     if k8s.manifests_dir:
         return _dry_run(program, renderer, k8s.manifests_dir, options.grace)

@@ -86,18 +86,33 @@ class Cluster:
             if os.environ.get('KUBERNETES_SERVICE_HOST'):
                 kubernetes.config.load_incluster_config()
             else:
-                kubernetes.config.load_kube_config(context=context)
+                # KUBECONFIG as it is now: the client reads it only once, on import.
+                kubernetes.config.load_kube_config(config_file=os.environ.get('KUBECONFIG'),
+                                                   context=context)
         except Exception as exc:
             raise errors.LaunchError(
                 f'cannot reach a Kubernetes cluster: {type(exc).__name__}: {exc}. Set KUBECONFIG '
                 'or ~/.kube/config (kubectl must work), or run the launcher in a pod') from exc
         self._api = kubernetes.client.ApiClient()
+        self._streams: set[_Lines] = set()  # Open watches and logs, ended by close().
+        self._lock = threading.Lock()
         self.host = self._api.configuration.host
         self.core = kubernetes.client.CoreV1Api(self._api)
         self.batch = kubernetes.client.BatchV1Api(self._api)
 
     def close(self) -> None:
+        """Ends every open watch and log stream, also where a thread is blocked reading it."""
+        with self._lock:
+            streams, self._streams = list(self._streams), set()
+        for stream in streams:
+            stream.close()
         self._api.close()
+
+    def _opened(self, response) -> _Lines:
+        lines = _Lines(response)
+        with self._lock:
+            self._streams.add(lines)
+        return lines
 
     def route_address(self) -> str:
         """This machine's address on the route to the API server (pods usually reach it too)."""
@@ -143,7 +158,7 @@ class Cluster:
     def follow_log(self, pod: str) -> _Lines:
         response = self.core.read_namespaced_pod_log(pod, self.namespace, follow=True,
                                                      _preload_content=False)
-        return _Lines(_raw(response))
+        return self._opened(_raw(response))
 
     def watch_pods(self, selector: str, on_event: Callable[[str, dict], None],
                    stopped: threading.Event) -> None:
@@ -171,7 +186,7 @@ class Cluster:
         response = _raw(self.core.list_namespaced_pod(
             self.namespace, label_selector=selector, watch=True, resource_version=version,
             timeout_seconds=WATCH_S, _preload_content=False, _request_timeout=(10, WATCH_S + 10)))
-        lines = _Lines(response)
+        lines = self._opened(response)
         try:
             while not stopped.is_set():
                 line = lines.readline()
@@ -184,6 +199,8 @@ class Cluster:
                 on_event(event['type'], event['object'])
         finally:
             lines.close()
+            with self._lock:
+                self._streams.discard(lines)
         return version
 
 

@@ -81,9 +81,9 @@ class Deployment:
             starter.close()
         if self.owner is not None:
             self.cluster.delete_job(self.names.program)
+        self.cluster.close()
         for thread in self._threads:
             thread.join(10)
-        self.cluster.close()
 
 
 def _waiting_reason(pod: dict) -> str | None:

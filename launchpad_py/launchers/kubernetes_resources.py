@@ -145,15 +145,19 @@ class KubernetesOptions:
         return cls(**given)
 
 
-def resources_of_groups(groups: list[str], given: Mapping[str, Any]) -> dict[str, KubernetesResources]:
-    """Each group's ``KubernetesResources``; every group needs one (its image at least)."""
+def resources_of_groups(groups: list[str], given: Mapping[str, Any],
+                        default_image: str | None = None) -> dict[str, KubernetesResources]:
+    """Each group's ``KubernetesResources``; a group without one runs ``default_image`` as it is."""
     resources = {}
     for group in groups:
         spec = given.get(group)
+        if spec is None and default_image:
+            spec = KubernetesResources(image=default_image)
         if spec is None:
             raise errors.ResourcesError(
                 f"group {group!r} has no image: pass resources={{{group!r}: "
-                f"lp.KubernetesResources(image='registry/team/agent:1.2')}} to lp.launch")
+                f"lp.KubernetesResources(image='registry/team/agent:1.2')}} to lp.launch, or "
+                f"name an image for every group with --lp_k8s_image")
         if not isinstance(spec, KubernetesResources):
             raise errors.ResourcesError(f'resources[{group!r}] must be lp.KubernetesResources(...) '
                                         f'for kubernetes (got {spec!r})')

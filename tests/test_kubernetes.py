@@ -1,0 +1,180 @@
+"""The Kubernetes launcher against a fake API server over real HTTP, driven by the official client.
+
+No Kubernetes API server can run here: ``fake_kube`` implements exactly the
+calls the launcher makes, and its kubelet runs each pod's container command
+as a real process in a network-namespace host (h1..h3), so nodes really dial
+back, serve and call each other. Real-cluster and podman runs are elsewhere
+(test_kubernetes_podman.py, test_kubernetes_cluster.py).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+
+import pytest
+
+import launchpad_py as lp
+from conftest import REPO, needs_ssh_hosts, wait_for
+from fake_kube import IMAGE, FakeCluster, FakeNode
+from kubernetes_nodes import image_for_every_group, options, print_and_wait, print_then_crash
+from nodes_for_tests import Pinger, serve_forever
+
+pytest.importorskip('kubernetes', reason="the [kubernetes] extra is not installed "
+                                         "(pip install 'launchpad_py[kubernetes]')")
+PROGRAM_LABEL = 'launchpad-py/program'
+
+
+@pytest.fixture
+def cluster(tmp_path, monkeypatch):
+    """A fake cluster with three nodes, h1..h3 (h3 has GPUs and the label pool=a100)."""
+    nodes = [FakeNode('h1', netns='lp-h1'), FakeNode('h2', netns='lp-h2'),
+             FakeNode('h3', labels={'pool': 'a100'}, gpus=2, netns='lp-h3')]
+    with FakeCluster(str(tmp_path), nodes) as fake:
+        monkeypatch.setenv('KUBECONFIG', fake.kubeconfig)
+        yield fake
+
+
+@needs_ssh_hosts
+def test_pods_serve_and_stop_deletes_every_object(cluster):
+    """Pods serve calls; statuses show pod names; objects are labelled, owned; stop deletes all."""
+    program = lp.Program('served')
+    pinger = program.add_node(lp.CourierNode(Pinger), label='pinger')
+    program.add_node(lp.PyNode(serve_forever), label='waiter')
+    with lp.launch(program, launch_type='kubernetes', resources=image_for_every_group(program),
+                   kubernetes_options=options(namespace='research')) as controller:
+        assert pinger.dereference().ping(5) == ('pong', 5)
+        hosts = sorted(s.host for s in controller.statuses())
+        root = hosts[0].rsplit('-', 2)[0]
+        assert hosts == [f'{root}-pinger-0', f'{root}-waiter-0']
+        assert cluster.objects() == [('Job', root), ('Pod', hosts[0]), ('Pod', hosts[1]),
+                                     ('Secret', f'{hosts[0]}-boot'), ('Secret', f'{hosts[1]}-boot')]
+        (job,), _ = cluster.store.list('jobs', 'research')
+        for resource in ('pods', 'secrets'):
+            items, _ = cluster.store.list(resource, 'research')
+            for item in items:
+                assert item['metadata']['labels'][PROGRAM_LABEL] == root
+                assert [r['uid'] for r in item['metadata']['ownerReferences']] == [
+                    job['metadata']['uid']]
+    assert cluster.objects() == []
+    assert {s.state for s in controller.statuses()} == {lp.NodeState.STOPPED}
+
+
+@needs_ssh_hosts
+def test_program_secret_only_in_its_own_pod_secret(cluster):
+    """The program secret is in each node's Secret, mounted only into that node's pod."""
+    from launchpad_py.courier import auth
+    program = lp.Program('secretive')
+    pinger = program.add_node(lp.CourierNode(Pinger), label='pinger')
+    program.add_node(lp.PyNode(serve_forever), label='waiter')
+    with lp.launch(program, launch_type='kubernetes', resources=image_for_every_group(program),
+                   kubernetes_options=options()):
+        secret = auth.secret_for(pinger.address.resolve()).hex()
+        pods, _ = cluster.store.list('pods', 'default')
+        secrets, _ = cluster.store.list('secrets', 'default')
+        for pod in pods:
+            assert secret not in json.dumps(pod)
+            (volume,) = pod['spec']['volumes']
+            assert volume['secret']['secretName'] == pod['metadata']['name'] + '-boot'
+        for item in secrets:
+            boot = json.loads(base64.b64decode(item['data']['bootstrap.json']))
+            assert boot['secret'] == secret
+
+
+@needs_ssh_hosts
+def test_crashed_container_fails_wait_with_its_log_tail(cluster):
+    """A container that dies hard fails wait() with its exit code and the tail of its log."""
+    program = lp.Program('crashing')
+    program.add_node(lp.CourierNode(Pinger), label='pinger')
+    program.add_node(lp.PyNode(print_then_crash, 3), label='crasher')
+    controller = lp.launch(program, launch_type='kubernetes',
+                           resources=image_for_every_group(program), kubernetes_options=options())
+    with pytest.raises(lp.NodeFailedError, match=r"'crasher'.*connection to \S+-crasher-0 ended "
+                                                 r"\(exited with code 3\)") as info:
+        controller.wait(timeout=60)
+    assert 'about to crash hard' in info.value.remote_traceback
+    wait_for(lambda: cluster.objects() == [], timeout=15, what='every object to be deleted')
+
+
+@needs_ssh_hosts
+@pytest.mark.skipif(not shutil.which('kubectl'), reason='kubectl is not installed')
+def test_kubectl_logs_shows_each_node_output(cluster):
+    """`kubectl logs POD` (the real kubectl, against the fake API) shows that node's output."""
+    program = lp.Program('logged')
+    program.add_node(lp.PyNode(print_and_wait, 'hello from the talker'), label='talker')
+    program.add_node(lp.PyNode(print_and_wait, 'hello from the other'), label='other')
+    with lp.launch(program, launch_type='kubernetes', resources=image_for_every_group(program),
+                   kubernetes_options=options()) as controller:
+        for status in controller.statuses():
+            def logged() -> str:
+                done = subprocess.run(['kubectl', 'logs', status.host], capture_output=True,
+                                      text=True, timeout=30)
+                return done.stdout if f'hello from the {status.label}' in done.stdout else ''
+            assert wait_for(logged, timeout=30, what=f'the log of {status.host}').splitlines() == [
+                f'hello from the {status.label}']
+
+
+@pytest.mark.parametrize('fields, reason', [
+    ({'gpus': 4}, 'Unschedulable: 0/3 nodes are available: Insufficient nvidia.com/gpu.'),
+    ({'node_selector': {'pool': 'v100'}}, "Unschedulable: 0/3 nodes are available: 3 node(s) "
+                                          "didn't match Pod's node affinity/selector."),
+    ({'image': 'registry.invalid/none:1'}, 'ImagePullBackOff: Back-off pulling image'),
+])
+def test_pending_pod_is_reported_with_the_reason(cluster, fields, reason):
+    """A pod that cannot start fails the launch with the scheduler's or kubelet's reason."""
+    from launchpad_py.launchers.kubernetes import launch_kubernetes
+    from launchpad_py.launchers.options import LaunchOptions
+    program = lp.Program('pending')
+    program.add_node(lp.PyNode(serve_forever), label='learner')
+    spec = lp.KubernetesResources(**{'image': IMAGE, **fields})
+    launch_options = LaunchOptions(local_resources={'learner': spec}, ready_timeout=3, grace=1,
+                                   launcher_options=options())
+    with pytest.raises(lp.LaunchError) as info:
+        launch_kubernetes(program, launch_options)
+    assert "nodes ['learner/0'] did not become ready within 3s" in str(info.value)
+    assert reason in str(info.value)
+    wait_for(lambda: cluster.objects() == [], timeout=15, what='every object to be deleted')
+
+
+@needs_ssh_hosts
+def test_launcher_killed_leaves_no_object_and_no_process(cluster):
+    """SIGKILL the launcher: nodes end at once, the lease runs out, the GC deletes everything."""
+    launcher = subprocess.Popen(
+        [sys.executable, os.path.join(REPO, 'tests', 'kubernetes_nodes.py'), '3'], cwd=REPO,
+        stdout=subprocess.PIPE, text=True,
+        env={**os.environ, 'PYTHONPATH': os.path.join(REPO, 'tests')})
+    line = launcher.stdout.readline()
+    assert line, 'the launcher ended before its pods were ready'
+    pods = json.loads(line)
+    assert len(pods) == 2 and len(cluster.objects()) == 5
+    launcher.send_signal(signal.SIGKILL)
+    launcher.wait(timeout=10)
+    launcher.stdout.close()
+    wait_for(lambda: all(p['status']['phase'] == 'Failed'
+                         for p in cluster.store.list('pods', 'default')[0]),
+             timeout=15, what='both pods to end')
+    assert [kind for kind, _ in cluster.objects()].count('Job') == 1  # Until the lease runs out.
+    wait_for(lambda: cluster.objects() == [], timeout=20, what='the lease to run out')
+
+
+@needs_ssh_hosts
+def test_parameter_server_example_runs_against_the_fake_api(cluster, tmp_path):
+    """The parameter-server example (two replicas) runs as pods and measures its queries."""
+    from examples.parameter_server.program import make_program
+    result_path = tmp_path / 'result.json'
+    program = make_program('replicated', num_requesters=3, duration_s=1.0,
+                           result_path=str(result_path))
+    controller = lp.launch(program, launch_type='kubernetes',
+                           resources=image_for_every_group(program, cpu='500m', memory='512Mi'),
+                           kubernetes_options=options())
+    assert len(controller.statuses()) == 2 + 1 + 3 + 1
+    controller.wait(timeout=120)
+    result = json.loads(result_path.read_text())
+    assert result['num_requesters'] == 3 and result['queries'] > 0
+    assert result['newest_version'] > 0  # The writer moved the parameters meanwhile.
+    wait_for(lambda: cluster.objects() == [], timeout=15, what='every object to be deleted')
