@@ -21,7 +21,7 @@ import pytest
 
 import launchpad_py as lp
 from conftest import REPO, needs_ssh_hosts, wait_for
-from fake_kube import IMAGE, FakeCluster, FakeNode
+from fake_kube import IMAGE
 from kubernetes_nodes import image_for_every_group, options, print_and_wait, print_then_crash
 from nodes_for_tests import Pinger, serve_forever
 
@@ -31,13 +31,8 @@ PROGRAM_LABEL = 'launchpad-py/program'
 
 
 @pytest.fixture
-def cluster(tmp_path, monkeypatch):
-    """A fake cluster with three nodes, h1..h3 (h3 has GPUs and the label pool=a100)."""
-    nodes = [FakeNode('h1', netns='lp-h1'), FakeNode('h2', netns='lp-h2'),
-             FakeNode('h3', labels={'pool': 'a100'}, gpus=2, netns='lp-h3')]
-    with FakeCluster(str(tmp_path), nodes) as fake:
-        monkeypatch.setenv('KUBECONFIG', fake.kubeconfig)
-        yield fake
+def cluster(kubernetes_cluster):
+    return kubernetes_cluster
 
 
 @needs_ssh_hosts
