@@ -127,8 +127,9 @@ def pod(names: Names, options: KubernetesOptions, label: str, index: int,
         'enableServiceLinks': False,
         'automountServiceAccountToken': options.service_account is not None,
         'containers': [_container(spec, hide_gpus)],
+        # optional: false is the default; written out because podman 4.3 needs it set.
         'volumes': [{'name': 'bootstrap', 'secret': {'secretName': names.secret(label, index),
-                                                     'defaultMode': 0o400}}],
+                                                     'defaultMode': 0o400, 'optional': False}}],
     }
     if options.service_account:
         pod_spec['serviceAccountName'] = options.service_account

@@ -15,6 +15,7 @@ import os
 import threading
 
 from fake_kube.kubelet import FakeNode, Kubelet
+from fake_kube.runtimes import ProcessRuntime
 from fake_kube.server import ApiServer
 from fake_kube.store import Store
 
@@ -27,9 +28,10 @@ class FakeCluster:
     """Store, controllers and API server of one fake cluster; a context manager."""
 
     def __init__(self, workdir: str, nodes: list[FakeNode], namespaces=('default', 'research'),
-                 images=(IMAGE,)):
+                 images=(IMAGE,), runtime=None):
         self.store = Store(namespaces)
-        self.kubelet = Kubelet(self.store, nodes, set(images), workdir)
+        self.kubelet = Kubelet(self.store, nodes, set(images), workdir,
+                               runtime or ProcessRuntime())
         self.server = ApiServer(self.store, self.kubelet)
         self._thread = threading.Thread(target=self.server.serve_forever, name='fake-kube-api',
                                         daemon=True)

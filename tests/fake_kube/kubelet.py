@@ -1,12 +1,11 @@
 """The fake cluster's controllers: scheduler, kubelet, Job deadline and TTL-after-finished.
 
-The "image" is this machine's Python environment and the repository (the
-kubelet puts them first on PATH and PYTHONPATH), so a container's command
-runs as a real local process: in the network namespace of its fake node
-(``ip netns exec lp-h1``) when it has one. A Secret volume is written to a
-directory of the pod's, and environment values under its mount path point
-there instead (the fake cannot mount). Deleting a pod sends its process
-group SIGTERM, then SIGKILL after ``gracePeriodSeconds``.
+The scheduler places a pod on the first node whose labels match its
+``nodeSelector`` and that has the GPUs it asks for, or marks it Unschedulable
+with the scheduler's message; an image the cluster lacks leaves it in
+ImagePullBackOff. The kubelet runs containers with a runtime of
+``runtimes.py`` (local processes, or podman) in the node's network namespace,
+and ends them when their pod is deleted (SIGTERM, then SIGKILL after the grace).
 """
 
 from __future__ import annotations
@@ -15,15 +14,12 @@ import base64
 import dataclasses
 import datetime
 import os
-import signal
 import subprocess
-import sys
 import threading
 import time
 
 from fake_kube.store import ApiError, Store, now
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 @dataclasses.dataclass
@@ -58,9 +54,12 @@ class LogSource:
 class Kubelet:
     """Schedules pods on ``nodes``, runs their containers, and runs the Job controllers."""
 
-    def __init__(self, store: Store, nodes: list[FakeNode], images: set[str], workdir: str):
+    def __init__(self, store: Store, nodes: list[FakeNode], images: set[str], workdir: str,
+                 runtime):
         self.store, self.nodes, self.images, self.workdir = store, nodes, images, workdir
-        self._processes: dict[tuple[str, str], subprocess.Popen] = {}
+        #: Runs containers: ``runtimes.ProcessRuntime()`` or ``runtimes.PodmanRuntime()``.
+        self.runtime = runtime
+        self._handles: dict[tuple[str, str], object] = {}
         self._ended: dict[tuple[str, str], threading.Event] = {}
         self._lock = threading.Lock()
         self._closing = threading.Event()
@@ -119,64 +118,46 @@ class Kubelet:
             return
         self._start(pod, node)
 
-    def _environment(self, pod: dict, mounts: dict[str, str]) -> dict[str, str]:
-        env = {'PATH': f'{os.path.dirname(sys.executable)}:/usr/bin:/bin',
-               'PYTHONPATH': f'{REPO}:{REPO}/tests', 'HOME': self.workdir}
-        for item in pod['spec']['containers'][0].get('env') or ():
-            value = item['value']
-            for mount_path, local in mounts.items():
-                if value.startswith(mount_path):
-                    value = local + value[len(mount_path):]
-            env[item['name']] = value
-        return env
-
-    def _mount_secrets(self, pod: dict, directory: str) -> dict[str, str]:
-        mounts = {}
+    def _secret_files(self, pod: dict) -> dict[str, dict[str, bytes]]:
+        """Per mount path, the files of the Secret mounted there (as the kubelet reads them)."""
         volumes = {v['name']: v for v in pod['spec'].get('volumes') or ()}
+        files = {}
         for mount in pod['spec']['containers'][0].get('volumeMounts') or ():
-            secret = volumes[mount['name']]['secret']
-            data = self.store.get('secrets', pod['metadata']['namespace'],
-                                  secret['secretName'])['data']
-            local = os.path.join(directory, mount['name'])
-            os.makedirs(local)
-            for key, value in data.items():
-                with open(os.open(os.path.join(local, key), os.O_WRONLY | os.O_CREAT,
-                                  secret.get('defaultMode', 0o644)), 'wb') as out:
-                    out.write(base64.b64decode(value))
-            mounts[mount['mountPath']] = local
-        return mounts
+            secret = volumes[mount['name']]['secret']['secretName']
+            data = self.store.get('secrets', pod['metadata']['namespace'], secret)['data']
+            files[mount['mountPath']] = {k: base64.b64decode(v) for k, v in data.items()}
+        return files
 
     def _start(self, pod: dict, node: FakeNode) -> None:
         meta = pod['metadata']
         key = (meta['namespace'], meta['name'])
         directory = os.path.join(self.workdir, meta['uid'])
         os.makedirs(directory)
-        env = self._environment(pod, self._mount_secrets(pod, directory))
-        container = pod['spec']['containers'][0]
-        argv = list(container['command'])
-        if node.netns:
-            argv = ['ip', 'netns', 'exec', node.netns] + argv
-        with open(os.path.join(directory, 'log'), 'wb') as log:
-            process = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=log,
-                                       stderr=subprocess.STDOUT, start_new_session=True,
-                                       cwd=container.get('workingDir') or REPO)
+        try:
+            handle = self.runtime.start(pod, node.netns, self._secret_files(pod), directory,
+                                        os.path.join(directory, 'log'))
+        except (ApiError, subprocess.CalledProcessError) as exc:
+            message = getattr(exc, 'stderr', None) or str(exc)
+            self._set_status(pod, phase='Pending', containerStatuses=[{'name': 'node', 'state': {
+                'waiting': {'reason': 'CreateContainerError', 'message': message.strip()}}}])
+            return
         with self._lock:
-            self._processes[key] = process
+            self._handles[key] = handle
             self._ended[key] = threading.Event()
-        self._set_status(pod, phase='Running', conditions=[{'type': 'PodScheduled', 'status': 'True'}],
+        self.store.update('pods', *key, lambda obj: obj['spec'].update(nodeName=node.name))
+        self._set_status(pod, phase='Running', conditions=[{'type': 'PodScheduled',
+                                                            'status': 'True'}],
                          containerStatuses=[{'name': 'node', 'state': {
                              'running': {'startedAt': now()}}}])
-        self.store.update('pods', *key, lambda obj: obj['spec'].update(nodeName=node.name))
-        threading.Thread(target=self._reap, args=(pod, key, process),
+        threading.Thread(target=self._reap, args=(pod, key, handle),
                          name=f'fake-kube-{meta["name"]}', daemon=True).start()
 
-    def _reap(self, pod: dict, key, process: subprocess.Popen) -> None:
-        code = process.wait()
+    def _reap(self, pod: dict, key, handle) -> None:
+        code = handle.wait()
         self._ended[key].set()
-        reason = 'Completed' if code == 0 else 'Error'
         self._set_status(pod, phase='Succeeded' if code == 0 else 'Failed', containerStatuses=[
             {'name': 'node', 'state': {'terminated': {
-                'exitCode': code if code >= 0 else 128 - code, 'reason': reason}}}])
+                'exitCode': code, 'reason': 'Completed' if code == 0 else 'Error'}}}])
 
     def log_source(self, namespace: str, name: str) -> LogSource:
         pod = self.store.get('pods', namespace, name)
@@ -190,10 +171,10 @@ class Kubelet:
     def _pod_deleted(self, pod: dict) -> None:
         key = (pod['metadata']['namespace'], pod['metadata']['name'])
         with self._lock:
-            process = self._processes.get(key)
-        if process is not None and process.poll() is None:
+            handle, ended = self._handles.get(key), self._ended.get(key)
+        if handle is not None and not ended.is_set():
             grace = pod['spec'].get('terminationGracePeriodSeconds', 30)
-            threading.Thread(target=_terminate, args=(process, grace),
+            threading.Thread(target=handle.terminate, args=(grace,),
                              name=f'fake-kube-kill-{key[1]}', daemon=True).start()
 
     # -- Job controller (deadline) and TTL-after-finished controller -------------------
@@ -220,13 +201,13 @@ class Kubelet:
                                   lambda obj: obj['status'].update(startTime=now()))
 
     def close(self) -> None:
+        """Stops the controllers and ends every container still running."""
         self._closing.set()
         self._thread.join(10)
         with self._lock:
-            processes = list(self._processes.values())
-        for process in processes:
-            if process.poll() is None:
-                _terminate(process, 0)
+            running = [h for key, h in self._handles.items() if not self._ended[key].is_set()]
+        for handle in running:
+            handle.terminate(0)
 
 
 def _seconds_since(timestamp: str) -> float:
@@ -234,15 +215,3 @@ def _seconds_since(timestamp: str) -> float:
         tzinfo=datetime.timezone.utc)
     return time.time() - then.timestamp()
 
-
-def _terminate(process: subprocess.Popen, grace: float) -> None:
-    for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 10)):
-        try:
-            os.killpg(process.pid, sig)
-        except ProcessLookupError:
-            return
-        try:
-            process.wait(wait)
-            return
-        except subprocess.TimeoutExpired:
-            continue
