@@ -158,6 +158,41 @@ def test_launcher_killed_leaves_no_object_and_no_process(cluster):
 
 
 @needs_ssh_hosts
+def test_lease_is_extended_while_the_launcher_lives(cluster):
+    """The root Job's deadline keeps moving while the launcher runs, so it never fails."""
+    program = lp.Program('leased')
+    program.add_node(lp.PyNode(serve_forever), label='waiter')
+    with lp.launch(program, launch_type='kubernetes', resources=image_for_every_group(program),
+                   kubernetes_options=options(lease_seconds=2)):
+        def patched() -> int:
+            return sum(call[:2] == ('PATCH', 'jobs') for call in cluster.server.calls)
+        wait_for(lambda: patched() >= 4, timeout=30, what='four lease extensions')
+        (job,), _ = cluster.store.list('jobs', 'default')
+        assert job['spec']['activeDeadlineSeconds'] > 2 + 2  # Beyond its first deadline.
+        assert not job['status'].get('conditions')  # Not failed: the pods still run.
+        assert [p['status']['phase'] for p in cluster.store.list('pods', 'default')[0]] == [
+            'Running']
+
+
+@needs_ssh_hosts
+def test_pod_deleted_by_someone_else_fails_the_program(cluster):
+    """`kubectl delete pod` (here: the API call it makes) fails the program, naming the pod."""
+    from kubernetes import client, config
+    program = lp.Program('evicted')
+    program.add_node(lp.PyNode(serve_forever), label='victim')
+    program.add_node(lp.PyNode(serve_forever), label='bystander')
+    controller = lp.launch(program, launch_type='kubernetes',
+                           resources=image_for_every_group(program), kubernetes_options=options())
+    (victim,) = [s.host for s in controller.statuses() if s.label == 'victim']
+    config.load_kube_config(config_file=cluster.kubeconfig)
+    client.CoreV1Api().delete_namespaced_pod(victim, 'default')
+    with pytest.raises(lp.NodeFailedError,
+                       match=rf"'victim'.*pod {victim} was deleted while the program ran"):
+        controller.wait(timeout=60)
+    wait_for(lambda: cluster.objects() == [], timeout=15, what='every object to be deleted')
+
+
+@needs_ssh_hosts
 def test_parameter_server_example_runs_against_the_fake_api(cluster, tmp_path):
     """The parameter-server example (two replicas) runs as pods and measures its queries."""
     from examples.parameter_server.program import make_program

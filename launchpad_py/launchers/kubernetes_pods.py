@@ -120,6 +120,8 @@ class PodStarter(Starter):
         self._log_lock = threading.Lock()
         self._code: int | None = None
         self._how: str | None = None
+        self._taken: str | None = None
+        self._terminating = False
         self._ended = threading.Event()
 
     def start(self, boot: dict, sink) -> None:
@@ -146,6 +148,11 @@ class PodStarter(Starter):
         if terminated is not None:
             self._code = terminated.get('exitCode')
             self._how = terminated.get('reason')
+        elif phase == 'Failed' or kind == 'DELETED':  # Evicted, or deleted by someone.
+            self._how = (pod.get('status') or {}).get('reason') or kind.lower()
+        deleting = kind == 'DELETED' or pod['metadata'].get('deletionTimestamp')
+        if deleting and not self._terminating and not self._deployment._finished.is_set():
+            self._taken = f'pod {self.pod_name} was deleted while the program ran'
         if phase in ('Succeeded', 'Failed') or kind == 'DELETED':
             self._ended.set()
 
@@ -167,11 +174,15 @@ class PodStarter(Starter):
 
     def describe_exit(self, code: int | None) -> str:
         if code is None:
-            return f'pod {self.pod_name} ended without an exit code'
+            return f'pod {self.pod_name} ended without an exit code: {self._how or "unknown"}'
         how = node_process.describe_exit(code)
         return f'{how}, {self._how}' if self._how and self._how not in ('Error', 'Completed') else how
 
+    def taken_away(self) -> str | None:
+        return self._taken
+
     def terminate(self) -> bool:
+        self._terminating = True
         if self._created and not self._ended.is_set():
             self._deployment.cluster.delete_pod(self.pod_name)
         return self._created

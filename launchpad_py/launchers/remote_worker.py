@@ -56,6 +56,11 @@ class Starter(abc.ABC):
         """How the node's process ended, for failure messages (``'exited with code 3'``)."""
         return node_process.describe_exit(code)
 
+    def taken_away(self) -> str | None:
+        """Why the scheduler ended the node though the launcher did not ask (a pod deleted,
+        evicted, preempted), which fails it even if it then ended cleanly; None if it did not."""
+        return None
+
 
 class CommandStarter(Starter):
     """A local command (ssh, srun) whose stdin carries the bootstrap and whose stdout the output.
@@ -199,6 +204,9 @@ class RemoteWorker(Worker):
         self._channel_closed.wait(5 if self._channel is not None else 0)
         self._sink.close()
         failure = self._failure
+        taken = self._starter.taken_away()
+        if failure is None and taken is not None:
+            failure = FailureReport(taken, f'{taken}\n--- output tail ---\n{self._sink.tail()}')
         if failure is None and not self._finished:
             how = self._starter.describe_exit(code)
             if self._channel is None:

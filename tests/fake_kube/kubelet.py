@@ -93,6 +93,11 @@ class Kubelet:
             return f'0/{len(self.nodes)} nodes are available: Insufficient nvidia.com/gpu.'
         return None
 
+    def _container(self, pod: dict, state: dict) -> list[dict]:
+        """``containerStatuses`` with the fields the API requires (the client checks them)."""
+        return [{'name': 'node', 'image': pod['spec']['containers'][0]['image'], 'imageID': '',
+                 'ready': 'running' in state, 'restartCount': 0, 'state': state}]
+
     def _set_status(self, pod: dict, **status) -> None:
         meta = pod['metadata']
         try:
@@ -112,9 +117,9 @@ class Kubelet:
             n.labels.get(k) == v for k, v in (pod['spec'].get('nodeSelector') or {}).items()))
         image = pod['spec']['containers'][0]['image']
         if image not in self.images:
-            self._set_status(pod, phase='Pending', containerStatuses=[{'name': 'node', 'state': {
+            self._set_status(pod, phase='Pending', containerStatuses=self._container(pod, {
                 'waiting': {'reason': 'ImagePullBackOff',
-                            'message': f'Back-off pulling image "{image}"'}}}])
+                            'message': f'Back-off pulling image "{image}"'}}))
             return
         self._start(pod, node)
 
@@ -138,8 +143,8 @@ class Kubelet:
                                         os.path.join(directory, 'log'))
         except (ApiError, subprocess.CalledProcessError) as exc:
             message = getattr(exc, 'stderr', None) or str(exc)
-            self._set_status(pod, phase='Pending', containerStatuses=[{'name': 'node', 'state': {
-                'waiting': {'reason': 'CreateContainerError', 'message': message.strip()}}}])
+            self._set_status(pod, phase='Pending', containerStatuses=self._container(pod, {
+                'waiting': {'reason': 'CreateContainerError', 'message': message.strip()}}))
             return
         with self._lock:
             self._handles[key] = handle
@@ -147,17 +152,17 @@ class Kubelet:
         self.store.update('pods', *key, lambda obj: obj['spec'].update(nodeName=node.name))
         self._set_status(pod, phase='Running', conditions=[{'type': 'PodScheduled',
                                                             'status': 'True'}],
-                         containerStatuses=[{'name': 'node', 'state': {
-                             'running': {'startedAt': now()}}}])
+                         containerStatuses=self._container(pod, {
+                             'running': {'startedAt': now()}}))
         threading.Thread(target=self._reap, args=(pod, key, handle),
                          name=f'fake-kube-{meta["name"]}', daemon=True).start()
 
     def _reap(self, pod: dict, key, handle) -> None:
         code = handle.wait()
         self._ended[key].set()
-        self._set_status(pod, phase='Succeeded' if code == 0 else 'Failed', containerStatuses=[
-            {'name': 'node', 'state': {'terminated': {
-                'exitCode': code, 'reason': 'Completed' if code == 0 else 'Error'}}}])
+        self._set_status(pod, phase='Succeeded' if code == 0 else 'Failed',
+                         containerStatuses=self._container(pod, {'terminated': {
+                             'exitCode': code, 'reason': 'Completed' if code == 0 else 'Error'}}))
 
     def log_source(self, namespace: str, name: str) -> LogSource:
         pod = self.store.get('pods', namespace, name)
