@@ -28,6 +28,12 @@ def print_then_crash(code: int) -> None:
     os._exit(code)
 
 
+def ignore_stop() -> None:
+    """Never looks at the stop request: only deleting its pod ends it."""
+    import threading
+    threading.Event().wait()
+
+
 def print_and_wait(text: str) -> None:
     print(text, flush=True)
     lp.wait_for_stop()

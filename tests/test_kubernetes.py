@@ -16,13 +16,15 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
 import launchpad_py as lp
 from conftest import REPO, needs_ssh_hosts, wait_for
 from fake_kube import IMAGE
-from kubernetes_nodes import image_for_every_group, options, print_and_wait, print_then_crash
+from kubernetes_nodes import (ignore_stop, image_for_every_group, options, print_and_wait,
+                              print_then_crash)
 from nodes_for_tests import Pinger, serve_forever
 
 pytest.importorskip('kubernetes', reason="the [kubernetes] extra is not installed "
@@ -148,13 +150,16 @@ def test_launcher_killed_leaves_no_object_and_no_process(cluster):
     pods = json.loads(line)
     assert len(pods) == 2 and len(cluster.objects()) == 5
     launcher.send_signal(signal.SIGKILL)
+    killed = time.monotonic()
     launcher.wait(timeout=10)
     launcher.stdout.close()
     wait_for(lambda: all(p['status']['phase'] == 'Failed'
                          for p in cluster.store.list('pods', 'default')[0]),
              timeout=15, what='both pods to end')
+    print(f'both pods ended {time.monotonic() - killed:.2f}s after SIGKILL of the launcher')
     assert [kind for kind, _ in cluster.objects()].count('Job') == 1  # Until the lease runs out.
     wait_for(lambda: cluster.objects() == [], timeout=20, what='the lease to run out')
+    print(f'no object left {time.monotonic() - killed:.2f}s after SIGKILL (lease: 3 s)')
 
 
 @needs_ssh_hosts
@@ -208,3 +213,55 @@ def test_parameter_server_example_runs_against_the_fake_api(cluster, tmp_path):
     assert result['num_requesters'] == 3 and result['queries'] > 0
     assert result['newest_version'] > 0  # The writer moved the parameters meanwhile.
     wait_for(lambda: cluster.objects() == [], timeout=15, what='every object to be deleted')
+
+
+def _granted_by_the_documented_role() -> set[tuple[str, str]]:
+    """(resource, verb) pairs of the Role in docs/launchers.md."""
+    import yaml
+    with open(os.path.join(REPO, 'docs', 'launchers.md')) as doc:
+        text = doc.read()
+    block = text.split('### RBAC')[1].split('```yaml\n')[1].split('```')[0]
+    role = yaml.safe_load(block)
+    kubernetes_validate = pytest.importorskip('kubernetes_validate')
+    kubernetes_validate.validate(role, '1.29.0', strict=True)
+    return {(resource, verb) for rule in role['rules'] for resource in rule['resources']
+            for verb in rule['verbs']}
+
+
+@needs_ssh_hosts
+def test_documented_rbac_role_is_exactly_what_the_launcher_uses(cluster):
+    """Every call a launch makes (lease, logs, a pod killed after its grace) and no more."""
+    program = lp.Program('rbac')
+    program.add_node(lp.PyNode(ignore_stop), label='deaf')
+    controller = lp.launch(program, launch_type='kubernetes',
+                           resources=image_for_every_group(program),
+                           kubernetes_options=options(lease_seconds=2))
+    wait_for(lambda: ('PATCH', 'jobs', True, False, False) in cluster.server.calls, timeout=30,
+             what='a lease extension')
+    controller.stop(grace=1, timeout=60)
+    assert controller.killed_nodes == ['deaf/0']
+    verbs = {'POST': 'create', 'PATCH': 'patch', 'DELETE': 'delete'}
+    used = set()
+    for method, resource, named, log, watch in cluster.server.calls:
+        verb = verbs.get(method) or ('watch' if watch else 'get' if named else 'list')
+        used.add(('pods/log' if log else resource, verb))
+    assert used == _granted_by_the_documented_role()
+
+
+@needs_ssh_hosts
+def test_output_to_files_keeps_each_pod_log(cluster, capsys):
+    """terminal='output_to_files' writes each pod's log, and why it waited, to a file here."""
+    program = lp.Program('filed')
+    program.add_node(lp.PyNode(print_and_wait, 'written to a file'), label='writer')
+    with lp.launch(program, launch_type='kubernetes', resources=image_for_every_group(program),
+                   kubernetes_options=options(), terminal='output_to_files') as controller:
+        (pod,) = [s.host for s in controller.statuses()]
+        (path,) = [line.split(': ', 1)[1] for line in capsys.readouterr().out.splitlines()
+                   if line.startswith(f'  writer/0 ({pod}): ')]
+
+        def logged() -> bool:
+            with open(path) as log:
+                return 'written to a file' in log.read()
+
+        wait_for(logged, timeout=30, what='the pod log in its file')
+    assert os.path.exists(path)
