@@ -37,14 +37,22 @@ def cluster(kubernetes_cluster):
     return kubernetes_cluster
 
 
+def _launch_pinger_and_waiter(name: str, **option_fields):
+    """Launches a courier node and a waiting node; (controller, the pinger's handle)."""
+    program = lp.Program(name)
+    pinger = program.add_node(lp.CourierNode(Pinger), label='pinger')
+    program.add_node(lp.PyNode(serve_forever), label='waiter')
+    controller = lp.launch(program, launch_type='kubernetes',
+                           resources=image_for_every_group(program),
+                           kubernetes_options=options(**option_fields))
+    return controller, pinger
+
+
 @needs_ssh_hosts
 def test_pods_serve_and_stop_deletes_every_object(cluster):
     """Pods serve calls; statuses show pod names; objects are labelled, owned; stop deletes all."""
-    program = lp.Program('served')
-    pinger = program.add_node(lp.CourierNode(Pinger), label='pinger')
-    program.add_node(lp.PyNode(serve_forever), label='waiter')
-    with lp.launch(program, launch_type='kubernetes', resources=image_for_every_group(program),
-                   kubernetes_options=options(namespace='research')) as controller:
+    controller, pinger = _launch_pinger_and_waiter('served', namespace='research')
+    with controller:
         assert pinger.dereference().ping(5) == ('pong', 5)
         hosts = sorted(s.host for s in controller.statuses())
         root = hosts[0].rsplit('-', 2)[0]
@@ -66,11 +74,8 @@ def test_pods_serve_and_stop_deletes_every_object(cluster):
 def test_program_secret_only_in_its_own_pod_secret(cluster):
     """The program secret is in each node's Secret, mounted only into that node's pod."""
     from launchpad_py.courier import auth
-    program = lp.Program('secretive')
-    pinger = program.add_node(lp.CourierNode(Pinger), label='pinger')
-    program.add_node(lp.PyNode(serve_forever), label='waiter')
-    with lp.launch(program, launch_type='kubernetes', resources=image_for_every_group(program),
-                   kubernetes_options=options()):
+    controller, pinger = _launch_pinger_and_waiter('secretive')
+    with controller:
         secret = auth.secret_for(pinger.address.resolve()).hex()
         pods, _ = cluster.store.list('pods', 'default')
         secrets, _ = cluster.store.list('secrets', 'default')

@@ -34,6 +34,13 @@ def _quantity(value, what: str, owner: str) -> str | None:
     return value
 
 
+def _check_optional_strings(obj, names: tuple[str, ...], owner: str) -> None:
+    for name in names:
+        value = getattr(obj, name)
+        if value is not None and (not isinstance(value, str) or not value):
+            raise TypeError(f'{owner} {name} must be a non-empty string (got {value!r})')
+
+
 @dataclasses.dataclass(frozen=True)
 class KubernetesResources:
     """How the pods of one group run.
@@ -84,10 +91,7 @@ class KubernetesResources:
                 isinstance(k, str) and k.isidentifier() and isinstance(v, str)
                 for k, v in env.items()):
             raise TypeError(f'{owner} env must map variable names to strings (got {self.env!r})')
-        for name in ('python', 'workdir'):
-            value = getattr(self, name)
-            if value is not None and (not isinstance(value, str) or not value):
-                raise TypeError(f'{owner} {name} must be a non-empty string (got {value!r})')
+        _check_optional_strings(self, ('python', 'workdir'), owner)
 
     def container_resources(self) -> dict:
         """The container's ``resources``: requests, limits, and GPUs as ``nvidia.com/gpu``."""
@@ -129,11 +133,8 @@ class KubernetesOptions:
                 or self.lease_seconds < 2):
             raise ValueError(f"kubernetes_options 'lease_seconds' must be a whole number of "
                              f"seconds, 2 or more (got {self.lease_seconds!r})")
-        for name in ('launcher_address', 'manifests_dir', 'context'):
-            value = getattr(self, name)
-            if value is not None and (not isinstance(value, str) or not value):
-                raise TypeError(f'kubernetes_options {name!r} must be a non-empty string '
-                                f'(got {value!r})')
+        _check_optional_strings(self, ('launcher_address', 'manifests_dir', 'context'),
+                                'kubernetes_options')
 
     @classmethod
     def from_mapping(cls, given: Mapping[str, Any]) -> 'KubernetesOptions':
