@@ -270,3 +270,21 @@ def test_output_to_files_keeps_each_pod_log(cluster, capsys):
 
         wait_for(logged, timeout=30, what='the pod log in its file')
     assert os.path.exists(path)
+
+
+@needs_ssh_hosts
+def test_launcher_address_defaults_to_the_route_to_the_api_server(tmp_path, monkeypatch):
+    """Pods dial back to this machine's address on the route to the API server (here h2)."""
+    from launchpad_py.launchers.kubernetes_api import Cluster
+    kubeconfig = tmp_path / 'kubeconfig'
+    kubeconfig.write_text(json.dumps({
+        'apiVersion': 'v1', 'kind': 'Config', 'current-context': 'c',
+        'clusters': [{'name': 'c', 'cluster': {'server': 'https://10.250.0.12:6443'}}],
+        'users': [{'name': 'u', 'user': {'token': 't'}}],
+        'contexts': [{'name': 'c', 'context': {'cluster': 'c', 'user': 'u'}}]}))
+    monkeypatch.setenv('KUBECONFIG', str(kubeconfig))
+    cluster = Cluster('default')
+    try:
+        assert cluster.route_address() == '10.250.0.1'  # Found without sending anything.
+    finally:
+        cluster.close()

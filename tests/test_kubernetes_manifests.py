@@ -133,13 +133,18 @@ def test_bad_resources_and_options_are_named(make, message):
 
 
 def test_group_without_image_and_options_for_another_launcher_are_errors(tmp_path):
-    """A group without resources is named; kubernetes_options under ssh is refused."""
+    """A group without an image, or with another launcher's resources, is named; and
+    kubernetes_options under ssh is refused."""
     program = lp.Program('imageless')
     program.add_node(lp.PyNode(print), label='placed')
     program.add_node(lp.PyNode(print), label='forgotten')
     with pytest.raises(lp.ResourcesError, match="group 'forgotten' has no image"):
         lp.launch(program, launch_type='kubernetes',
                   resources={'placed': lp.KubernetesResources(image=IMAGE)},
+                  kubernetes_options={'manifests_dir': str(tmp_path)})
+    with pytest.raises(lp.ResourcesError, match=r"resources\['placed'\] must be "
+                                                r"lp.KubernetesResources\(...\) for kubernetes"):
+        lp.launch(program, launch_type='kubernetes', resources={'placed': lp.PythonProcess()},
                   kubernetes_options={'manifests_dir': str(tmp_path)})
     with pytest.raises(lp.ProgramError, match=r"kubernetes_options= belongs to "
                                               r"launch_type='kubernetes', but this launch is 'ssh'"):

@@ -2,8 +2,9 @@
 
 SSH, Slurm and Kubernetes differ only in how a process gets started on some
 host. A launcher module describes that with a ``Placement`` per node (the
-local command that starts it, e.g. ``ssh h1 python -m ...``) and calls
-``launch``; everything after the start lives here:
+local command that starts it, e.g. ``ssh h1 python -m ...``, or a ``Starter``
+where no local command reaches the node, e.g. a pod) and calls ``launch``;
+everything after the start lives here:
 
 1. Each node process (``remote_node.py``) reads its bootstrap (from its stdin,
    or for a pod from a mounted Secret; see ``Starter``),
@@ -13,7 +14,7 @@ local command that starts it, e.g. ``ssh h1 python -m ...``) and calls
 2. Once every node has reported, the launcher fills the address table
    (late binding: nobody knows a node's address before it is placed),
    ships each node its executable, and the nodes build, serve and report ready.
-3. Logs come back through the starter's stdout. The launcher sends a
+3. Logs come back through the starter (ssh's stdout, a pod's log). The launcher sends a
    heartbeat every second; a node whose channel, heartbeat or stdin ends
    kills its own process group.
 """
