@@ -149,7 +149,7 @@ class RemoteWorker(Worker):
     def host(self) -> str:
         return self.placement.host
 
-    def bootstrap(self) -> dict:
+    def _bootstrap(self) -> dict:
         """What the node needs to dial back: control address and key, program secret, its id."""
         control = self._setup.control_for(self.placement.launcher_ip)
         return {'control': list(control.address), 'key': control.key.hex(),
@@ -159,7 +159,7 @@ class RemoteWorker(Worker):
 
     def start(self) -> None:
         try:
-            self._starter.start(self.bootstrap(), self._sink)
+            self._starter.start(self._bootstrap(), self._sink)
         except OSError as exc:
             raise errors.LaunchError(f'cannot start node {self.name} on {self.host}: {exc}') from exc
         threading.Thread(target=self._wait_for_exit, name=f'lp-wait-{self.name}',
