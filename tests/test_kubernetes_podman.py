@@ -75,6 +75,10 @@ def _build_image(context: str) -> str:
         out.write(CONTAINERFILE)
     # No network while building: podman's default network would turn on IP forwarding.
     podman('build', '--network', 'none', '-q', '-t', tag, context, timeout=600)
+    older = podman('images', '--filter', 'reference=localhost/lp-k8s-test', '--format',
+                   '{{.Repository}}:{{.Tag}}').stdout.split()
+    for stale in set(older) - {tag}:  # Images of earlier code: one is enough to keep.
+        podman('rmi', stale, check=False)
     return tag
 
 
