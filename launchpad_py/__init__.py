@@ -53,6 +53,7 @@ from launchpad_py.launchers import ProgramController
 from launchpad_py.launchers import PythonProcess
 from launchpad_py.launchers import SlurmResources
 from launchpad_py.launchers import SshHost
+from launchpad_py.launchers import KubernetesResources
 from launchpad_py.launchers import is_local_launch
 from launchpad_py.launchers import is_local_launch_or_test
 from launchpad_py.launchers import launch

@@ -30,9 +30,16 @@ needs_slurm = pytest.mark.skipif(
 # Runs that take long by design (heartbeat timeouts, examples across hosts, fault runs).
 slow = pytest.mark.skipif(os.environ.get('LP_SLOW_TESTS') != '1',
                           reason='slow run; set LP_SLOW_TESTS=1 to include it')
+# The Kubernetes launcher runs against a fake API server (tests/fake_kube) whose pods run on
+# the namespace hosts; it needs the [kubernetes] extra.
+needs_kubernetes_client = pytest.mark.skipif(
+    importlib.util.find_spec('kubernetes') is None,
+    reason="the [kubernetes] extra is not installed (pip install 'launchpad_py[kubernetes]')")
 # Every launcher the conformance suite covers.
-ALL_LAUNCH_TYPES = LAUNCH_TYPES + [pytest.param('ssh', marks=needs_ssh_hosts),
-                                   pytest.param('slurm', marks=needs_slurm)]
+ALL_LAUNCH_TYPES = LAUNCH_TYPES + [
+    pytest.param('ssh', marks=needs_ssh_hosts),
+    pytest.param('slurm', marks=needs_slurm),
+    pytest.param('kubernetes', marks=[needs_ssh_hosts, needs_kubernetes_client])]
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SLURM_LOGS = os.path.join(tempfile.gettempdir(), 'lp-slurm-test-logs')
 # Threads the library starts for a program; long-lived gRPC/channel threads are not ours.
@@ -91,8 +98,22 @@ def slurm_cluster() -> None:
                     'bring it up with `bash scripts/slurm_cluster.sh up` (as root)')
 
 
+@pytest.fixture
+def kubernetes_cluster(tmp_path, monkeypatch):
+    """A fake cluster (KUBECONFIG points at it) with nodes h1..h3; h3 has GPUs and pool=a100."""
+    from fake_kube import FakeCluster, FakeNode
+    nodes = [FakeNode('h1', netns='lp-h1'), FakeNode('h2', netns='lp-h2'),
+             FakeNode('h3', labels={'pool': 'a100'}, gpus=2, netns='lp-h3')]
+    with FakeCluster(str(tmp_path), nodes) as fake:
+        monkeypatch.setenv('KUBECONFIG', fake.kubeconfig)
+        yield fake
+
+
 def launch(program, launch_type: str, **kwargs):
-    """``lp.launch``; for ssh, group number i runs on host h(i mod 3 + 1); slurm logs go to /tmp."""
+    """``lp.launch``; for ssh, group number i runs on host h(i mod 3 + 1); slurm logs go to /tmp.
+
+    For kubernetes (with the ``kubernetes_cluster`` fixture): every group runs the fake's image.
+    """
     import launchpad_py as lp
     if launch_type == 'ssh' and 'resources' not in kwargs:
         kwargs['resources'] = {group: ssh_host(SSH_HOST_NAMES[i % len(SSH_HOST_NAMES)])
@@ -100,6 +121,10 @@ def launch(program, launch_type: str, **kwargs):
     if launch_type == 'slurm':
         slurm_cluster()
         kwargs.setdefault('slurm_options', {'output_dir': SLURM_LOGS})
+    if launch_type == 'kubernetes':
+        from kubernetes_nodes import image_for_every_group, options
+        kwargs.setdefault('resources', image_for_every_group(program))
+        kwargs.setdefault('kubernetes_options', options())
     return lp.launch(program, launch_type=launch_type, **kwargs)
 
 

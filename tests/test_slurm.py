@@ -321,8 +321,8 @@ def test_slurm_options_belong_to_slurm():
     """slurm_options given to another launcher are an error, not ignored."""
     program = lp.Program('other')
     program.add_node(lp.PyNode(serve_forever), label='waiter')
-    with pytest.raises(lp.ResourcesError, match=r'slurm_options are for launch_type="slurm" \(got '
-                                                r"them with 'local_mp'"):
+    with pytest.raises(lp.ProgramError, match=r"slurm_options= belongs to launch_type='slurm', "
+                                              r"but this launch is 'local_mp'"):
         lp.launch(program, launch_type='local_mp', slurm_options={'time': '1:00'})
 
 

@@ -17,6 +17,7 @@ def launch(programs: Program | Sequence[Program], launch_type=None, xm_resources
            local_resources: Mapping[str, Any] | None = None, test_case: Any = None,
            terminal: str | None = None, *, serialize_py_nodes: bool | None = None,
            resources: Mapping[str, Any] | None = None, dashboard: bool | None = None,
+           kubernetes_options: Mapping[str, Any] | None = None,
            slurm_options: Mapping[str, Any] | None = None):
     """Launches one program (returns its controller) or several (returns a list).
 
@@ -24,9 +25,10 @@ def launch(programs: Program | Sequence[Program], launch_type=None, xm_resources
     ``--lp_launch_type``. ``resources`` maps group labels to the launcher's
     resource type (``lp.PythonProcess`` for local_mp, ``lp.SshHost`` for ssh,
     ``lp.SlurmResources`` for slurm); ``local_resources`` is its older name.
-    ``slurm_options`` (slurm only): job-wide options such as ``{'time': '02:00:00'}``. ``dashboard=True`` (default: ``--lp_dashboard``)
-    serves a web dashboard on loopback (see docs/observability.md). Returns once every
-    courier server is listening.
+    ``dashboard=True`` (default: ``--lp_dashboard``) serves a web dashboard on loopback
+    (see docs/observability.md). ``kubernetes_options`` and ``slurm_options`` are those
+    launchers' own (namespace, dry run, ...; time limit, account, ...; see
+    docs/launchers.md). Returns once every courier server is listening.
 
         controller = lp.launch(p, launch_type='local_mp')
         controller.wait()
@@ -40,9 +42,6 @@ def launch(programs: Program | Sequence[Program], launch_type=None, xm_resources
                                     'not both')
     if resources is not None:
         local_resources = resources
-    if slurm_options is not None and name != 'slurm':
-        raise errors.ResourcesError(f'slurm_options are for launch_type="slurm" (got them with '
-                                    f'{name!r}: {dict(slurm_options)!r})')
     many = not isinstance(programs, Program)
     program_list = list(programs) if many else [programs]
     for program in program_list:
@@ -50,7 +49,9 @@ def launch(programs: Program | Sequence[Program], launch_type=None, xm_resources
             raise errors.ProgramError(f'lp.launch expects lp.Program objects (got {program!r})')
     options = LaunchOptions.from_flags(local_resources=local_resources, terminal=terminal,
                                        test_case=test_case, serialize_py_nodes=serialize_py_nodes,
-                                       dashboard=dashboard, slurm_options=slurm_options)
+                                       dashboard=dashboard)
+    options.pick_launcher_options(name, kubernetes_options=kubernetes_options,
+                                  slurm_options=slurm_options)
     for program in program_list:
         options.check_resource_groups(program)
     signals.install_once()

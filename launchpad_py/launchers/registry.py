@@ -23,6 +23,7 @@ class LaunchType(str, enum.Enum):
     TEST_MULTI_PROCESSING = 'test_mp'
     SSH = 'ssh'
     SLURM = 'slurm'
+    KUBERNETES = 'kubernetes'
 
     def __str__(self) -> str:
         return self.value
@@ -35,6 +36,7 @@ _BUILTIN = {
     'test_mp': 'launchpad_py.launchers.local_processes:launch_test',
     'ssh': 'launchpad_py.launchers.ssh:launch_ssh',
     'slurm': 'launchpad_py.launchers.slurm:launch_slurm',
+    'kubernetes': 'launchpad_py.launchers.kubernetes:launch_kubernetes',
 }
 _registered: dict[str, Callable] = {}
 

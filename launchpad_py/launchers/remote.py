@@ -2,17 +2,19 @@
 
 SSH, Slurm and Kubernetes differ only in how a process gets started on some
 host. A launcher module describes that with a ``Placement`` per node (the
-local command that starts it, e.g. ``ssh h1 python -m ...``) and calls
-``launch``; everything after the start lives here:
+local command that starts it, e.g. ``ssh h1 python -m ...``, or a ``Starter``
+where no local command reaches the node, e.g. a pod) and calls ``launch``;
+everything after the start lives here:
 
-1. Each node process (``remote_node.py``) reads its bootstrap from its stdin,
+1. Each node process (``remote_node.py``) reads its bootstrap (from its stdin,
+   or for a pod from a mounted Secret; see ``Starter``),
    dials back to the launcher over an authenticated TCP control channel and
    reports the ``host:port`` it will serve on (its interface that reaches the
    launcher, and free ports there).
 2. Once every node has reported, the launcher fills the address table
    (late binding: nobody knows a node's address before it is placed),
    ships each node its executable, and the nodes build, serve and report ready.
-3. Logs come back through the starter's stdout. The launcher sends a
+3. Logs come back through the starter (ssh's stdout, a pod's log). The launcher sends a
    heartbeat every second; a node whose channel, heartbeat or stdin ends
    kills its own process group.
 """
@@ -32,12 +34,12 @@ from launchpad_py import courier, errors, flag_transfer
 from launchpad_py.launchers import control, output, shipping
 from launchpad_py.launchers.controller import ProgramController
 from launchpad_py.launchers.options import LaunchOptions
-from launchpad_py.launchers.remote_worker import (HEARTBEAT_S, HEARTBEAT_TIMEOUT_S, Placement,
-                                                  RemoteWorker)
+from launchpad_py.launchers.remote_worker import (HEARTBEAT_S, HEARTBEAT_TIMEOUT_S,
+                                                  CommandStarter, Placement, RemoteWorker, Starter)
 from launchpad_py.program import AbstractAddressBuilder, Program
 
-__all__ = ['HEARTBEAT_S', 'HEARTBEAT_TIMEOUT_S', 'Placement', 'RemoteWorker', 'launch',
-           'node_environment']
+__all__ = ['HEARTBEAT_S', 'HEARTBEAT_TIMEOUT_S', 'CommandStarter', 'Placement', 'RemoteWorker',
+           'Starter', 'launch', 'node_environment']
 
 
 def node_environment() -> dict[str, str]:
@@ -131,14 +133,16 @@ def _loopback_in_multi_host(workers: list[RemoteWorker]) -> str | None:
 
 
 def launch(program: Program, options: LaunchOptions, launch_type: str,
-           placements: dict[tuple[str, int], Placement], *, log_dir: str | None = None,
-           on_finish: Callable[[], None] | None = None) -> ProgramController:
+           placements: dict[tuple[str, int], Placement],
+           on_finish: Callable[[], None] | None = None, *,
+           log_dir: str | None = None) -> ProgramController:
     """Starts every executable where ``placements[(label, index)]`` says; returns when all serve.
 
+    ``on_finish`` runs once every node has ended (e.g. to delete what the
+    scheduler still holds for the program, or give a Slurm allocation back).
     ``log_dir``: a directory where each node's output is kept in a file too
     (Slurm: the job's output directory); by default logs live in a temporary
-    directory kept only with ``terminal='output_to_files'``. ``on_finish`` runs
-    once every node has ended (Slurm: give the allocation back).
+    directory kept only with ``terminal='output_to_files'``.
     """
     mode = output.check_mode(options.terminal)
     if mode == 'tmux_session':

@@ -39,6 +39,17 @@ def _node_argv(job: Job, component: int | None, spec: SlurmResources, name: str)
             'env', *(f'{k}={v}' for k, v in env.items()), sys.executable, *_NODE_COMMAND]
 
 
+class SlurmStep(remote.CommandStarter):
+    """A node's srun job step; when Slurm ends the job (scancel, time limit, preemption), says so."""
+
+    def __init__(self, argv: list[str], job: Job):
+        super().__init__(argv)
+        self._job = job
+
+    def taken_away(self) -> str | None:
+        return self._job.ended_by()
+
+
 def _get_job(program: Program, components: list[Component], options: SlurmOptions) -> Job:
     if os.environ.get('SLURM_JOB_ID'):
         return ExistingAllocation.from_environment(components, options)
@@ -56,8 +67,8 @@ def _placements(program: Program, job: Job, components: list[Component],
             name = f'{label}/{node.index}'
             argv = _node_argv(job, component_of[label] if het else None, specs[label], name)
             placements[label, node.index] = remote.Placement(
-                argv, f'job {job.job_id}', launcher_ip, host_env='SLURMD_NODENAME',
-                ended_by=job.ended_by)
+                argv, f'job {job.job_id}', launcher_ip, starter=SlurmStep(argv, job),
+                host_env='SLURMD_NODENAME')
     return placements
 
 
@@ -69,7 +80,7 @@ def _check_options(options: LaunchOptions) -> None:
 
 def launch_slurm(program: Program, options: LaunchOptions) -> ProgramController:
     _check_options(options)
-    slurm = SlurmOptions.from_flags(options.slurm_options)
+    slurm = SlurmOptions.from_flags(options.launcher_options)
     specs = resources_of_groups(program.groups, dict(options.local_resources or {}), slurm)
     counts = {label: len(nodes) for label, nodes in program.groups.items()}
     components = components_of(specs, counts)
