@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -132,6 +134,18 @@ def run_script(source: str, *args: str, timeout: float = 90, **kwargs) -> subpro
     """Runs ``source`` as a launching script in a fresh interpreter."""
     return subprocess.run([sys.executable, '-c', source, *args], capture_output=True, text=True,
                           timeout=timeout, cwd=REPO, **kwargs)
+
+
+def launcher_report(stream):
+    """The JSON a launching script prints once its nodes are ready, read from its ``stream``.
+
+    Lines before it (the launcher's own, or nodes' early output, prefixed
+    ``[label/index]``) are skipped; fails if the script ends first.
+    """
+    for line in stream:
+        if not re.match(r'(\[[^\]/\s]+/\d+\] |launchpad_py: )', line):
+            return json.loads(line)
+    raise AssertionError('the launcher ended before its nodes were ready')
 
 
 def wait_for(predicate, timeout: float = 30, what: str = 'condition'):

@@ -20,10 +20,11 @@ import uuid
 import pytest
 
 import launchpad_py as lp
-from conftest import REPO, SLURM_LOGS, launch, needs_slurm, slow, slurm_cluster, wait_for
+from conftest import (REPO, SLURM_LOGS, launch, launcher_report, needs_slurm, slow, slurm_cluster,
+                      wait_for)
 from nodes_for_tests import Pinger, crash, serve_forever
 from ssh_nodes import BIG, print_gpus, store_program
-from test_ssh import _alive, _marked, _nodes_of, _wait_until_gone
+from test_ssh import _alive, _marked, _wait_until_gone
 
 pytestmark = needs_slurm
 _HOSTS = {'h1', 'h2', 'h3'}
@@ -206,7 +207,7 @@ def test_sigkill_of_the_launcher_ends_the_job_and_every_node():
     """SIGKILL the launcher: every node process (and colocated child) goes, and so does the job."""
     token = f'lp-slurm-kill-{uuid.uuid4().hex}'
     launcher = _start_launcher('spread', token)
-    nodes = _nodes_of(launcher)
+    nodes = launcher_report(launcher.stdout)
     assert {host for host, _ in nodes} <= _HOSTS
     job = _job_of(nodes[0][1])
     assert len(_marked(token)) >= 3 + 2  # Three nodes and two colocated children at least.
@@ -235,7 +236,7 @@ def test_ctrl_c_stops_every_node_and_completes_the_job():
     """SIGINT to the launching script stops the program; it exits 0 and its job completes."""
     token = f'lp-slurm-int-{uuid.uuid4().hex}'
     launcher = _start_launcher('spread', token)
-    nodes = _nodes_of(launcher)
+    nodes = launcher_report(launcher.stdout)
     job = _job_of(nodes[0][1])
     launcher.send_signal(signal.SIGINT)
     assert launcher.wait(timeout=60) == 0

@@ -19,7 +19,7 @@ import pytest
 
 import launchpad_py as lp
 from launchpad_py import courier
-from conftest import REPO, SSH_OPTIONS, needs_ssh_hosts, ssh_host, wait_for
+from conftest import REPO, SSH_OPTIONS, launcher_report, needs_ssh_hosts, ssh_host, wait_for
 from nodes_for_tests import Pinger, serve_forever
 from ssh_nodes import BIG, print_gpus, store_program, use_store
 
@@ -190,22 +190,11 @@ def test_gpus_set_cuda_visible_devices_on_that_host(capfd):
         wait_for(both_printed, timeout=60, what='both nodes to print their GPUs')
 
 
-def _nodes_of(launcher: subprocess.Popen) -> list[list]:
-    """The [host, pid] of each node, as the launching script prints them once its nodes are ready.
-
-    Lines before it (the launcher's own, or a node's early output) are skipped.
-    """
-    for line in launcher.stdout:
-        if line.startswith('[['):
-            return json.loads(line)
-    raise AssertionError('the launcher ended before its nodes were ready')
-
-
 def _start_spread_launcher(token: str) -> tuple[subprocess.Popen, list]:
     launcher = subprocess.Popen([sys.executable, os.path.join(REPO, 'tests', 'ssh_nodes.py'),
                                  token], cwd=REPO, stdout=subprocess.PIPE, text=True,
                                 env={**os.environ, 'PYTHONPATH': os.path.join(REPO, 'tests')})
-    return launcher, _nodes_of(launcher)
+    return launcher, launcher_report(launcher.stdout)
 
 
 def test_sigkill_of_launcher_leaves_no_process_on_any_host():
