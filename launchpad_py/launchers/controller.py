@@ -268,9 +268,9 @@ class ProgramController(Observability):
             else:
                 self._begin_stop()
         elif failure is not None and self._is_the_cause(failure):
-            # The first failure only lost a peer; this one is why, so it is what wait() raises.
-            _log.error('node %s of program %r failed: %s (so %s failed)', worker.name, self.name,
-                       failure.summary, self._failed.name)
+            # The first failure only lost a peer, or the program stopped because the scheduler
+            # ended it: this failure is why, so it is what wait() raises.
+            _log.error('node %s of program %r failed: %s', worker.name, self.name, failure.summary)
             worker.state, worker.failure, self._failed = NodeState.FAILED, failure, worker
         elif failure is not None:
             worker.state = NodeState.STOPPED
@@ -283,6 +283,8 @@ class ProgramController(Observability):
 
     def _is_the_cause(self, failure: FailureReport) -> bool:
         first = self._failed
+        if failure.by_scheduler:  # Its stop requests (SIGTERM) come before the nodes end.
+            return first is None or not first.failure.by_scheduler
         return (first is not None and first.failure.follows_from_a_peer
                 and not failure.follows_from_a_peer)
 
