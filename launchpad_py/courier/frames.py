@@ -303,6 +303,11 @@ class Reader:
         return Frame(call_id, kind, pickled, buffers, released)
 
     @property
+    def buffered(self) -> bool:
+        """Whether bytes already received wait to be read (a read may start without waiting)."""
+        return self._end > self._start
+
+    @property
     def truncated(self) -> bool:
         """After an EOFError: whether the peer left in the middle of a frame."""
         return self._in_frame or self._end > self._start

@@ -1,0 +1,188 @@
+"""Where pipelined futures spend their time: CPU and context switches per call, per thread.
+
+Run from the repository root::
+
+    python -m bench.futures_profile                        # depth 8 and 64, floor and courier
+    python -m bench.futures_profile --depth 8 --peers launchpad --calls 50000
+
+Each peer's server runs in its own process (the floor's ``peers_floor``, or a
+courier ``Server`` of ``echo``); this process keeps ``--depth`` calls in flight
+(oldest first, as ``bench.run``'s ``inflight`` rows do) and reads, before and
+after, every thread's user and kernel CPU time and its voluntary and forced
+context switches from ``/proc/<pid>/task``. The output is per thread role, per
+call: what each side's threads cost, and how often they hand the CPU over.
+CPU time is counted in clock ticks (10 ms), so runs of a second or more are
+needed; it barely moves with other load on the machine, unlike calls/s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+from . import peers_floor, procs
+from .harness import Budget
+
+_TICK = os.sysconf('SC_CLK_TCK')
+
+# A courier server of ``echo`` that also tells its threads' names (by native id).
+SERVER = r'''
+import sys, threading
+from launchpad_py import courier
+class Echo:
+    def echo(self, x):
+        return x
+    def threads(self):
+        return {t.native_id: t.name for t in threading.enumerate()}
+server = courier.Server(Echo(), thread_pool_size=16).start()
+print(server.address, flush=True)
+sys.stdin.read()
+server.stop()
+'''
+
+
+def thread_counters(pid: int) -> dict[int, tuple[float, float, int, int]]:
+    """Per thread id: (user s, kernel s, voluntary, forced context switches)."""
+    counters = {}
+    for tid in os.listdir(f'/proc/{pid}/task'):
+        try:
+            with open(f'/proc/{pid}/task/{tid}/stat') as stat:
+                fields = stat.read().rsplit(')', 1)[1].split()
+            with open(f'/proc/{pid}/task/{tid}/status') as status:
+                switches = dict(line.split(':') for line in status if 'ctxt_switches' in line)
+        except OSError:
+            continue  # The thread ended meanwhile.
+        counters[int(tid)] = (int(fields[11]) / _TICK, int(fields[12]) / _TICK,
+                              int(switches['voluntary_ctxt_switches']),
+                              int(switches['nonvoluntary_ctxt_switches']))
+    return counters
+
+
+def role(name: str) -> str:
+    """A thread's name without its serial number: the threads of one role add up."""
+    return re.sub(r'[_-]?\d+$', '', name) or name
+
+
+def per_role(before: dict, after: dict, names: dict[int, str], calls: int) -> dict:
+    """Per role: user µs, kernel µs, voluntary and forced switches, each per call."""
+    totals: dict[str, list[float]] = collections.defaultdict(lambda: [0.0, 0.0, 0, 0])
+    for tid, end in after.items():
+        start = before.get(tid, (0.0, 0.0, 0, 0))
+        delta = [b - a for a, b in zip(start, end)]
+        if not any(delta):
+            continue
+        entry = totals[role(names.get(tid, 'other'))]
+        for index, value in enumerate(delta):
+            entry[index] += value
+    return {name: {'user_us': user / calls * 1e6, 'kernel_us': kernel / calls * 1e6,
+                   'voluntary': voluntary / calls, 'forced': forced / calls}
+            for name, (user, kernel, voluntary, forced) in sorted(totals.items())}
+
+
+def own_names() -> dict[int, str]:
+    return {t.native_id: t.name for t in threading.enumerate()}
+
+
+def profile(server_pid: int, server_names, run, depth: int, calls: int) -> dict:
+    """Runs ``run(depth, calls)`` and reports both processes' threads per call."""
+    run(depth, min(calls, 2000))  # Warm-up: connections, caches, threads started.
+    server_before, client_before = thread_counters(server_pid), thread_counters(os.getpid())
+    start = time.perf_counter()
+    done = run(depth, calls)
+    elapsed = time.perf_counter() - start
+    server_after, client_after = thread_counters(server_pid), thread_counters(os.getpid())
+    return {'calls_per_s': done / elapsed, 'calls': done,
+            'server': per_role(server_before, server_after, server_names(), done),
+            'client': per_role(client_before, client_after, own_names(), done)}
+
+
+def floor(depth: int, calls: int) -> dict:
+    path = os.path.join(tempfile.mkdtemp(prefix='lp_bench_'), 'sock')
+    server = procs.start_server('peers_floor', [f'unix:{path}'])
+    client = peers_floor.FloorClient(server.address)
+    try:
+        def run(d, n):
+            return client.pipelined('echo', (1,), d, Budget(n, 600))[0]
+
+        def names():
+            return {tid: 'main' if tid == server.pid else 'connection'
+                    for tid in thread_counters(server.pid)}
+
+        return profile(server.pid, names, run, depth, calls)
+    finally:
+        client.close()
+        server.stop()
+        os.unlink(path)
+        os.rmdir(os.path.dirname(path))
+
+
+def courier_peer(transport: str):
+    def measure(depth: int, calls: int) -> dict:
+        from launchpad_py import courier
+        process = subprocess.Popen([sys.executable, '-c', SERVER], stdin=subprocess.PIPE,
+                                   stdout=subprocess.PIPE, text=True, env=procs.child_env())
+        try:
+            client = courier.Client(process.stdout.readline().strip(), transport=transport)
+
+            def run(d, n):
+                futures = client.futures
+                pending = collections.deque(futures.echo(1) for _ in range(d))
+                issued = d
+                while pending:
+                    pending.popleft().result()
+                    if issued < n:
+                        pending.append(futures.echo(1))
+                        issued += 1
+                return issued
+
+            return profile(process.pid, client.threads, run, depth, calls)
+        finally:
+            process.stdin.close()
+            process.wait(30)
+    return measure
+
+
+PEERS = {'floor_unix': floor, 'launchpad': courier_peer('auto'),
+         'launchpad_tcp': courier_peer('tcp')}
+
+
+def show(peer: str, depth: int, result: dict) -> None:
+    print(f'{peer} depth {depth}: {result["calls_per_s"]:,.0f} calls/s')
+    for side in ('server', 'client'):
+        for name, row in result[side].items():
+            print(f'  {side:6} {name:28} user {row["user_us"]:6.2f} µs  kernel '
+                  f'{row["kernel_us"]:6.2f} µs  switches {row["voluntary"]:5.2f} voluntary '
+                  f'{row["forced"]:5.2f} forced  per call')
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+    parser.add_argument('--depth', default='8,64', help='comma list of calls in flight')
+    parser.add_argument('--calls', type=int, default=60_000, help='calls per measure')
+    parser.add_argument('--peers', default=','.join(PEERS), help='comma list of ' + ','.join(PEERS))
+    parser.add_argument('--json', help='write the results here')
+    args = parser.parse_args()
+    report = {'load_average_start': os.getloadavg(), 'cpus': os.cpu_count(), 'runs': []}
+    for depth in [int(d) for d in args.depth.split(',') if d]:
+        for peer in args.peers.split(','):
+            result = PEERS[peer](depth, args.calls)
+            show(peer, depth, result)
+            report['runs'].append({'peer': peer, 'depth': depth, **result})
+    report['load_average_end'] = os.getloadavg()
+    print(f'load average {report["load_average_start"][0]:.2f} at start, '
+          f'{report["load_average_end"][0]:.2f} at end ({os.cpu_count()} cpus)')
+    if args.json:
+        with open(args.json, 'w') as out:
+            json.dump(report, out, indent=1)
+
+
+if __name__ == '__main__':
+    main()
