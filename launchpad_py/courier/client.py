@@ -151,6 +151,7 @@ class Client:
             self._local = _tcp_channel(address, self._secret, wait_for_ready, self._timeout, tls)
         self._grpc_caller: grpc_client.GrpcCaller | None = None
         self._decode = functools.partial(decode_reply, device_arrays=device_arrays)
+        self._futures = _FutureMethods(self)
 
     @property
     def _grpc(self) -> grpc_client.GrpcCaller:
@@ -168,7 +169,7 @@ class Client:
     @property
     def futures(self) -> '_FutureMethods':
         """``client.futures.m(...)`` starts the call and returns a ``Future``."""
-        return _FutureMethods(self)
+        return self._futures
 
     def call(self, method: str, *args, **kwargs) -> Any:
         request = (method, args, kwargs)
@@ -197,7 +198,8 @@ class Client:
         # IPython's _repr_html_) never turn into remote calls.
         if name.startswith('_'):
             raise AttributeError(name)
-        return _Method(self, name)
+        method = self.__dict__[name] = _Method(self, name)  # Found directly from now on.
+        return method
 
     def __reduce__(self):
         return (_rebuild_client, (self._address, self._timeout, self._wait_for_ready,
@@ -224,15 +226,16 @@ class _Method:
 
 
 class _FutureMethods:
-    __slots__ = ('_client',)
-
     def __init__(self, client: Client):
         self._client = client
 
     def __getattr__(self, name: str):
         if name.startswith('_') and name != '__call__':
             raise AttributeError(name)
-        return functools.partial(self._client.call_future, name)
+        method = functools.partial(self._client.call_future, name)
+        if name != '__call__':
+            self.__dict__[name] = method  # Found directly from now on.
+        return method
 
 
 def list_methods(client: Client) -> list[str]:

@@ -302,6 +302,16 @@ class Reader:
         self._in_frame = False
         return Frame(call_id, kind, pickled, buffers, released)
 
+    def has_small_frame(self) -> bool:
+        """Whether a whole frame without buffers waits in the scratch buffer (read at no cost)."""
+        start = self._start
+        if self._end - start < HEADER.size:
+            return False
+        _, _, n_released, n_buffers, pickle_len, segment_id, _ = HEADER.unpack_from(
+            self._buf, start)
+        return (not (n_released or n_buffers or segment_id)
+                and self._end - start - HEADER.size >= pickle_len)
+
     @property
     def buffered(self) -> bool:
         """Whether bytes already received wait to be read (a read may start without waiting)."""

@@ -33,13 +33,37 @@ _PENDING, _FINISHED = _base.PENDING, _base.FINISHED
 
 
 class CallFuture(concurrent.futures.Future):
-    """A call's ``concurrent.futures.Future``; waiting for it reads from the connection."""
+    """A call's ``concurrent.futures.Future``; waiting for it reads from the connection.
+
+    The futures of one connection share its condition (making one per call
+    cost more than the rest of a call's bookkeeping): ``Future``'s own waits
+    are only reached once the future is done, and ``wait_for`` loops.
+    """
 
     def __init__(self, mux: 'FuturesConnection', call_id: int, deadline: float | None):
-        super().__init__()
-        self._mux, self._call_id, self._deadline = mux, call_id, deadline
+        # What Future.__init__ sets, but the condition.
+        self._condition = mux.condition
+        self._state = _PENDING
+        self._result = self._exception = None
         self._waiters = waiters = _Watched()
         waiters.future = self
+        self._done_callbacks = []
+        self._mux, self._call_id, self._deadline = mux, call_id, deadline
+
+    def deliver(self, value) -> None:
+        """``set_result`` for the reader: skips the notifying nobody needs (no waiter, no callback)."""
+        condition = self._condition
+        with condition:
+            if self._state != _PENDING:
+                return  # Cancelled by the user.
+            self._result = value
+            self._state = _FINISHED
+            for waiter in self._waiters:
+                waiter.add_result(self)
+            if condition._waiters:  # Threads waiting on the connection's condition.
+                condition.notify_all()
+        if self._done_callbacks:
+            self._invoke_callbacks()
 
     def result(self, timeout=None):
         if self._state == _FINISHED and self._exception is None:
@@ -91,6 +115,7 @@ class FuturesConnection:
         self.closed = False
         self._timed = False  # Whether any call here ever had a deadline.
         self._wake = threading.Condition(threading.Lock())
+        self.condition = threading.Condition()  # Shared by this connection's futures.
         self._asleep = False
         self._thread = threading.Thread(target=self._background, daemon=True,
                                         name=f'uds-channel-{address}')
@@ -170,8 +195,10 @@ class FuturesConnection:
             return
 
     def _read_until(self, future: CallFuture, until: float | None) -> None:
-        """Reads replies until ``future`` is done, ``until`` or its call's deadline passes."""
-        while future._state == _PENDING:
+        """Reads replies until ``future`` is done, ``until`` or its call's deadline passes;
+        then the replies already received (so waiting for them next costs nothing)."""
+        reader = self._connection.reader
+        while future._state == _PENDING or reader.has_small_frame():
             ends = future._deadline if until is None else min(until, future._deadline or until)
             if ends is not None and not self._readable(ends - time.monotonic()):
                 if future._deadline is not None and time.monotonic() >= future._deadline:
@@ -217,7 +244,7 @@ class FuturesConnection:
         except BaseException as exc:  # The remote exception, rebuilt.
             _settle(future, exc, failed=True)
         else:
-            _settle(future, value)
+            future.deliver(value)
 
     def _leave(self) -> None:
         """Gives up the reading role, offering it to a caller still waiting, else the thread."""
@@ -227,8 +254,8 @@ class FuturesConnection:
                 if self._idle else None
             background = offer is None and bool(self._watched) and not self.closed
         if offer is not None:
-            with offer._condition:
-                offer._condition.notify_all()
+            with self.condition:
+                self.condition.notify_all()
         elif background:
             self._nudge()
 

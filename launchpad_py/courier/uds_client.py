@@ -77,6 +77,9 @@ class LocalChannel:
 
     def call_future(self, request: tuple, timeout: float | None,
                     decode: Callable) -> concurrent.futures.Future | object:
+        mux = self._mux
+        if mux is not None and not mux.closed:
+            return mux.submit(request, timeout, decode)
         with self._lock:
             mux = self._mux
             if mux is None or mux.closed:
