@@ -4,10 +4,12 @@ Run from the repository root::
 
     python -m bench.futures_profile                        # depth 8 and 64, floor and courier
     python -m bench.futures_profile --depth 8 --peers launchpad --calls 50000
+    python -m bench.futures_profile --depth 0              # synchronous calls, one at a time
 
 Each peer's server runs in its own process (the floor's ``peers_floor``, or a
 courier ``Server`` of ``echo``); this process keeps ``--depth`` calls in flight
-(oldest first, as ``bench.run``'s ``inflight`` rows do) and reads, before and
+(oldest first, as ``bench.run``'s ``inflight`` rows do; depth 0 makes
+synchronous calls, as ``tiny_sync`` does) and reads, before and
 after, every thread's user and kernel CPU time and its voluntary and forced
 context switches from ``/proc/<pid>/task``. The output is per thread role, per
 call: what each side's threads cost, and how often they hand the CPU over.
@@ -110,6 +112,10 @@ def floor(depth: int, calls: int) -> dict:
     client = peers_floor.FloorClient(server.address)
     try:
         def run(d, n):
+            if not d:
+                for _ in range(n):
+                    client.call('echo', 1)
+                return n
             return client.pipelined('echo', (1,), d, Budget(n, 600))[0]
 
         def names():
@@ -133,6 +139,10 @@ def courier_peer(transport: str):
             client = courier.Client(process.stdout.readline().strip(), transport=transport)
 
             def run(d, n):
+                if not d:
+                    for _ in range(n):
+                        client.echo(1)
+                    return n
                 futures = client.futures
                 pending = collections.deque(futures.echo(1) for _ in range(d))
                 issued = d
@@ -158,6 +168,8 @@ def show(peer: str, depth: int, result: dict) -> None:
     print(f'{peer} depth {depth}: {result["calls_per_s"]:,.0f} calls/s')
     for side in ('server', 'client'):
         for name, row in result[side].items():
+            if max(row.values()) < 0.005:
+                continue  # A thread that did nothing here (gRPC's, the accept loop).
             print(f'  {side:6} {name:28} user {row["user_us"]:6.2f} µs  kernel '
                   f'{row["kernel_us"]:6.2f} µs  switches {row["voluntary"]:5.2f} voluntary '
                   f'{row["forced"]:5.2f} forced  per call')
