@@ -5,6 +5,7 @@ Run from the repository root::
     python -m bench.futures_profile                        # depth 8 and 64, floor and courier
     python -m bench.futures_profile --depth 8 --peers launchpad --calls 50000
     python -m bench.futures_profile --depth 0              # synchronous calls, one at a time
+    python -m bench.futures_profile --depth '' --fanin 4,16  # caller processes into one server
 
 Each peer's server runs in its own process (the floor's ``peers_floor``, or a
 courier ``Server`` of ``echo``); this process keeps ``--depth`` calls in flight
@@ -15,6 +16,9 @@ context switches from ``/proc/<pid>/task``. The output is per thread role, per
 call: what each side's threads cost, and how often they hand the CPU over.
 CPU time is counted in clock ticks (10 ms), so runs of a second or more are
 needed; it barely moves with other load on the machine, unlike calls/s.
+``--fanin`` instead runs that many caller processes of synchronous calls (as
+``bench.run``'s ``fanin`` rows do) and reports the server process's CPU per
+call (its connection threads come and go with the callers, so per process).
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ import tempfile
 import threading
 import time
 
-from . import peers_floor, procs
+from . import peer as peer_module, peers_floor, procs
 from .harness import Budget
 
 _TICK = os.sysconf('SC_CLK_TCK')
@@ -42,6 +46,8 @@ from launchpad_py import courier
 class Echo:
     def echo(self, x):
         return x
+    def ping(self):
+        return None
     def threads(self):
         return {t.native_id: t.name for t in threading.enumerate()}
 server = courier.Server(Echo(), thread_pool_size=16).start()
@@ -164,6 +170,45 @@ PEERS = {'floor_unix': floor, 'launchpad': courier_peer('auto'),
          'launchpad_tcp': courier_peer('tcp')}
 
 
+def process_cpu(pid: int) -> tuple[float, float]:
+    """User and kernel seconds of process ``pid``, threads that ended included."""
+    with open(f'/proc/{pid}/stat') as stat:
+        fields = stat.read().rsplit(')', 1)[1].split()
+    return int(fields[11]) / _TICK, int(fields[12]) / _TICK
+
+
+def fanin(peer: str, callers: int, seconds: float = 2.0) -> dict:
+    """Calls/s of ``callers`` processes of sync calls, and the server's CPU µs per call."""
+    if peer == 'floor_unix':
+        path = os.path.join(tempfile.mkdtemp(prefix='lp_bench_'), 'sock')
+        server = procs.start_server('peers_floor', [f'unix:{path}'])
+        pid, spec, stop = server.pid, ('bench.peers_floor', 'connect',
+                                       {'address': server.address}), server.stop
+    else:
+        process = subprocess.Popen([sys.executable, '-c', SERVER], stdin=subprocess.PIPE,
+                                   stdout=subprocess.PIPE, text=True, env=procs.child_env())
+        spec = ('bench.peers_launchpad', 'connect', {'address': process.stdout.readline().strip(),
+                                                     'transport': PEER_TRANSPORTS[peer]})
+        pid = process.pid
+
+        def stop():
+            process.stdin.close()
+            process.wait(30)
+    try:
+        peer_module.fanin_processes(spec, callers, Budget(10**6, 0.5), 1, warmup=0)
+        before = process_cpu(pid)
+        rate = peer_module.fanin_processes(spec, callers, Budget(10**7, seconds), 1, warmup=0)[0]
+        after = process_cpu(pid)
+    finally:
+        stop()
+    calls = rate * seconds
+    return {'calls_per_s': rate, 'server_user_us': (after[0] - before[0]) / calls * 1e6,
+            'server_kernel_us': (after[1] - before[1]) / calls * 1e6}
+
+
+PEER_TRANSPORTS = {'launchpad': 'auto', 'launchpad_tcp': 'tcp'}
+
+
 def show(peer: str, depth: int, result: dict) -> None:
     print(f'{peer} depth {depth}: {result["calls_per_s"]:,.0f} calls/s')
     for side in ('server', 'client'):
@@ -180,9 +225,17 @@ def main() -> None:
     parser.add_argument('--depth', default='8,64', help='comma list of calls in flight')
     parser.add_argument('--calls', type=int, default=60_000, help='calls per measure')
     parser.add_argument('--peers', default=','.join(PEERS), help='comma list of ' + ','.join(PEERS))
+    parser.add_argument('--fanin', default='', help='comma list of caller process counts')
     parser.add_argument('--json', help='write the results here')
     args = parser.parse_args()
     report = {'load_average_start': os.getloadavg(), 'cpus': os.cpu_count(), 'runs': []}
+    for callers in [int(n) for n in args.fanin.split(',') if n]:
+        for peer in args.peers.split(','):
+            result = fanin(peer, callers)
+            print(f'{peer} fan-in {callers}: {result["calls_per_s"]:,.0f} calls/s; server user '
+                  f'{result["server_user_us"]:.2f} µs kernel {result["server_kernel_us"]:.2f} µs '
+                  'per call', flush=True)
+            report['runs'].append({'peer': peer, 'fanin': callers, **result})
     for depth in [int(d) for d in args.depth.split(',') if d]:
         for peer in args.peers.split(','):
             result = PEERS[peer](depth, args.calls)

@@ -25,8 +25,8 @@ import functools
 import threading
 from typing import Any
 
-from launchpad_py.courier import (auth, errors, frames, grpc_client, grpc_chunks, tcp, uds,
-                                  uds_client)
+from launchpad_py.courier import (auth, errors, frames, grpc_client, grpc_chunks, serialization,
+                                  tcp, uds, uds_client)
 from launchpad_py.courier.tls import TlsCredentials
 
 Timeout = float | int | datetime.timedelta | None
@@ -105,7 +105,7 @@ def _seconds(timeout: Timeout) -> float | None:
 
 def decode_reply(frame: frames.Frame, device_arrays: bool = False) -> Any:
     """The call's value, or its remote exception raised here."""
-    status, value = frame.value(device_arrays)
+    status, value = serialization.decode(frame.pickled, frame.buffers, device_arrays=device_arrays)
     if status == 'ok':
         return value
     raise value.rebuild()

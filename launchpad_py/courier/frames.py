@@ -55,7 +55,8 @@ class Frame:
 
 
 def encode(call_id: int, kind: int, obj: Any, pool: shm.SegmentPool | None = None,
-           released: list[int] = (), shm_min_bytes: int | None = None) -> tuple[list, int | None]:
+           released: list[int] | tuple = (),
+           shm_min_bytes: int | None = None) -> tuple[list, int | None]:
     """The frame's parts (for ``sendmsg``) and the segment descriptor to pass, if any."""
     pickled, buffers = serialization.encode(obj)
     if not buffers and not released:  # The common small call: one part, one syscall.

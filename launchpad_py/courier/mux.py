@@ -66,10 +66,10 @@ class CallFuture(concurrent.futures.Future):
             self._invoke_callbacks()
 
     def result(self, timeout=None):
-        if self._state == _FINISHED and self._exception is None:
-            return self._result
         if self._state == _PENDING:
             self._mux.wait_for(self, timeout)
+        if self._state == _FINISHED and self._exception is None:
+            return self._result
         return super().result(timeout=0)
 
     def exception(self, timeout=None):

@@ -50,7 +50,10 @@ class Connection(uds.Connection):
         if counts is not None:
             counts.bytes_out += len(parts[0]) if len(parts) == 1 else frames.encoded_size(parts)
         with self._send_lock:
-            frames.send(self.sock, parts, None)
+            if len(parts) == 1:
+                self.sock.sendall(parts[0])
+            else:
+                frames.send(self.sock, parts, None)
 
     def read(self) -> frames.Frame:
         return self.reader.read()
