@@ -14,8 +14,10 @@ synchronous calls, as ``tiny_sync`` does) and reads, before and
 after, every thread's user and kernel CPU time and its voluntary and forced
 context switches from ``/proc/<pid>/task``. The output is per thread role, per
 call: what each side's threads cost, and how often they hand the CPU over.
-CPU time is counted in clock ticks (10 ms), so runs of a second or more are
-needed; it barely moves with other load on the machine, unlike calls/s.
+A thread's CPU time is the scheduler's exact count (``schedstat``), split into
+user and kernel time in the proportion of its clock-tick samples (``stat``,
+10 ms ticks, so that split is rough on short runs); it barely moves with other
+load on the machine, unlike calls/s.
 ``--fanin`` instead runs that many caller processes of synchronous calls (as
 ``bench.run``'s ``fanin`` rows do) and reports the server process's CPU per
 call (its connection threads come and go with the callers, so per process).
@@ -58,17 +60,23 @@ server.stop()
 
 
 def thread_counters(pid: int) -> dict[int, tuple[float, float, int, int]]:
-    """Per thread id: (user s, kernel s, voluntary, forced context switches)."""
+    """Per thread id: (user s, kernel s, voluntary, forced context switches).
+
+    CPU seconds are exact (``schedstat``), split by the thread's tick samples."""
     counters = {}
     for tid in os.listdir(f'/proc/{pid}/task'):
         try:
             with open(f'/proc/{pid}/task/{tid}/stat') as stat:
                 fields = stat.read().rsplit(')', 1)[1].split()
+            with open(f'/proc/{pid}/task/{tid}/schedstat') as schedstat:
+                exact = int(schedstat.read().split()[0]) / 1e9
             with open(f'/proc/{pid}/task/{tid}/status') as status:
                 switches = dict(line.split(':') for line in status if 'ctxt_switches' in line)
         except OSError:
             continue  # The thread ended meanwhile.
-        counters[int(tid)] = (int(fields[11]) / _TICK, int(fields[12]) / _TICK,
+        user, kernel = int(fields[11]), int(fields[12])
+        user_share = user / (user + kernel) if user + kernel else 1.0
+        counters[int(tid)] = (exact * user_share, exact * (1 - user_share),
                               int(switches['voluntary_ctxt_switches']),
                               int(switches['nonvoluntary_ctxt_switches']))
     return counters

@@ -17,86 +17,17 @@ It sleeps while no call is pending.
 
 from __future__ import annotations
 
-import concurrent.futures
 import itertools
 import select
 import ssl
 import threading
 import time
-from concurrent.futures import _base
 from typing import Callable
 
-from launchpad_py.courier import errors, uds, uds_server
+from launchpad_py.courier import call_future, errors, uds, uds_server
+from launchpad_py.courier.deadlines import deadlines
 
 IDLE_READ = 0.01
-_PENDING, _FINISHED = _base.PENDING, _base.FINISHED
-
-
-class CallFuture(concurrent.futures.Future):
-    """A call's ``concurrent.futures.Future``; waiting for it reads from the connection.
-
-    The futures of one connection share its condition (making one per call
-    cost more than the rest of a call's bookkeeping): ``Future``'s own waits
-    are only reached once the future is done, and ``wait_for`` loops.
-    """
-
-    def __init__(self, mux: 'FuturesConnection', call_id: int, deadline: float | None):
-        # What Future.__init__ sets, but the condition.
-        self._condition = mux.condition
-        self._state = _PENDING
-        self._result = self._exception = None
-        self._waiters = waiters = _Watched()
-        waiters.future = self
-        self._done_callbacks = []
-        self._mux, self._call_id, self._deadline = mux, call_id, deadline
-
-    def deliver(self, value) -> None:
-        """``set_result`` for the reader: skips the notifying nobody needs (no waiter, no callback)."""
-        condition = self._condition
-        with condition:
-            if self._state != _PENDING:
-                return  # Cancelled by the user.
-            self._result = value
-            self._state = _FINISHED
-            for waiter in self._waiters:
-                waiter.add_result(self)
-            if condition._waiters:  # Threads waiting on the connection's condition.
-                condition.notify_all()
-        if self._done_callbacks:
-            self._invoke_callbacks()
-
-    def result(self, timeout=None):
-        if self._state == _PENDING:
-            self._mux.wait_for(self, timeout)
-        if self._state == _FINISHED and self._exception is None:
-            return self._result
-        return super().result(timeout=0)
-
-    def exception(self, timeout=None):
-        if self._state == _PENDING:
-            self._mux.wait_for(self, timeout)
-        return super().exception(timeout=0)
-
-    def done(self) -> bool:
-        if self._state == _PENDING:
-            self._mux.watched(self)
-            return False
-        return super().done()
-
-    def add_done_callback(self, fn) -> None:
-        if self._state == _PENDING:
-            self._mux.watched(self)
-        super().add_done_callback(fn)
-
-
-class _Watched(list):
-    """A future's waiter list (``wait``, ``as_completed``): a waiter added asks for delivery."""
-
-    __slots__ = ('future',)
-
-    def append(self, waiter) -> None:
-        super().append(waiter)
-        self.future._mux.watched(self.future)
 
 
 class FuturesConnection:
@@ -106,10 +37,11 @@ class FuturesConnection:
         self._connection = connection
         self._address = address
         self._ids = itertools.count(1)
-        self._pending: dict[int, tuple[CallFuture, str, Callable]] = {}
+        self._pending: dict[int, tuple[call_future.CallFuture, str, Callable]] = {}
         self._lock = threading.Lock()
         self._reader: int | None = None  # The thread holding the reading role.
-        self._idle: dict[CallFuture, None] = {}  # Futures whose callers wait, not reading.
+        # Futures whose callers wait, not reading: one of them is offered the role next.
+        self._idle: dict[call_future.CallFuture, None] = {}
         self._watched: set[int] = set()  # Calls to deliver without anyone waiting in result().
         self._progress = 0  # Frames read; the background thread checks it moves.
         self.closed = False
@@ -123,9 +55,11 @@ class FuturesConnection:
 
     # -- calls --------------------------------------------------------------------------
 
-    def submit(self, request: tuple, timeout: float | None, decode: Callable) -> CallFuture:
+    def submit(self, request: tuple, timeout: float | None,
+               decode: Callable) -> call_future.CallFuture:
         call_id = next(self._ids)
-        future = CallFuture(self, call_id, None if not timeout else time.monotonic() + timeout)
+        deadline = None if not timeout else time.monotonic() + timeout
+        future = call_future.CallFuture(self, call_id, deadline)
         with self._lock:
             if self.closed:
                 future.set_exception(self._unavailable(request[0], 'connection closed'))
@@ -133,7 +67,7 @@ class FuturesConnection:
             self._pending[call_id] = (future, request[0], decode)
         if timeout:  # Registered first, so a fast reply always finds it to discard.
             self._timed = True
-            _deadlines.add(future._deadline, self, call_id)
+            deadlines.add(future._deadline, self, call_id)
         if self._asleep:
             self._nudge()
         try:
@@ -151,9 +85,9 @@ class FuturesConnection:
             entry = self._pending.pop(call_id, None)
         if entry is not None:
             self._watched.discard(call_id)
-            _settle(entry[0], exc, failed=True)
+            call_future.settle(entry[0], exc, failed=True)
             if self._timed:
-                _deadlines.discard(self, call_id)
+                deadlines.discard(self, call_id)
 
     def expire(self, call_id: int) -> None:
         entry = self._pending.get(call_id)
@@ -163,18 +97,18 @@ class FuturesConnection:
 
     # -- waiting and reading ------------------------------------------------------------
 
-    def wait_for(self, future: CallFuture, timeout: float | None) -> None:
+    def wait_for(self, future: call_future.CallFuture, timeout: float | None) -> None:
         """Returns once ``future`` is done or ``timeout`` passed, reading replies meanwhile."""
         until = None if timeout is None else time.monotonic() + timeout
         me = threading.get_ident()
-        while future._state == _PENDING:
+        while future._state == call_future.PENDING:
             if self._reader == me:  # From a done-callback this thread runs while reading.
                 self._read_until(future, until)
                 return
             condition = future._condition
             with condition:
                 with self._lock:
-                    if future._state != _PENDING:
+                    if future._state != call_future.PENDING:
                         return
                     reading = self._reader is None and not self.closed
                     if reading:
@@ -194,11 +128,11 @@ class FuturesConnection:
                 self._leave()
             return
 
-    def _read_until(self, future: CallFuture, until: float | None) -> None:
+    def _read_until(self, future: call_future.CallFuture, until: float | None) -> None:
         """Reads replies until ``future`` is done, ``until`` or its call's deadline passes;
         then the replies already received (so waiting for them next costs nothing)."""
         reader = self._connection.reader
-        while future._state == _PENDING or reader.has_small_frame():
+        while future._state == call_future.PENDING or reader.has_small_frame():
             ends = future._deadline if until is None else min(until, future._deadline or until)
             if ends is not None and not self._readable(ends - time.monotonic()):
                 if future._deadline is not None and time.monotonic() >= future._deadline:
@@ -237,12 +171,12 @@ class FuturesConnection:
             return  # Timed out already.
         future, _, decode = entry
         if self._timed:
-            _deadlines.discard(self, frame.call_id)
+            deadlines.discard(self, frame.call_id)
         self._watched.discard(frame.call_id)
         try:
             value = decode(frame)
         except BaseException as exc:  # The remote exception, rebuilt.
-            _settle(future, exc, failed=True)
+            call_future.settle(future, exc, failed=True)
         else:
             future.deliver(value)
 
@@ -250,7 +184,7 @@ class FuturesConnection:
         """Gives up the reading role, offering it to a caller still waiting, else the thread."""
         with self._lock:
             self._reader = None
-            offer = next((f for f in self._idle if f._state == _PENDING), None) \
+            offer = next((f for f in self._idle if f._state == call_future.PENDING), None) \
                 if self._idle else None
             background = offer is None and bool(self._watched) and not self.closed
         if offer is not None:
@@ -259,7 +193,7 @@ class FuturesConnection:
         elif background:
             self._nudge()
 
-    def watched(self, future: CallFuture) -> None:
+    def watched(self, future: call_future.CallFuture) -> None:
         """``future`` is observed without anyone reading for it: the thread delivers it."""
         call_id = future._call_id
         if call_id not in self._watched:
@@ -318,9 +252,9 @@ class FuturesConnection:
             pending, self._pending = self._pending, {}
         self._watched.clear()
         for future, method, _ in pending.values():
-            _settle(future, self._unavailable(method, reason), failed=True)
+            call_future.settle(future, self._unavailable(method, reason), failed=True)
         if self._timed:
-            _deadlines.discard_all(self)
+            deadlines.discard_all(self)
         self._nudge()
 
     def close(self) -> None:
@@ -330,59 +264,3 @@ class FuturesConnection:
             pass
         self._shut(ConnectionError('the client closed the connection'))
         self._thread.join(timeout=10)
-
-
-def _settle(future: CallFuture, outcome, failed: bool = False) -> None:
-    """Completes ``future``; one the user cancelled keeps its state."""
-    try:
-        if failed:
-            future.set_exception(outcome)
-        else:
-            future.set_result(outcome)
-    except concurrent.futures.InvalidStateError:
-        pass
-
-
-class _Deadlines:
-    """Times out futures; its thread runs only while some deadline is pending."""
-
-    def __init__(self):
-        self._entries: dict[tuple[int, int], tuple[float, FuturesConnection, int]] = {}
-        self._cond = threading.Condition()
-        self._running = False
-
-    def add(self, deadline: float, owner: FuturesConnection, call_id: int) -> None:
-        with self._cond:
-            self._entries[(id(owner), call_id)] = (deadline, owner, call_id)
-            if not self._running:
-                self._running = True
-                threading.Thread(target=self._run, name='courier-deadlines', daemon=True).start()
-            self._cond.notify()
-
-    def discard(self, owner: FuturesConnection, call_id: int) -> None:
-        with self._cond:
-            if self._entries.pop((id(owner), call_id), None) is not None:
-                self._cond.notify()
-
-    def discard_all(self, owner: FuturesConnection) -> None:
-        with self._cond:
-            for key in [k for k in self._entries if k[0] == id(owner)]:
-                del self._entries[key]
-            self._cond.notify()
-
-    def _run(self) -> None:
-        while True:
-            with self._cond:
-                now = time.monotonic()
-                due = [k for k, (d, _, _) in self._entries.items() if d <= now]
-                expired = [self._entries.pop(k) for k in due]
-                if not self._entries and not expired:
-                    self._running = False
-                    return
-                if not expired:
-                    self._cond.wait(min(d for d, _, _ in self._entries.values()) - now)
-            for _, owner, call_id in expired:
-                owner.expire(call_id)
-
-
-_deadlines = _Deadlines()
