@@ -111,13 +111,17 @@ def profile(server_pid: int, server_names, run, depth: int, calls: int) -> dict:
     """Runs ``run(depth, calls)`` and reports both processes' threads per call."""
     run(depth, min(calls, 2000))  # Warm-up: connections, caches, threads started.
     server_before, client_before = thread_counters(server_pid), thread_counters(os.getpid())
+    server_total = process_cpu(server_pid)
     start = time.perf_counter()
     done = run(depth, calls)
     elapsed = time.perf_counter() - start
     server_after, client_after = thread_counters(server_pid), thread_counters(os.getpid())
+    server_total = sum(process_cpu(server_pid)) - sum(server_total)
     return {'calls_per_s': done / elapsed, 'calls': done,
             'server': per_role(server_before, server_after, server_names(), done),
-            'client': per_role(client_before, client_after, own_names(), done)}
+            'client': per_role(client_before, client_after, own_names(), done),
+            # In ticks, but with the threads that ended during the run (a reader handed over).
+            'server_process_us': server_total / done * 1e6}
 
 
 def floor(depth: int, calls: int) -> dict:
@@ -218,7 +222,8 @@ PEER_TRANSPORTS = {'launchpad': 'auto', 'launchpad_tcp': 'tcp'}
 
 
 def show(peer: str, depth: int, result: dict) -> None:
-    print(f'{peer} depth {depth}: {result["calls_per_s"]:,.0f} calls/s')
+    print(f'{peer} depth {depth}: {result["calls_per_s"]:,.0f} calls/s; the server process '
+          f'{result["server_process_us"]:.2f} µs per call (ticks)')
     for side in ('server', 'client'):
         for name, row in result[side].items():
             if max(row.values()) < 0.005:
