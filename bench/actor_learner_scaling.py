@@ -3,7 +3,7 @@
 Run from the repository root (needs the ``examples`` extra; the learner uses a
 GPU when JAX sees one, actors and evaluator stay on the CPU)::
 
-    python -m bench.actor_learner_scaling --actors 2,4,8,14 --json bench/actor_learner_scaling.json
+    python -m bench.actor_learner_scaling --actors 2,4,8,14 --json bench/device/actor_learner_scaling.json
 
 Each point launches ``examples/actor_learner`` with ``local_mp`` and N actors,
 with a target return it never reaches, lets it warm up (``--warmup`` s: JAX
