@@ -23,7 +23,7 @@ import threading
 from typing import Callable
 
 TICK = 0.001
-QUIET_TICKS = 100
+QUIET_TICKS = 10
 
 
 class Turn:
