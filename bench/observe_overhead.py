@@ -1,11 +1,14 @@
-"""What collecting node statistics costs a tiny call: this tree against the code before it.
+"""What collecting node statistics costs a tiny call: this tree against itself without the counters.
 
 Run from the repository root::
 
     python -m bench.observe_overhead --json bench/observe_overhead.json
 
-The baseline is the commit before ``launchpad_py/courier/stats.py`` was added
-(``--baseline REF`` picks another), checked out in a temporary git worktree.
+The baseline is this commit with the counting lines of the call path cut out
+(``STRIPPED``: the clock read that starts a call, the count, the reply's
+bytes), checked out in a temporary git worktree; ``--baseline REF`` takes a
+git ref as it is instead (e.g. the commit before ``courier/stats.py`` was
+added, which predates other changes of the courier too).
 One courier server process runs from each tree (``echo``, loopback, the
 same-host socket path that ``tiny_sync`` of ``bench/run.py`` measures), and one
 caller alternates blocks of ``echo(1)`` calls between them, so a burst of load
@@ -66,12 +69,38 @@ def _git(*args: str) -> str:
                           text=True).stdout.strip()
 
 
-def default_baseline() -> str:
-    added = _git('log', '--diff-filter=A', '--format=%H', '--', 'launchpad_py/courier/stats.py')
-    if not added:
-        raise SystemExit('cannot find the commit that added launchpad_py/courier/stats.py; '
-                         'pass --baseline REF')
-    return added.splitlines()[-1] + '~1'
+#: (file, text, replacement): what the baseline tree lacks. The bench stops if a text is not
+#: found, so a change to the counting code cannot leave a stale baseline behind.
+STRIPPED = [
+    ('launchpad_py/courier/server.py', '        start = _clock()\n', '        start = 0.0\n'),
+    ('launchpad_py/courier/server.py',
+     '            size = len(frame.pickled)\n            if frame.buffers:\n'
+     '                size += stats.buffer_bytes(frame.buffers)\n'
+     '            (shard or self.stats.shard()).count(frame.method, start, size, ok)\n', ''),
+    ('launchpad_py/courier/server.py',
+     '        self.stats.sent(len(reply))  # Counted before it leaves, like the other paths.\n', ''),
+    ('launchpad_py/courier/uds.py',
+     '            if counts is not None:\n                counts.bytes_out += len(parts[0])\n', ''),
+    ('launchpad_py/courier/uds.py',
+     '        if counts is not None:\n            counts.bytes_out += frames.encoded_size(parts)\n',
+     ''),
+    ('launchpad_py/courier/tcp.py',
+     '        if counts is not None:\n            counts.bytes_out += len(parts[0]) if len(parts) == 1 '
+     'else frames.encoded_size(parts)\n', ''),
+]
+
+
+def strip_counters(tree: str) -> None:
+    """Cuts the counting out of the call path of the checked-out ``tree`` (see ``STRIPPED``)."""
+    for name, text, replacement in STRIPPED:
+        path = os.path.join(tree, name)
+        with open(path) as source:
+            code = source.read()
+        if text not in code:
+            raise SystemExit(f'bench.observe_overhead: {name} no longer has {text!r}; '
+                             'update STRIPPED to the counting code as it is now')
+        with open(path, 'w') as source:
+            source.write(code.replace(text, replacement))
 
 
 def start_server(tree: str) -> tuple[subprocess.Popen, str]:
@@ -253,7 +282,8 @@ def instructions(base_tree: str, low: int, high: int) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
-    parser.add_argument('--baseline', help='git ref of the code without statistics')
+    parser.add_argument('--baseline', help='a git ref to compare with as it is (default: this '
+                        'commit with the counters cut out)')
     parser.add_argument('--pairs', type=int, default=8, help='fresh pairs of server processes')
     parser.add_argument('--blocks', type=int, default=60, help='blocks per side and pair')
     parser.add_argument('--calls', type=int, default=400, help='calls per block')
@@ -265,10 +295,12 @@ def main() -> None:
     parser.add_argument('--calls-high', type=int, default=12000)
     parser.add_argument('--json', help='write the results here')
     args = parser.parse_args()
-    commit = _git('rev-parse', args.baseline or default_baseline())
+    commit = _git('rev-parse', args.baseline or 'HEAD')
     with tempfile.TemporaryDirectory(prefix='lp-baseline-') as tmp:
         base_tree = os.path.join(tmp, 'tree')
         _git('worktree', 'add', '--detach', base_tree, commit)
+        if args.baseline is None:
+            strip_counters(base_tree)
         try:
             pairs = [measure(base_tree, args.blocks, args.calls) for _ in range(args.pairs)]
             counted = (instructions(base_tree, args.calls_low, args.calls_high)
@@ -278,7 +310,7 @@ def main() -> None:
     pair_ratios = [statistics.median(c / b for c, b in zip(p['current'], p['baseline']))
                    for p in pairs]
     report = {
-        'baseline_ref': args.baseline or default_baseline(),
+        'baseline_ref': args.baseline or 'HEAD without the counters (STRIPPED)',
         'baseline_commit': commit,
         'current_commit': _git('rev-parse', 'HEAD'),
         'pairs': args.pairs, 'blocks': args.blocks, 'calls_per_block': args.calls,
