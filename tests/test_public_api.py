@@ -18,7 +18,7 @@ ORIGINAL = {
     'launch': [('programs', 'P', E), ('launch_type', 'P', None), ('xm_resources', 'P', None),
                ('local_resources', 'P', None), ('test_case', 'P', None), ('terminal', 'P', None),
                ('serialize_py_nodes', 'K', None), ('resources', 'K', None),
-               ('dashboard', 'K', None)],
+               ('dashboard', 'K', None), ('failure_policy', 'K', None)],
     'CourierNode': [('constructor', 'P', E), ('args', 'V', E), ('courier_kwargs', 'K', None),
                     ('courier_client_kwargs', 'K', None), ('kwargs', 'KW', E)],
     'CourierHandle': [('address', 'P', E), ('client_kwargs', 'KW', E)],
@@ -52,10 +52,12 @@ ORIGINAL = {
 }
 # Names of our own.
 OURS = {
-    'CacherHandle', 'ColocationHandle', 'ColocationNode', 'Handle', 'LaunchError',
+    'CacherHandle', 'ColocationHandle', 'ColocationNode', 'GroupHandle', 'GroupMembers',
+    'Handle', 'LaunchError',
     'LaunchpadError', 'NodeContext', 'NodeFailedError', 'NodeSerializationError', 'NodeState',
     'NodeStatus', 'NotRunningError', 'ProgramController', 'ProgramError', 'ResourcesError',
-    'ReverbHandle', 'SshHost', 'StuckNodesError', 'UnknownLaunchTypeError', 'get_node_context',
+    'ReverbHandle', 'Restart', 'SshHost', 'StopProgram', 'StuckNodesError',
+    'UnknownLaunchTypeError', 'get_node_context',
 }
 _KINDS = {inspect.Parameter.POSITIONAL_OR_KEYWORD: 'P', inspect.Parameter.VAR_POSITIONAL: 'V',
           inspect.Parameter.KEYWORD_ONLY: 'K', inspect.Parameter.VAR_KEYWORD: 'KW'}

@@ -6,7 +6,9 @@ Every launcher returns a ``ProgramController``::
         program.wait(timeout=60)     # re-raises the first node failure
 
 Supervision is one thread that owns all state changes; workers only post
-events. The default failure policy stops the program on the first failure.
+events. The default failure policy stops the program on the first failure;
+per-group policies may restart failed nodes instead (``restarts.py``), and
+elastic groups grow and shrink while the program runs (``elastic.py``).
 """
 
 from __future__ import annotations
@@ -19,8 +21,11 @@ import threading
 import time
 
 from launchpad_py import errors, runtime
+from launchpad_py import failure_policy as failure_policy_module
 from launchpad_py.launchers import stuck
+from launchpad_py.launchers.elastic import ElasticGroups, Groups
 from launchpad_py.launchers.observe import Observability
+from launchpad_py.launchers.restarts import Restarts
 from launchpad_py.launchers.worker_api import (Events, FailureReport, NodeState, NodeStatus,
                                                Worker)
 
@@ -28,11 +33,11 @@ _log = logging.getLogger(__name__)
 _ENDED = (NodeState.FINISHED, NodeState.STOPPED, NodeState.FAILED, NodeState.KILLED)
 
 
-class ProgramController(Observability):
-    """Handle on a launched program: ``wait``, ``stop``, ``statuses``."""
+class ProgramController(Observability, Restarts, ElasticGroups):
+    """Handle on a launched program: ``wait``, ``stop``, ``statuses``, ``add_nodes``."""
 
     def __init__(self, name: str, launch_type: str, grace: float, keep_process_alive: bool,
-                 on_finish=None):
+                 on_finish=None, failure_policy: dict | None = None, groups: Groups | None = None):
         self.name = name
         self.launch_type = launch_type
         self.events = Events()
@@ -54,7 +59,13 @@ class ProgramController(Observability):
         self._killed: list[str] = []
         self._stuck: dict[str, str] = {}  # Name -> Python stack of what could not be killed.
         self._handlers: threading.Thread | None = None
+        #: Moments the supervisor waits for besides events: restarts, removals' grace.
+        self._deadlines = failure_policy_module.Deadlines()
+        #: Notified after every event the supervisor handled (add_nodes waits on it).
+        self._changed = threading.Condition()
         self._init_observability()
+        self._init_restarts(failure_policy or {})
+        self._init_elastic(groups)
         # A non-daemon supervisor keeps the launching script alive while the program
         # runs, as a script ending with lp.launch(p) expects.
         self._thread = threading.Thread(target=self._supervise, name=f'lp-supervisor-{name}',
@@ -65,6 +76,12 @@ class ProgramController(Observability):
     def start(self, workers: list[Worker], ready_timeout: float | None = None) -> 'ProgramController':
         """Starts ``workers``; returns once all report ready, else raises LaunchError."""
         self._workers = list(workers)
+        problem = self._unsupported_restarts() or self._unsupported_growth()
+        if problem:
+            if self._on_finish:
+                self._on_finish()
+            raise errors.ProgramError(problem)
+        self._publish_members()
         runtime.activate(self._scope)
         _running.add(self)
         self._thread.start()
@@ -141,8 +158,8 @@ class ProgramController(Observability):
         return not self._done.is_set()
 
     def statuses(self) -> list[NodeStatus]:
-        return [NodeStatus(w.label, w.index, w.state, w.pid, w.exit_code, host=w.host)
-                for w in self._workers]
+        return [NodeStatus(w.label, w.index, w.state, w.pid, w.exit_code, restarts=w.restarts,
+                           host=w.host) for w in list(self._workers)]
 
     @property
     def killed_nodes(self) -> list[str]:
@@ -182,6 +199,8 @@ class ProgramController(Observability):
         try:
             while not all(w.state in _ENDED for w in self._workers):
                 self._handle(self._next_event())
+                with self._changed:
+                    self._changed.notify_all()
         except BaseException:  # A supervisor bug must not leave processes behind.
             _log.exception('supervisor of program %r failed; killing its nodes', self.name)
             for worker in self._workers:
@@ -206,24 +225,39 @@ class ProgramController(Observability):
                 self._on_finish()
             self._ready.set()
             self._done.set()
+            with self._changed:
+                self._changed.notify_all()
 
     def _next_event(self):
         while True:
-            timeout = None
+            timeout = self._deadlines.wait_time()
             if self._stop_deadline is not None:
-                timeout = max(0.0, self._stop_deadline - time.monotonic())
+                left = max(0.0, self._stop_deadline - time.monotonic())
+                timeout = left if timeout is None else min(timeout, left)
             try:
                 return self._events.queue.get(timeout=timeout)
             except queue.Empty:
-                self._kill_stragglers()
+                self._on_deadlines()
+                if self._stop_deadline is not None and time.monotonic() >= self._stop_deadline:
+                    self._kill_stragglers()
                 if all(w.state in _ENDED for w in self._workers):
                     return ('noop', None, None)
 
+    def _on_deadlines(self) -> None:
+        for kind, worker in self._deadlines.pop_due():
+            if kind == 'restart':
+                self._restart_now(worker)
+            elif kind == 'remove' and worker.state not in _ENDED:
+                worker.kill()  # Removed, and it ignored the stop for the grace period.
+
     def _handle(self, event) -> None:
         kind, worker, payload = event
+        if worker is not None and worker.retired:
+            return  # A node's earlier worker, replaced by its restart.
         if kind == 'ready' and worker.state == NodeState.STARTING:
             worker.state = NodeState.RUNNING
-            if all(w.state != NodeState.STARTING for w in self._workers):
+            self._publish_members()
+            if self._all_started():
                 self._ready.set()
         elif kind == 'exited':
             self._on_exit(worker, *payload)
@@ -235,6 +269,12 @@ class ProgramController(Observability):
             self._abort_launch()
         elif kind == 'process_died':
             self._on_process_died(payload)
+        elif kind in ('grow', 'shrink'):
+            self._change_group(kind, payload)
+
+    def _all_started(self) -> bool:
+        return all(w.state not in (NodeState.STARTING, NodeState.RESTARTING)
+                   for w in self._workers)
 
     def _on_process_died(self, reason: str) -> None:
         if self._ready.is_set() or self._stopping:
@@ -256,7 +296,13 @@ class ProgramController(Observability):
         if worker.state in _ENDED:
             return
         worker.exit_code, worker.ended_at = exit_code, time.time()
-        if failure is not None and not self._stopping:
+        self._deadlines.cancel(('remove', worker))
+        if worker.removing:  # Removed from its elastic group: however it ended, it stopped.
+            worker.state = NodeState.STOPPED
+        elif failure is not None and not self._stopping and self._restart_later(worker, failure):
+            pass
+        elif failure is not None and not self._stopping:
+            failure = self._with_policy_note(worker, failure)
             if worker.state == NodeState.STARTING:  # Failed before it was ready.
                 self._startup_failure = worker
             worker.state, worker.failure = NodeState.FAILED, failure
@@ -276,8 +322,8 @@ class ProgramController(Observability):
             _log.debug('node %s raised while the program stopped: %s', worker.name, failure.summary)
         else:
             worker.state = NodeState.STOPPED if self._stopping else NodeState.FINISHED
-        if self._startup_failure is not None or all(
-                w.state != NodeState.STARTING for w in self._workers):
+        self._publish_members()
+        if self._startup_failure is not None or self._all_started():
             self._ready.set()
 
     def _is_the_cause(self, failure: FailureReport) -> bool:
@@ -296,6 +342,7 @@ class ProgramController(Observability):
         self._handlers = threading.Thread(target=self._run_stop_handlers, daemon=True,
                                           name=f'lp-stop-handlers-{self.name}')
         self._handlers.start()
+        self._cancel_restarts()
         for worker in self._workers:
             if worker.state not in _ENDED:
                 worker.request_stop()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Mapping
 
-from launchpad_py import errors, flags
+from launchpad_py import errors, failure_policy, flags
 from launchpad_py.program import Program
 
 
@@ -19,6 +19,8 @@ class LaunchOptions:
     ready_timeout: float | None = 300.0
     dashboard: bool = False
     dashboard_port: int = 0
+    #: Group label -> lp.Restart(...) or lp.StopProgram(); groups not named stop the program.
+    failure_policy: Mapping[str, Any] | None = None
 
     @classmethod
     def from_flags(cls, **kwargs) -> 'LaunchOptions':
@@ -39,6 +41,10 @@ class LaunchOptions:
             raise errors.ProgramError(
                 f'{launch_type} does not take a terminal (got {self.terminal!r}); '
                 'terminal modes belong to local_mp')
+
+    def check_failure_policy(self, program: Program) -> None:
+        """Every group the policies name exists, and every policy is one."""
+        failure_policy.check(self.failure_policy, program.groups, program.name)
 
     def check_resource_groups(self, program: Program) -> None:
         unknown = sorted(set(self.local_resources or {}) - set(program.groups))

@@ -60,7 +60,7 @@ class Sink:
 
 class FileSink(Sink):
     def popen_streams(self) -> dict:
-        self._file = open(self.log_path, 'wb')
+        self._file = open(self.log_path, 'ab')  # A restarted node's log goes on.
         return {'stdout': self._file, 'stderr': subprocess.STDOUT}
 
     def close(self) -> None:
