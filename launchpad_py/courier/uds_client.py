@@ -70,9 +70,14 @@ class LocalChannel:
         return decode(frame)
 
     def _borrow(self, timeout: float | None) -> uds.Connection | None:
-        with self._lock:
-            if self._idle:
-                return self._idle.pop()
+        while True:
+            with self._lock:
+                if not self._idle:
+                    break
+                connection = self._idle.pop()
+            if not connection.peer_gone():
+                return connection
+            connection.close()  # Its server went away (and may be back): take a new one.
         return self._connect(timeout)
 
     # -- futures ----------------------------------------------------------------------

@@ -2,11 +2,13 @@
 
 Whatever started it (ssh, srun, a pod) gives it one JSON line on stdin:
 the launcher's control address and key, the program secret, its worker id
-and how many addresses it must bind. Secrets never appear on a command line.
+and how many addresses it must bind (or, for a restarted node, which ones).
+Secrets never appear on a command line.
 Then, over the authenticated control channel (see ``remote.py``)::
 
     node → launcher: ('hello', worker_id, pid, pgid, ['host:port', ...])
     launcher → node: ('run', program_name, executable_bytes, flags, args) | ('stop',)
+                     | ('members', table)  (group handles' live members, at any time)
     then the messages of ``node_process``, and ('ping',) from the launcher every second.
 
 The node ends its whole process group when the control channel closes, when
@@ -26,6 +28,7 @@ import threading
 
 from launchpad_py import flag_transfer, node_logging, node_process
 from launchpad_py.courier import serialization
+from launchpad_py.program import group_handle
 
 
 def _kill_own_group() -> None:
@@ -85,11 +88,14 @@ def main() -> int:
     connection = mpc.Client((host, port), family='AF_INET', authkey=bytes.fromhex(boot['key']))
     channel = HeartbeatChannel(connection, boot['heartbeat_timeout'])
     bind_host = _local_ip(connection)
+    # A restarted node serves where it did before, so its clients find it again.
     channel.send('hello', boot['worker_id'], os.getpid(), os.getpgrp(),
-                 _pick_ports(bind_host, boot['addresses']))
+                 boot.get('bind') or _pick_ports(bind_host, boot['addresses']))
     try:
         message = channel.recv()
-        while message[0] == 'ping':
+        while message[0] in ('ping', 'members'):
+            if message[0] == 'members':
+                group_handle.publish(message[1])
             message = channel.recv()
     except (EOFError, OSError):
         _kill_own_group()

@@ -45,16 +45,25 @@ class Placement:
 
 
 class RemoteWorker(Worker):
-    """One node process on another host, seen from the launcher."""
+    """One node process on another host, seen from the launcher.
+
+    ``bind``: the addresses a restarted node must serve on again (its first
+    run picked them); None lets the node pick free ports.
+    """
+
+    can_restart = True
 
     def __init__(self, executable: Executable, placement: Placement, setup: 'RemoteSetup',
-                 events: Events):
+                 events: Events, bind: list[str] | None = None):
         super().__init__(executable.label, executable.index, executable.description, events)
         self.worker_id = f'{self.label}/{self.index}'
         self.executable = executable
         self.placement = placement
         self.addresses: list[str] | None = None
+        self.bind = bind
+        self._members: dict | None = None  # The newest member table, sent once connected.
         self._setup = setup
+        setup.workers[self.worker_id] = self  # Its hello comes to us from now on.
         self._sink = output.make_sink(setup.mode, self.name, setup.log_dir, setup.test)
         self._process: subprocess.Popen | None = None
         self._channel: node_process.Channel | None = None
@@ -79,7 +88,7 @@ class RemoteWorker(Worker):
         boot = {'control': list(setup.control_for(self.placement.launcher_ip).address),
                 'key': setup.control_for(self.placement.launcher_ip).key.hex(),
                 'secret': setup.secret.hex(), 'worker_id': self.worker_id,
-                'addresses': len(self.executable.addresses),
+                'addresses': len(self.executable.addresses), 'bind': self.bind,
                 'heartbeat_timeout': HEARTBEAT_TIMEOUT_S}
         try:
             # A session of its own: Ctrl-C in the terminal goes to the launcher, which
@@ -104,6 +113,8 @@ class RemoteWorker(Worker):
         with self._lock:
             self._channel, self._pid, self.addresses = channel, pid, addresses
             stop_now = self._stop_requested
+            if self._members is not None:
+                channel.send('members', self._members)
         if stop_now:  # Stopped while it was starting: it ends without running.
             channel.send('stop')
         else:
@@ -113,6 +124,18 @@ class RemoteWorker(Worker):
         if failure is not None:
             self._failure = failure
         self._channel_closed.set()
+
+    def restarted(self) -> 'RemoteWorker':
+        """The same node on the same host, serving on the addresses it had."""
+        return RemoteWorker(self.executable, self.placement, self._setup, self.events,
+                            bind=self.addresses or self.bind)
+
+    def send_members(self, table: dict) -> None:
+        with self._lock:
+            self._members = table
+            channel = self._channel
+            if channel is not None:
+                channel.send('members', table)
 
     def send(self, *message) -> None:
         channel = self._channel
