@@ -102,22 +102,26 @@ class ElasticGroups:
                                      f'failed to start: {failed[0].failure.summary}')
         return [s for s in self.statuses() if (s.label, s.index) in {(w.label, w.index) for w in new}]
 
-    def remove_nodes(self, label: str, count: int = 1, timeout: float | None = None
-                     ) -> list[NodeStatus]:
+    def remove_nodes(self, label: str, count: int = 1, grace: float | None = None,
+                     timeout: float | None = None) -> list[NodeStatus]:
         """Stops the ``count`` newest live nodes of elastic group ``label``; returns once they
-        are gone (after the grace period at most, when they are killed)."""
-        gone = self._request('shrink', label, count, timeout)
+        are gone. One that ignores the stop is killed after ``grace`` seconds (default: the
+        program's grace period)."""
+        gone = self._request('shrink', label, (count, grace), timeout)
         if not self._wait_changed(lambda: all(w.state in _ENDED for w in gone), timeout):
             raise TimeoutError(f'nodes {[w.name for w in gone]} of program {self.name!r} did not '
                                f'end within {timeout}s')
         names = {w.name for w in gone}
         return [s for s in self.statuses() if f'{s.label}/{s.index}' in names]
 
-    def _request(self, kind: str, label: str, count, timeout: float | None) -> list[Worker]:
-        """Checks the request, hands it to the supervisor, and returns the workers it chose."""
-        self._check_elastic(label, count)
+    def _request(self, kind: str, label: str, what, timeout: float | None) -> list[Worker]:
+        """Checks the request, hands it to the supervisor, and returns the workers it chose.
+
+        ``what``: the count to add, or (count, grace) to remove.
+        """
+        self._check_elastic(label, what if kind == 'grow' else what[0])
         reply: concurrent.futures.Future = concurrent.futures.Future()
-        self._events.queue.put((kind, None, (label, count, reply)))
+        self._events.queue.put((kind, None, (label, what, reply)))
         if not self._wait_changed(lambda: reply.done() or self._done.is_set(), timeout):
             raise TimeoutError(f'program {self.name!r} did not take the request within {timeout}s')
         if not reply.done():
@@ -158,13 +162,13 @@ class ElasticGroups:
 
     def _change_group(self, kind: str, payload) -> None:
         """On the supervisor thread: grows or shrinks a group and answers the request."""
-        label, count, reply = payload
+        label, what, reply = payload
         if self._stopping:
             reply.set_exception(errors.NotRunningError(
                 f'program {self.name!r} is stopping: cannot change group {label!r}'))
             return
         try:
-            chosen = self._grow(label, count) if kind == 'grow' else self._shrink(label, count)
+            chosen = self._grow(label, what) if kind == 'grow' else self._shrink(label, *what)
         except Exception as exc:  # Reported to the caller; the program runs on.
             reply.set_exception(exc)
             return
@@ -180,7 +184,7 @@ class ElasticGroups:
             self._start_worker(worker)
         return new
 
-    def _shrink(self, label: str, count: int) -> list[Worker]:
+    def _shrink(self, label: str, count: int, grace: float | None) -> list[Worker]:
         live = [w for w in self._workers if w.label == label and w.state in _LIVE
                 and not w.removing]
         if count > len(live):
@@ -195,7 +199,8 @@ class ElasticGroups:
                 worker.state, worker.ended_at = NodeState.STOPPED, time.time()
             else:
                 worker.request_stop()
-                self._deadlines.set(('remove', worker), time.monotonic() + self._grace)
+                self._deadlines.set(('remove', worker), time.monotonic() + (
+                    self._grace if grace is None else grace))
         return chosen
 
     def _publish_members(self) -> None:
