@@ -14,9 +14,7 @@ elastic groups grow and shrink while the program runs (``elastic.py``).
 from __future__ import annotations
 
 import logging
-import os
 import queue
-import sys
 import threading
 import time
 
@@ -25,7 +23,8 @@ from launchpad_py import failure_policy as failure_policy_module
 from launchpad_py.launchers import stuck
 from launchpad_py.launchers.elastic import ElasticGroups, Groups
 from launchpad_py.launchers.observe import Observability
-from launchpad_py.launchers.restarts import Restarts
+from launchpad_py.launchers.failures import Failures
+from launchpad_py.launchers.stopping import Stopping
 from launchpad_py.launchers.worker_api import (Events, FailureReport, NodeState, NodeStatus,
                                                Worker)
 
@@ -33,7 +32,7 @@ _log = logging.getLogger(__name__)
 _ENDED = (NodeState.FINISHED, NodeState.STOPPED, NodeState.FAILED, NodeState.KILLED)
 
 
-class ProgramController(Observability, Restarts, ElasticGroups):
+class ProgramController(Observability, Stopping, Failures, ElasticGroups):
     """Handle on a launched program: ``wait``, ``stop``, ``statuses``, ``add_nodes``."""
 
     def __init__(self, name: str, launch_type: str, grace: float, keep_process_alive: bool,
@@ -64,7 +63,7 @@ class ProgramController(Observability, Restarts, ElasticGroups):
         #: Notified after every event the supervisor handled (add_nodes waits on it).
         self._changed = threading.Condition()
         self._init_observability()
-        self._init_restarts(failure_policy or {})
+        self._init_failures(failure_policy or {})
         self._init_elastic(groups)
         # A non-daemon supervisor keeps the launching script alive while the program
         # runs, as a script ending with lp.launch(p) expects.
@@ -109,15 +108,17 @@ class ProgramController(Observability, Restarts, ElasticGroups):
         if self._startup_failure is not None:
             self._done.wait()
             self._failure_seen = True
-            worker = self._startup_failure
-            tail = worker.output_tail()
-            details = (f'--- output tail of {worker.name} ---\n{tail}'
-                       if worker.failure.traceback.strip() in tail else
-                       f'{worker.failure.traceback}\n--- output tail of {worker.name} ---\n{tail}')
-            raise errors.LaunchError(
-                f'node {worker.label!r} (index {worker.index}, {worker.description}) of program '
-                f'{self.name!r} failed to start: {worker.failure.summary}\n{details}')
+            raise self._startup_error(self._startup_failure)
         return self
+
+    def _startup_error(self, worker: Worker) -> errors.LaunchError:
+        tail = worker.output_tail()
+        details = (f'--- output tail of {worker.name} ---\n{tail}'
+                   if worker.failure.traceback.strip() in tail else
+                   f'{worker.failure.traceback}\n--- output tail of {worker.name} ---\n{tail}')
+        return errors.LaunchError(
+            f'node {worker.label!r} (index {worker.index}, {worker.description}) of program '
+            f'{self.name!r} failed to start: {worker.failure.summary}\n{details}')
 
     # -- public API ---------------------------------------------------------------
 
@@ -130,19 +131,6 @@ class ProgramController(Observability, Restarts, ElasticGroups):
             raise TimeoutError(f'program {self.name!r} still running after {timeout}s')
         self._raise_failure()
         self._raise_stuck()
-
-    def stop(self, grace: float | None = None, timeout: float | None = None) -> None:
-        """Stops the program and waits until every node is gone."""
-        self.request_stop(grace)
-        if not self._done.wait(timeout):
-            raise TimeoutError(f'program {self.name!r} did not stop within {timeout}s')
-        self._raise_stuck()
-
-    def request_stop(self, grace: float | None = None) -> None:
-        """Starts stopping the program; returns at once."""
-        if grace is not None:
-            self._grace = grace
-        self._events.stop_requested()
 
     @property
     def keeps_process_alive(self) -> bool:
@@ -161,11 +149,6 @@ class ProgramController(Observability, Restarts, ElasticGroups):
         return [NodeStatus(w.label, w.index, w.state, w.pid, w.exit_code, restarts=w.restarts,
                            host=w.host) for w in list(self._workers)]
 
-    @property
-    def killed_nodes(self) -> list[str]:
-        """Nodes killed because they ignored the stop request for the grace period."""
-        return list(self._killed)
-
     def __enter__(self) -> 'ProgramController':
         return self
 
@@ -180,20 +163,6 @@ class ProgramController(Observability, Restarts, ElasticGroups):
         return f'<ProgramController {self.name!r} {self.launch_type} {state}>'
 
     # -- supervision --------------------------------------------------------------
-
-    def _raise_failure(self) -> None:
-        worker = self._failed
-        if worker is None:
-            return
-        self._failure_seen = True
-        failure = worker.failure
-        error = errors.NodeFailedError(worker.label, worker.index, failure.traceback, failure.summary)
-        raise error from failure.exception
-
-    def _raise_stuck(self) -> None:
-        """Only where the process was not ended for them (test_mt): see ``stuck``."""
-        if self._stuck:
-            raise stuck.error(self.name, self._grace, self._stuck)
 
     def _supervise(self) -> None:
         try:
@@ -299,90 +268,18 @@ class ProgramController(Observability, Restarts, ElasticGroups):
         self._deadlines.cancel(('remove', worker))
         if worker.removing:  # Removed from its elastic group: however it ended, it stopped.
             worker.state = NodeState.STOPPED
-        elif failure is not None and not self._stopping and self._restart_later(worker, failure):
-            pass
-        elif failure is not None and not self._stopping:
-            failure = self._with_policy_note(worker, failure)
-            if worker.state == NodeState.STARTING:  # Failed before it was ready.
-                self._startup_failure = worker
-            worker.state, worker.failure = NodeState.FAILED, failure
-            self._failed = worker
-            _log.error('node %s of program %r failed: %s', worker.name, self.name, failure.summary)
-            if self._startup_failure is worker:
-                self._abort_launch()
-            else:
-                self._begin_stop()
-        elif failure is not None and self._is_the_cause(failure):
-            # The first failure only lost a peer; this one is why, so it is what wait() raises.
-            _log.error('node %s of program %r failed: %s (so %s failed)', worker.name, self.name,
-                       failure.summary, self._failed.name)
-            worker.state, worker.failure, self._failed = NodeState.FAILED, failure, worker
         elif failure is not None:
-            worker.state = NodeState.STOPPED
-            _log.debug('node %s raised while the program stopped: %s', worker.name, failure.summary)
+            self._on_failure(worker, failure)
         else:
             worker.state = NodeState.STOPPED if self._stopping else NodeState.FINISHED
         self._publish_members()
         if self._startup_failure is not None or self._all_started():
             self._ready.set()
 
-    def _is_the_cause(self, failure: FailureReport) -> bool:
-        first = self._failed
-        return (first is not None and first.failure.follows_from_a_peer
-                and not failure.follows_from_a_peer)
-
-    def _begin_stop(self) -> None:
-        if self._stopping:  # A new request may shorten the grace (a second Ctrl-C: none).
-            if self._stop_deadline is not None:
-                self._stop_deadline = min(self._stop_deadline, time.monotonic() + self._grace)
-            return
-        self._stopping = True
-        self._stop_deadline = time.monotonic() + self._grace
-        # Stop handlers may block; the supervisor must stay free to enforce the deadline.
-        self._handlers = threading.Thread(target=self._run_stop_handlers, daemon=True,
-                                          name=f'lp-stop-handlers-{self.name}')
-        self._handlers.start()
-        self._cancel_restarts()
-        for worker in self._workers:
-            if worker.state not in _ENDED:
-                worker.request_stop()
-
-    def _run_stop_handlers(self) -> None:
-        runtime.bind_thread(self._scope)
-        self._scope.handle_stop()
-
-    def _kill_stragglers(self) -> None:
-        for worker in self._workers:
-            if worker.state in _ENDED:
-                continue
-            worker.ended_at = time.time()
-            if worker.kill():
-                worker.state = NodeState.KILLED
-                self._killed.append(worker.name)
-            else:
-                # A thread cannot be killed: see stuck.py for what happens instead.
-                worker.state = NodeState.KILLED
-                self._killed.append(f'{worker.name} (thread left running)')
-                stack = worker.stack()
-                if stack:  # Only threads have one; a process that was never started has not.
-                    self._stuck[worker.name] = stack
-        if self._stuck and self._handlers is not None and self._handlers.is_alive():
-            self._stuck['the stop handlers'] = stuck.thread_stack(self._handlers)
-        self._stop_deadline = None
-
     def _tails(self, names: list[str]) -> str:
         return '\n'.join(f'--- {w.name} ---\n{w.output_tail()}'
                          for w in self._workers if w.name in names)
 
-    def _report_unseen_failure(self) -> None:
-        """At interpreter exit: a failure nobody waited for still fails the script."""
-        if self._failed is not None and not self._failure_seen:
-            worker = self._failed
-            sys.stderr.write(f'launchpad_py: node {worker.label!r} (index {worker.index}) of '
-                             f'program {self.name!r} failed:\n{worker.failure.traceback}\n')
-            sys.stderr.flush()
-            sys.stdout.flush()
-            os._exit(1)
 
 
 _running: set[ProgramController] = set()

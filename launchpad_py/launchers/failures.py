@@ -1,6 +1,9 @@
-"""Restarting failed nodes: the controller's side of ``lp.Restart`` (mixed into it).
+"""What a node's failure does: stop the program, or restart the node (mixed into the controller).
 
-A node of a ``Restart`` group that fails waits out its backoff as
+The first failure of a node whose group stops the program (the default,
+``lp.StopProgram``) is what ``wait()`` raises, unless it only followed from
+a peer's failure (a call to it failed), in which case the failure that
+caused it takes its place. A node of a ``Restart`` group that fails waits out its backoff as
 ``RESTARTING`` (out of its group's live members), then a fresh worker from
 ``worker.restarted()`` takes its place: same label, index and address, one
 more restart counted. Clients of the node see calls in flight fail with
@@ -12,21 +15,73 @@ back. Events of the replaced worker are ignored. A node that fails after
 from __future__ import annotations
 
 import logging
+import os
 import random
+import sys
 import time
 
-from launchpad_py import failure_policy
+from launchpad_py import errors, failure_policy
 from launchpad_py.launchers.worker_api import FailureReport, NodeState, Worker
 
 _log = logging.getLogger('launchpad_py.launchers.controller')
 
 
-class Restarts:
+class Failures:
     """Mixed into ``ProgramController``; runs on its supervisor thread."""
 
-    def _init_restarts(self, policies: dict) -> None:
+    def _init_failures(self, policies: dict) -> None:
         self._policies: dict[str, failure_policy.Policy] = dict(policies)
         self._rng = random.Random()
+
+    def _on_failure(self, worker: Worker, failure: FailureReport) -> None:
+        """``worker`` ended with ``failure``: its group's policy decides what follows."""
+        if not self._stopping and self._restart_later(worker, failure):
+            return
+        if not self._stopping:
+            failure = self._with_policy_note(worker, failure)
+            if worker.state == NodeState.STARTING:  # Failed before it was ready.
+                self._startup_failure = worker
+            worker.state, worker.failure = NodeState.FAILED, failure
+            self._failed = worker
+            _log.error('node %s of program %r failed: %s', worker.name, self.name, failure.summary)
+            if self._startup_failure is worker:
+                self._abort_launch()
+            else:
+                self._begin_stop()
+        elif self._is_the_cause(failure):
+            # The first failure only lost a peer; this one is why, so it is what wait() raises.
+            _log.error('node %s of program %r failed: %s (so %s failed)', worker.name, self.name,
+                       failure.summary, self._failed.name)
+            worker.state, worker.failure, self._failed = NodeState.FAILED, failure, worker
+        else:
+            worker.state = NodeState.STOPPED
+            _log.debug('node %s raised while the program stopped: %s', worker.name, failure.summary)
+
+    def _is_the_cause(self, failure: FailureReport) -> bool:
+        first = self._failed
+        return (first is not None and first.failure.follows_from_a_peer
+                and not failure.follows_from_a_peer)
+
+    def _raise_failure(self) -> None:
+        worker = self._failed
+        if worker is None:
+            return
+        self._failure_seen = True
+        failure = worker.failure
+        error = errors.NodeFailedError(worker.label, worker.index, failure.traceback, failure.summary)
+        raise error from failure.exception
+
+    def _report_unseen_failure(self) -> None:
+        """At interpreter exit: a failure nobody waited for still fails the script."""
+        if self._failed is not None and not self._failure_seen:
+            worker = self._failed
+            sys.stderr.write(f'launchpad_py: node {worker.label!r} (index {worker.index}) of '
+                             f'program {self.name!r} failed:\n{worker.failure.traceback}\n')
+            sys.stderr.flush()
+            sys.stdout.flush()
+            os._exit(1)
+
+    # -- restarts -------------------------------------------------------------------
 
     def _policy(self, worker: Worker) -> failure_policy.Policy:
         return self._policies.get(worker.label, failure_policy.DEFAULT)
