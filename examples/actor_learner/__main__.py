@@ -1,4 +1,5 @@
-"""python -m examples.actor_learner [--lp_launch_type=local_mp] [--num_actors=2] [--replay=reverb] [--elastic]
+"""python -m examples.actor_learner [--lp_launch_type=local_mp] [--num_actors=2] [--elastic]
+                                   [--replay=reverb]
 
 Trains CartPole with a JAX learner and CPU actors; the evaluator prints the
 greedy policy's mean return every few seconds and ends the program at

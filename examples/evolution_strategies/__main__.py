@@ -1,4 +1,5 @@
-"""python -m examples.evolution_strategies [--lp_launch_type=local_mp] [--num_evaluators=4] [--elastic]
+"""python -m examples.evolution_strategies [--lp_launch_type=local_mp] [--num_evaluators=4]
+                                          [--elastic]
 
 Minimizes the 10-D Rastrigin function with SNES, evaluating each generation
 on the evaluator nodes; prints progress every 10 generations. With

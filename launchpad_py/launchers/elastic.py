@@ -92,47 +92,52 @@ class ElasticGroups:
 
         Raises ``LaunchError`` if one fails to start, ``TimeoutError`` after ``timeout``.
         """
-        new = self._request('grow', label, count, timeout)
-        if not self._wait_changed(lambda: all(w.state != NodeState.STARTING for w in new), timeout):
-            raise TimeoutError(f'nodes {[w.name for w in new]} of program {self.name!r} were not '
-                               f'ready within {timeout}s')
+        new = self._change('grow', label, count, timeout,
+                           settled=lambda w: w.state != NodeState.STARTING)
         failed = [w for w in new if w.state in (NodeState.FAILED, NodeState.RESTARTING)]
         if failed:
             raise errors.LaunchError(f'node {failed[0].name} added to program {self.name!r} '
                                      f'failed to start: {failed[0].failure.summary}')
-        return [s for s in self.statuses() if (s.label, s.index) in {(w.label, w.index) for w in new}]
+        return self._statuses_of(new)
 
     def remove_nodes(self, label: str, count: int = 1, grace: float | None = None,
                      timeout: float | None = None) -> list[NodeStatus]:
         """Stops the ``count`` newest live nodes of elastic group ``label``; returns once they
         are gone. One that ignores the stop is killed after ``grace`` seconds (default: the
         program's grace period)."""
-        gone = self._request('shrink', label, (count, grace), timeout)
-        if not self._wait_changed(lambda: all(w.state in _ENDED for w in gone), timeout):
-            raise TimeoutError(f'nodes {[w.name for w in gone]} of program {self.name!r} did not '
-                               f'end within {timeout}s')
-        names = {w.name for w in gone}
+        gone = self._change('shrink', label, (count, grace), timeout,
+                            settled=lambda w: w.state in _ENDED)
+        return self._statuses_of(gone)
+
+    def _statuses_of(self, workers: list[Worker]) -> list[NodeStatus]:
+        names = {w.name for w in workers}
         return [s for s in self.statuses() if f'{s.label}/{s.index}' in names]
 
-    def _request(self, kind: str, label: str, what, timeout: float | None) -> list[Worker]:
-        """Checks the request, hands it to the supervisor, and returns the workers it chose.
-
-        ``what``: the count to add, or (count, grace) to remove.
-        """
+    def _change(self, kind: str, label: str, what, timeout: float | None,
+                settled: Callable[[Worker], bool]) -> list[Worker]:
+        """Checks the request and hands it to the supervisor; returns the workers it chose
+        once each has ``settled``. ``what``: the count to add, or (count, grace) to remove."""
         self._check_elastic(label, what if kind == 'grow' else what[0])
         reply: concurrent.futures.Future = concurrent.futures.Future()
         self._events.queue.put((kind, None, (label, what, reply)))
-        if not self._wait_changed(lambda: reply.done() or self._done.is_set(), timeout):
-            raise TimeoutError(f'program {self.name!r} did not take the request within {timeout}s')
-        if not reply.done():
-            raise errors.NotRunningError(f'program {self.name!r} has ended: cannot change group '
-                                         f'{label!r}')
-        return reply.result()
+        deadline = None if timeout is None else time.monotonic() + timeout
 
-    def _wait_changed(self, predicate, timeout: float | None) -> bool:
+        def left() -> float | None:
+            return None if deadline is None else max(0.0, deadline - time.monotonic())
+
         with self._changed:
-            return self._changed.wait_for(lambda: predicate() or self._done.is_set(), timeout) \
-                and predicate()
+            self._changed.wait_for(lambda: reply.done() or self._done.is_set(), left())
+            if not reply.done():
+                raise (errors.NotRunningError(f'program {self.name!r} has ended: cannot change '
+                                              f'group {label!r}') if self._done.is_set() else
+                       TimeoutError(f'program {self.name!r} did not take the request within '
+                                    f'{timeout}s'))
+            chosen = reply.result()
+            if not self._changed.wait_for(lambda: all(settled(w) for w in chosen), left()):
+                raise TimeoutError(f'nodes {[w.name for w in chosen]} of program {self.name!r} '
+                                   f'did not {"start" if kind == "grow" else "end"} within '
+                                   f'{timeout}s')
+        return chosen
 
     def _check_elastic(self, label: str, count) -> None:
         groups = self._groups

@@ -30,13 +30,14 @@ from launchpad_py.launchers import (control, elastic, metrics_probe, output, pro
 from launchpad_py.launchers.controller import ProgramController
 from launchpad_py.launchers.options import LaunchOptions
 from launchpad_py.launchers.resources import PythonProcess, apply_gpu_defaults
-from launchpad_py.launchers.worker_api import Events, FailureReport, Worker, relay_node_messages
+from launchpad_py.launchers.worker_api import (Events, FailureReport, MembersOverChannel, Worker,
+                                               relay_node_messages)
 from launchpad_py.program import Executable, Program
 
 _log = logging.getLogger(__name__)
 
 
-class ProcessWorker(Worker):
+class ProcessWorker(MembersOverChannel, Worker):
     """One node process, started directly or inside a tmux window."""
 
     can_restart = True
@@ -60,7 +61,6 @@ class ProcessWorker(Worker):
         self._failure: FailureReport | None = None
         self._finished = False
         self._stop_pending = False
-        self._members: dict | None = None  # The newest member table, sent once connected.
         self._lock = threading.Lock()
 
     @property
@@ -71,13 +71,6 @@ class ProcessWorker(Worker):
         """The same node (pickle, address, resources) in a new process; its log goes on."""
         return ProcessWorker(self._executable, self._data, self._setup, self._resources,
                              self.events)
-
-    def send_members(self, table: dict) -> None:
-        with self._lock:
-            self._members = table
-            channel = self._channel
-            if channel is not None:
-                channel.send('members', table)
 
     # -- starting -------------------------------------------------------------------
 
@@ -166,8 +159,7 @@ class ProcessWorker(Worker):
         with self._lock:
             self._channel, self._pid, self._pgid = channel, pid, pgid
             stop_now = self._stop_pending
-            if self._members is not None:
-                channel.send('members', self._members)
+            self._send_members_on_connect(channel)
         if stop_now:
             channel.send('stop')
         failure, self._finished = relay_node_messages(channel, self, self._probe)

@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING
 from launchpad_py import errors, node_process
 from launchpad_py.courier import serialization
 from launchpad_py.launchers import metrics_probe, output
-from launchpad_py.launchers.worker_api import Events, FailureReport, Worker, relay_node_messages
+from launchpad_py.launchers.worker_api import (Events, FailureReport, MembersOverChannel, Worker,
+                                               relay_node_messages)
 from launchpad_py.program import Executable
 
 if TYPE_CHECKING:
@@ -44,7 +45,7 @@ class Placement:
     args: list[str] = dataclasses.field(default_factory=list)
 
 
-class RemoteWorker(Worker):
+class RemoteWorker(MembersOverChannel, Worker):
     """One node process on another host, seen from the launcher.
 
     ``bind``: the addresses a restarted node must serve on again (its first
@@ -61,7 +62,6 @@ class RemoteWorker(Worker):
         self.placement = placement
         self.addresses: list[str] | None = None
         self.bind = bind
-        self._members: dict | None = None  # The newest member table, sent once connected.
         self._setup = setup
         setup.workers[self.worker_id] = self  # Its hello comes to us from now on.
         self._sink = output.make_sink(setup.mode, self.name, setup.log_dir, setup.test)
@@ -113,8 +113,7 @@ class RemoteWorker(Worker):
         with self._lock:
             self._channel, self._pid, self.addresses = channel, pid, addresses
             stop_now = self._stop_requested
-            if self._members is not None:
-                channel.send('members', self._members)
+            self._send_members_on_connect(channel)
         if stop_now:  # Stopped while it was starting: it ends without running.
             channel.send('stop')
         else:
@@ -129,13 +128,6 @@ class RemoteWorker(Worker):
         """The same node on the same host, serving on the addresses it had."""
         return RemoteWorker(self.executable, self.placement, self._setup, self.events,
                             bind=self.addresses or self.bind)
-
-    def send_members(self, table: dict) -> None:
-        with self._lock:
-            self._members = table
-            channel = self._channel
-            if channel is not None:
-                channel.send('members', table)
 
     def send(self, *message) -> None:
         channel = self._channel

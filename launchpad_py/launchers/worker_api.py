@@ -165,6 +165,24 @@ class Worker(abc.ABC):
         """Releases what the worker holds once the program is over."""
 
 
+class MembersOverChannel:
+    """For workers whose node has a control channel (``_channel``, guarded by ``_lock``):
+    group-handle member tables go over it, the newest one again when the node connects."""
+
+    _members: dict | None = None
+
+    def send_members(self, table: dict) -> None:
+        with self._lock:
+            self._members = table
+            if self._channel is not None:
+                self._channel.send('members', table)
+
+    def _send_members_on_connect(self, channel) -> None:
+        """Call with ``_lock`` held, as ``channel`` becomes ``_channel``."""
+        if self._members is not None:
+            channel.send('members', self._members)
+
+
 def relay_node_messages(channel, worker: Worker, probe: MetricsProbe,
                         where: str = '') -> tuple[FailureReport | None, bool]:
     """Passes a node process's control messages on to the supervisor until the channel closes.

@@ -25,7 +25,8 @@ import sys
 import threading
 import time
 
-from launchpad_py import devices, errors, failure_policy, flag_transfer, flags, node_process, runtime
+from launchpad_py import (devices, errors, failure_policy, flag_transfer, flags, node_process,
+                          runtime)
 from launchpad_py.courier import serialization
 from launchpad_py.node_process import Channel
 from launchpad_py.program import group_handle

@@ -24,7 +24,7 @@ from launchpad_py.launchers import controller as controller_module
 import fault_nodes
 
 
-def _record_pids(path: str, done: threading.Event) -> None:
+def record_pids(path: str, done: threading.Event) -> None:
     """Appends each node process of the running program to ``path`` once, as it appears."""
     seen = set()
     with open(path, 'a') as pids:
@@ -49,7 +49,7 @@ def _resources(launch_type: str, hosts: list[str]) -> dict | None:
 
 def run(launch_type: str, run_dir: str, hosts: list[str]) -> dict:
     done = threading.Event()
-    recorder = threading.Thread(target=_record_pids, args=(os.path.join(run_dir, 'pids'), done))
+    recorder = threading.Thread(target=record_pids, args=(os.path.join(run_dir, 'pids'), done))
     recorder.start()
     outcome: dict = {'outcome': 'finished'}
     controller = None

@@ -1,8 +1,8 @@
 """The program every fault run launches: a parameter server behind a cache, and its actors.
 
-    actor ×3 ──apply(actor, n, delta)──▶ params ◀── cache ◀──get_params── actor
-                                          ▲
-    coordinator ──total()─────────────────┘   (ends the program once all updates are in)
+    actor ×3 ──apply(actor, n)──▶ params ◀── cache ◀──get_params── actor
+                                   ▲
+    coordinator ──total()──────────┘   (ends the program once all updates are in)
 
 ``params`` applies each numbered update exactly once and keeps an
 append-only log, so a restarted ``params`` recovers every update it
@@ -113,7 +113,7 @@ def _read_log(path: str) -> list[tuple[int, int]]:
 
 
 class Actor:
-    """Reads parameters through the cache and sends its numbered updates, each until acknowledged."""
+    """Reads parameters through the cache; sends its numbered updates, each until acknowledged."""
 
     def __init__(self, params, cache, ledger_dir: str, updates: int, pause_s: float):
         self._params, self._cache = params, cache

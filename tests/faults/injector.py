@@ -203,5 +203,6 @@ def one_run(rng, launch_type: str, hosts: list[str], plan: tuple[str, str] | Non
             'expected': sorted(expected_end(fault, stop_requested)), 'ended': ended,
             'why': (outcome or {}).get('why'), 'restarts': (outcome or {}).get('restarts', {}),
             'stop_s': _stop_seconds(fault, outcome, result),
-            'updates': fault_checks.check_updates(run_dir, fault_nodes.ACTORS, fault_nodes.UPDATES,
-                                                  complete=ended == 'finished' and bool(result))}
+            'updates': fault_checks.check_updates(
+                run_dir, fault_nodes.ACTORS, fault_nodes.UPDATES,
+                complete=ended == 'finished' and bool(result))}
