@@ -87,6 +87,22 @@ def test_group_handle_drops_a_restarting_member_and_takes_it_back():
         assert [s.restarts for s in controller.statuses() if s.label == 'member'] == [0, 1]
 
 
+def test_colocated_children_follow_the_group_handle():
+    """A node running as a child of a MultiProcessingColocation sees members join too."""
+    program = lp.Program('colocated_watcher')
+    with program.group('member', elastic=True):
+        program.add_node(lp.CourierNode(Member))
+    watcher_node = lp.CourierNode(Watcher, program.group_handle('member'))
+    watcher = watcher_node.create_handle()
+    program.add_node(lp.MultiProcessingColocation([watcher_node]), label='watcher')
+    with lp.launch(program, launch_type='test_mp') as controller:
+        seen = watcher.dereference()
+        version = seen.members()['version']
+        controller.add_nodes('member', 1)
+        seen.wait_for_change(version, 30)
+        assert seen.members()['answers'] == ['member/0', 'member/1']
+
+
 def test_group_handle_works_under_local_threads():
     """Under test_mt the group handle of a (non-elastic) group lists its members."""
     program = lp.Program('threads_group')
