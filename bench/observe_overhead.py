@@ -22,6 +22,14 @@ this process and alternates blocks with the counters on and with them
 replaced by no-ops (the clock read that starts a call included), timing each
 block in CPU seconds of this process (server and caller both), which load from
 other processes barely moves.
+
+A third (``--instructions``, needs valgrind) counts the instructions each
+side's server executes per call under callgrind (the thread that serves the
+connection, from the difference between a run of ``--calls-low`` and one of
+``--calls-high`` calls), and the caller's instructions per call likewise. Instruction
+counts do not move with load at all; they leave out the kernel's share of a
+call (its socket reads and writes, about half of a tiny call's CPU time here),
+so the share they give is an upper bound of the share in time.
 """
 
 from __future__ import annotations
@@ -29,6 +37,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -150,6 +159,98 @@ def measure(base_tree: str, blocks: int, calls: int) -> dict:
     return per_block
 
 
+def _callgrind(argv: list[str], tree: str) -> subprocess.Popen:
+    """``argv`` under callgrind, counting each thread on its own."""
+    out = os.path.join(tempfile.mkdtemp(prefix='lp-callgrind-'), 'out')
+    process = subprocess.Popen(
+        ['valgrind', '--tool=callgrind', '--separate-threads=yes', f'--callgrind-out-file={out}',
+         *argv], cwd=tree, env=dict(os.environ, PYTHONPATH=tree), text=True,
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    process.output_file = out
+    return process
+
+
+def _thread_instructions(process: subprocess.Popen) -> list[int]:
+    """Instructions each thread of an ended callgrind run executed, the main thread first."""
+    process.wait(600)
+    directory = os.path.dirname(process.output_file)
+    counts = []
+    for name in sorted(os.listdir(directory)):  # out-01 (the main thread), out-02, ...
+        if '-' not in name:
+            continue  # An empty file callgrind leaves under the plain name.
+        with open(os.path.join(directory, name)) as data:
+            counts.append(next(int(line.split()[1]) for line in data
+                               if line.startswith(('summary:', 'totals:'))))
+    shutil.rmtree(directory)
+    return counts
+
+
+def server_instructions(tree: str, calls: int) -> int:
+    """Instructions that the thread serving a connection of ``tree``'s server ran for ``calls``.
+
+    A synchronous connection's calls all run on its reader thread (see
+    ``uds_server``), so that thread's count is the server's work per call, free
+    of whatever the process's other threads (gRPC's pollers) do meanwhile.
+    """
+    from launchpad_py import courier
+    process = _callgrind([sys.executable, '-c', SERVER], tree)
+    address = process.stdout.readline().split()[0]
+    client = courier.Client(address)
+    for _ in range(calls):
+        client.echo(1)
+    process.stdin.close()
+    return max(_thread_instructions(process)[1:])
+
+
+def client_instructions(calls: int) -> int:
+    """Instructions of the main thread of a process of this tree that made ``calls`` calls."""
+    server, address = start_server(REPO)
+    caller = ('import sys\nfrom launchpad_py import courier\n'
+              f'client = courier.Client({address!r})\n'
+              f'for _ in range({calls}):\n    client.echo(1)\n')
+    try:
+        return _thread_instructions(_callgrind([sys.executable, '-c', caller], REPO))[0]
+    finally:
+        server.stdin.close()
+        server.wait(30)
+
+
+def cpu_split(calls: int) -> dict:
+    """User and kernel CPU µs per tiny call, server and caller together (this tree)."""
+    import psutil
+    from launchpad_py import courier
+    server, address = start_server(REPO)
+    try:
+        client = courier.Client(address)
+        block_us(client, calls // 10)
+        serving = psutil.Process(server.pid)
+        server_before, caller_before = serving.cpu_times(), os.times()
+        block_us(client, calls)
+        server_after, caller_after = serving.cpu_times(), os.times()
+    finally:
+        server.stdin.close()
+        server.wait(30)
+    user = (server_after.user - server_before.user) + (caller_after.user - caller_before.user)
+    kernel = ((server_after.system - server_before.system)
+              + (caller_after.system - caller_before.system))
+    return {'user_us': user / calls * 1e6, 'kernel_us': kernel / calls * 1e6}
+
+
+def instructions(base_tree: str, low: int, high: int) -> dict:
+    """Instructions per tiny call: each tree's server, and the caller; see the module docstring."""
+    def per_call(count) -> float:  # The difference of two runs: start-up cancels out.
+        return (count(high) - count(low)) / (high - low)
+
+    baseline = per_call(lambda n: server_instructions(base_tree, n))
+    current = per_call(lambda n: server_instructions(REPO, n))
+    caller = per_call(client_instructions)
+    split = cpu_split(20_000)
+    share = (current - baseline) / (baseline + caller)
+    return {'server_baseline': baseline, 'server_current': current, 'caller': caller,
+            'calls_low': low, 'calls_high': high, 'share': share, **split,
+            'share_of_cpu': share * split['user_us'] / (split['user_us'] + split['kernel_us'])}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     parser.add_argument('--baseline', help='git ref of the code without statistics')
@@ -158,6 +259,10 @@ def main() -> None:
     parser.add_argument('--calls', type=int, default=400, help='calls per block')
     parser.add_argument('--in-process-blocks', type=int, default=400,
                         help='blocks per side of the in-process measure')
+    parser.add_argument('--instructions', action='store_true',
+                        help='also count instructions per call under callgrind (needs valgrind)')
+    parser.add_argument('--calls-low', type=int, default=2000)
+    parser.add_argument('--calls-high', type=int, default=12000)
     parser.add_argument('--json', help='write the results here')
     args = parser.parse_args()
     commit = _git('rev-parse', args.baseline or default_baseline())
@@ -166,6 +271,8 @@ def main() -> None:
         _git('worktree', 'add', '--detach', base_tree, commit)
         try:
             pairs = [measure(base_tree, args.blocks, args.calls) for _ in range(args.pairs)]
+            counted = (instructions(base_tree, args.calls_low, args.calls_high)
+                       if args.instructions else None)
         finally:
             _git('worktree', 'remove', '--force', base_tree)
     pair_ratios = [statistics.median(c / b for c, b in zip(p['current'], p['baseline']))
@@ -194,6 +301,14 @@ def main() -> None:
     print(f'in one process, CPU per call: counters on {inside["on_cpu_us"]:.2f} µs, off '
           f'{inside["off_cpu_us"]:.2f} µs; ratio {inside["ratio_median"]:.4f} (quartiles '
           f'{inside["ratio_quartiles"][0]:.3f}–{inside["ratio_quartiles"][2]:.3f})')
+    if counted is not None:
+        report['instructions'] = counted
+        print(f'instructions per call: server {counted["server_baseline"]:.0f} without '
+              f'statistics, {counted["server_current"]:.0f} with; caller '
+              f'{counted["caller"]:.0f}; the statistics are {counted["share"]:.2%} of a '
+              f'call\'s instructions; user time is {counted["user_us"]:.1f} of '
+              f'{counted["user_us"] + counted["kernel_us"]:.1f} CPU µs per call, so about '
+              f'{counted["share_of_cpu"]:.2%} of its CPU')
     if args.json:
         with open(args.json, 'w') as out:
             json.dump(dict(report, per_block=pairs), out, indent=1)

@@ -5,7 +5,7 @@ from absl import flags
 LAUNCH_TYPE = flags.DEFINE_string(
     'lp_launch_type', 'local_mt',
     'How to launch a program when lp.launch() is not told: local_mt, local_mp, test_mt, test_mp, '
-    'ssh.')
+    'ssh, kubernetes.')
 TERMINATION_NOTICE_SECS = flags.DEFINE_integer(
     'lp_termination_notice_secs', 10,
     'Seconds a node has to exit after a stop request before its process is killed.')
@@ -25,6 +25,14 @@ SSH_OPTIONS = flags.DEFINE_string(
     'lp_ssh_options', '',
     "For --lp_launch_type=ssh: extra ssh arguments for the hosts of --lp_ssh_hosts, e.g. "
     "'-F cluster_ssh_config'.")
+K8S_MANIFESTS_DIR = flags.DEFINE_string(
+    'lp_k8s_manifests_dir', None,
+    'For --lp_launch_type=kubernetes: a dry run. Write every manifest the launch would apply as '
+    'YAML files into this directory and apply nothing.')
+K8S_IMAGE = flags.DEFINE_string(
+    'lp_k8s_image', None,
+    'For --lp_launch_type=kubernetes: the image of every group that resources leave out '
+    '(it must hold your code and launchpad_py).')
 DASHBOARD = flags.DEFINE_bool(
     'lp_dashboard', False,
     'Serve a web dashboard of the launched program on a loopback port (its address and token are '

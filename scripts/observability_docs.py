@@ -78,6 +78,15 @@ def overhead(path: str) -> None:
         ('the counters alone, per call', '', f"{r['hot_path_ns']:.0f} ns",
          f"{r['hot_path_share']:.2%} of a call"),
     ]
+    counted = r.get('instructions')
+    if counted:
+        rows.append(('instructions per call in the serving thread (callgrind; caller: '
+                     f"{counted['caller']:.0f})", f"{counted['server_baseline']:.0f}",
+                     f"{counted['server_current']:.0f}",
+                     f"+{counted['share']:.2%} of the call's user-space instructions; "
+                     f"user time is {counted['user_us']:.1f} of "
+                     f"{counted['user_us'] + counted['kernel_us']:.1f} CPU µs, so "
+                     f"≈{counted['share_of_cpu']:.2%} of the CPU"))
     table = ['| measure | without statistics | with | ratio |', '|---|---|---|---|']
     table += ['| ' + ' | '.join(row) + ' |' for row in rows]
     fill_doc('overhead', f"Measured at commit `{r['current_commit'][:10]}` against "

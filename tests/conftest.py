@@ -23,8 +23,15 @@ needs_ssh_hosts = pytest.mark.skipif(
 # Runs that take long by design (heartbeat timeouts, examples across hosts, fault runs).
 slow = pytest.mark.skipif(os.environ.get('LP_SLOW_TESTS') != '1',
                           reason='slow run; set LP_SLOW_TESTS=1 to include it')
+# The Kubernetes launcher runs against a fake API server (tests/fake_kube) whose pods run on
+# the namespace hosts; it needs the [kubernetes] extra.
+needs_kubernetes_client = pytest.mark.skipif(
+    importlib.util.find_spec('kubernetes') is None,
+    reason="the [kubernetes] extra is not installed (pip install 'launchpad_py[kubernetes]')")
 # Every launcher the conformance suite covers.
-ALL_LAUNCH_TYPES = LAUNCH_TYPES + [pytest.param('ssh', marks=needs_ssh_hosts)]
+ALL_LAUNCH_TYPES = LAUNCH_TYPES + [
+    pytest.param('ssh', marks=needs_ssh_hosts),
+    pytest.param('kubernetes', marks=[needs_ssh_hosts, needs_kubernetes_client])]
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # Threads the library starts for a program; long-lived gRPC/channel threads are not ours.
 _OURS = ('lp-', 'courier-')
@@ -70,12 +77,30 @@ def ssh_host(name: str, **options):
     return lp.SshHost(name, ssh_options=SSH_OPTIONS, **options)
 
 
+@pytest.fixture
+def kubernetes_cluster(tmp_path, monkeypatch):
+    """A fake cluster (KUBECONFIG points at it) with nodes h1..h3; h3 has GPUs and pool=a100."""
+    from fake_kube import FakeCluster, FakeNode
+    nodes = [FakeNode('h1', netns='lp-h1'), FakeNode('h2', netns='lp-h2'),
+             FakeNode('h3', labels={'pool': 'a100'}, gpus=2, netns='lp-h3')]
+    with FakeCluster(str(tmp_path), nodes) as fake:
+        monkeypatch.setenv('KUBECONFIG', fake.kubeconfig)
+        yield fake
+
+
 def launch(program, launch_type: str, **kwargs):
-    """``lp.launch``; for ssh, group number i runs on host h(i mod 3 + 1)."""
+    """``lp.launch``; for ssh, group number i runs on host h(i mod 3 + 1).
+
+    For kubernetes (with the ``kubernetes_cluster`` fixture): every group runs the fake's image.
+    """
     import launchpad_py as lp
     if launch_type == 'ssh' and 'resources' not in kwargs:
         kwargs['resources'] = {group: ssh_host(SSH_HOST_NAMES[i % len(SSH_HOST_NAMES)])
                                for i, group in enumerate(program.groups)}
+    if launch_type == 'kubernetes':
+        from kubernetes_nodes import image_for_every_group, options
+        kwargs.setdefault('resources', image_for_every_group(program))
+        kwargs.setdefault('kubernetes_options', options())
     return lp.launch(program, launch_type=launch_type, **kwargs)
 
 

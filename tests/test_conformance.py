@@ -17,6 +17,13 @@ from nodes_for_tests import (Pinger, crash, record_stop_handler_calls, serve_for
 pytestmark = pytest.mark.parametrize('launch_type', ALL_LAUNCH_TYPES)
 
 
+@pytest.fixture(autouse=True)
+def cluster_for_kubernetes(request, launch_type):
+    """Kubernetes runs against a fake cluster of its own per test (see fake_kube)."""
+    if launch_type == 'kubernetes':
+        request.getfixturevalue('kubernetes_cluster')
+
+
 def _pinger_program():
     program = lp.Program('conformance')
     handle = program.add_node(lp.CourierNode(Pinger), label='pinger')

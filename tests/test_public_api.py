@@ -18,7 +18,7 @@ ORIGINAL = {
     'launch': [('programs', 'P', E), ('launch_type', 'P', None), ('xm_resources', 'P', None),
                ('local_resources', 'P', None), ('test_case', 'P', None), ('terminal', 'P', None),
                ('serialize_py_nodes', 'K', None), ('resources', 'K', None),
-               ('dashboard', 'K', None), ('failure_policy', 'K', None)],
+               ('dashboard', 'K', None)],
     'CourierNode': [('constructor', 'P', E), ('args', 'V', E), ('courier_kwargs', 'K', None),
                     ('courier_client_kwargs', 'K', None), ('kwargs', 'KW', E)],
     'CourierHandle': [('address', 'P', E), ('client_kwargs', 'KW', E)],
@@ -53,7 +53,7 @@ ORIGINAL = {
 # Names of our own.
 OURS = {
     'CacherHandle', 'ColocationHandle', 'ColocationNode', 'GroupHandle', 'GroupMembers',
-    'Handle', 'LaunchError',
+    'Handle', 'KubernetesResources', 'LaunchError',
     'LaunchpadError', 'NodeContext', 'NodeFailedError', 'NodeSerializationError', 'NodeState',
     'NodeStatus', 'NotRunningError', 'ProgramController', 'ProgramError', 'ResourcesError',
     'ReverbHandle', 'Restart', 'SshHost', 'StopProgram', 'StuckNodesError',
@@ -93,7 +93,8 @@ def test_original_signatures_are_kept():
 
 def test_launch_type_names():
     """Launch types are an enum whose values are the launcher names."""
-    assert [t.value for t in lp.LaunchType] == ['local_mt', 'local_mp', 'test_mt', 'test_mp', 'ssh']
+    assert [t.value for t in lp.LaunchType] == ['local_mt', 'local_mp', 'test_mt', 'test_mp', 'ssh',
+                                                'kubernetes']
     assert not lp.is_local_launch('ssh') and not lp.is_local_launch_or_test('ssh')
     assert lp.is_local_launch('local_mp') and not lp.is_local_launch('test_mp')
     assert lp.is_local_launch_or_test(lp.LaunchType.TEST_MULTI_THREADING)

@@ -164,7 +164,7 @@ class Server:
         if self._local_transport and uds.local_port(f'{self._host}:{port}') is not None:
             self._local = uds_server.LocalListener(port, self._dispatch_frame, self._unsendable,
                                                    self._pool, self._label, self._initializer,
-                                                   on_sent=self.stats.sent)
+                                                   stats=self.stats)
             if not self._local.start():
                 self._local = None
         if self._tcp_transport:
@@ -173,7 +173,7 @@ class Server:
                 self._label, self._initializer, handshake_timeout=self._handshake_timeout,
                 max_frame_bytes=self._max_frame_bytes,
                 tls=None if self._tls is None else self._tls.server_context(),
-                on_sent=self.stats.sent)
+                stats=self.stats)
             if not self._tcp.start():
                 self._tcp = None
         server.start()
@@ -215,8 +215,11 @@ class Server:
             f'{type(self._obj).__name__} served by {self._label or "this server"} has no public '
             f'method {name!r}; available: {available}')
 
-    def _dispatch_frame(self, frame: frames.Frame) -> tuple:
-        """Runs one request: ``('ok', value)`` or ``('error', RemoteFailure)``."""
+    def _dispatch_frame(self, frame: frames.Frame, shard: stats.Shard | None = None) -> tuple:
+        """Runs one request: ``('ok', value)`` or ``('error', RemoteFailure)``.
+
+        ``shard``: the calling thread's counters, where the caller holds them.
+        """
         with self._permits:
             ok = False
             start = _clock()
@@ -231,7 +234,7 @@ class Server:
                 size = len(frame.pickled)
                 if frame.buffers:
                     size += stats.buffer_bytes(frame.buffers)
-                self.stats.record(frame.method, start, size, ok)
+                (shard or self.stats.shard()).count(frame.method, start, size, ok)
 
     def _calls_running(self) -> int:
         # Every call holds a permit while it runs, so the permits in use are the calls in

@@ -45,10 +45,10 @@ class Connection(uds.Connection):
                                     max_frame_bytes=max_frame_bytes)
         self._send_lock = threading.Lock()
 
-    def send(self, call_id: int, kind: int, obj, on_size=None) -> None:
+    def send(self, call_id: int, kind: int, obj, counts=None) -> None:
         parts, _ = frames.encode(call_id, kind, obj)
-        if on_size is not None:
-            on_size(len(parts[0]) if len(parts) == 1 else frames.encoded_size(parts))
+        if counts is not None:
+            counts.bytes_out += len(parts[0]) if len(parts) == 1 else frames.encoded_size(parts)
         with self._send_lock:
             frames.send(self.sock, parts, None)
 
@@ -117,9 +117,9 @@ class TcpListener(uds_server.LocalListener):
                  tls: ssl.SSLContext | None = None,
                  handshake_timeout: float = HANDSHAKE_SECONDS,
                  max_frame_bytes: int = MAX_FRAME_BYTES,
-                 on_sent: Callable[[int], None] | None = None):
+                 stats=None):
         super().__init__(0, dispatch, unsendable, executor, label, thread_initializer,
-                         on_sent=on_sent)
+                         stats=stats)
         self.path = None
         self._name = f'courier-{label or "server"}-tcp'
         self._host = host
@@ -158,9 +158,10 @@ class TcpListener(uds_server.LocalListener):
 
     def _serve_tcp(self, connection: Connection, peer) -> None:
         why = None
+        shard = self._own_shard()
         try:
             while True:
-                self._take(connection, connection.read())
+                self._take(connection, connection.read(), shard)
         except EOFError:
             if connection.reader.truncated:
                 why = 'the peer left in the middle of a frame'

@@ -139,12 +139,12 @@ class Connection:
         self.reader = frames.Reader(sock, self.released)
         self._send_lock = threading.Lock()
 
-    def send(self, call_id: int, kind: int, obj, on_size=None) -> None:
-        """Sends ``obj``; ``on_size`` (if given) hears its size in bytes before it leaves."""
+    def send(self, call_id: int, kind: int, obj, counts=None) -> None:
+        """Sends ``obj``; its size is added to ``counts.bytes_out`` (if given) before it leaves."""
         parts, fd = frames.encode(call_id, kind, obj, self.pool, self.released.drain(),
                                   SHM_MIN_BYTES)
-        if on_size is not None:
-            on_size(len(parts[0]) if len(parts) == 1 else frames.encoded_size(parts))
+        if counts is not None:
+            counts.bytes_out += len(parts[0]) if len(parts) == 1 else frames.encoded_size(parts)
         with self._send_lock:
             frames.send(self.sock, parts, fd)
 

@@ -23,7 +23,7 @@ import threading
 import time
 from typing import Callable
 
-from launchpad_py.courier import frames, uds
+from launchpad_py.courier import frames, stats as stats_module, uds
 
 SYNC_REQUEST, FUTURE_REQUEST = 1, 3
 
@@ -34,9 +34,9 @@ class LocalListener:
     def __init__(self, port: int, dispatch: Callable, unsendable: Callable,
                  executor: concurrent.futures.Executor, label: str | None,
                  thread_initializer: Callable[[], None] | None = None, *,
-                 on_sent: Callable[[int], None] | None = None):
+                 stats: stats_module.ServerStats | None = None):
         self._port = port
-        self._on_sent = on_sent  # Told the size of each reply (the server's counters).
+        self._stats = stats  # The server's counters: calls and reply bytes are counted here.
         # Small calls are answered on the connection's own thread, which must be
         # set up like the executor's threads.
         self._thread_initializer = thread_initializer
@@ -105,9 +105,10 @@ class LocalListener:
             self._spawn(self._serve, connection)
 
     def _serve(self, connection: uds.Connection) -> None:
+        shard = self._own_shard()
         try:
             while True:  # No local keeps a frame: its shared memory is released sooner.
-                self._take(connection, connection.read())
+                self._take(connection, connection.read(), shard)
         except (EOFError, OSError, RuntimeError):  # Peer gone, or the pool shut down on stop.
             pass
         finally:
@@ -115,20 +116,28 @@ class LocalListener:
                 self._connections.discard(connection)
             connection.close()
 
-    def _take(self, connection: uds.Connection, frame: frames.Frame) -> None:
+    def _own_shard(self) -> stats_module.Shard | None:
+        """The counters of the calling thread, which it then writes alone."""
+        return None if self._stats is None else self._stats.shard()
+
+    def _take(self, connection: uds.Connection, frame: frames.Frame,
+              shard: stats_module.Shard | None) -> None:
+        """Runs a synchronous call on the reader's thread, counted in the reader's ``shard``."""
         if frame.kind == SYNC_REQUEST:
-            self._answer(connection, frame)
+            self._answer(connection, frame, shard)
         else:
             self._executor.submit(self._answer, connection, frame)
 
-    def _answer(self, connection: uds.Connection, frame: frames.Frame) -> None:
-        reply = self._dispatch(frame)
+    def _answer(self, connection: uds.Connection, frame: frames.Frame,
+                shard: stats_module.Shard | None = None) -> None:
+        if shard is None:  # On a pool thread.
+            shard = self._own_shard()
+        reply = self._dispatch(frame, shard)
         try:
             try:
-                connection.send(frame.call_id, frames.REPLY, reply, self._on_sent)
+                connection.send(frame.call_id, frames.REPLY, reply, shard)
             except (TypeError, MemoryError) as exc:  # The result itself cannot travel.
-                connection.send(frame.call_id, frames.REPLY, self._unsendable(frame, exc),
-                                self._on_sent)
+                connection.send(frame.call_id, frames.REPLY, self._unsendable(frame, exc), shard)
         except OSError:
             pass  # The caller went away; its reader has reported that already.
 

@@ -83,8 +83,9 @@ class ProgramController(Observability, Stopping, Failures, ElasticGroups):
         self._publish_members()
         runtime.activate(self._scope)
         _running.add(self)
-        self._thread.start()
+        # Before the supervisor, which closes it when the nodes end: with none (a dry run) at once.
         self._open_status_endpoint()
+        self._thread.start()
         started = 0
         try:
             for worker in self._workers:

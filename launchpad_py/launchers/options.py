@@ -21,6 +21,8 @@ class LaunchOptions:
     dashboard_port: int = 0
     #: Group label -> lp.Restart(...) or lp.StopProgram(); groups not named stop the program.
     failure_policy: Mapping[str, Any] | None = None
+    #: The chosen launcher's own options (``kubernetes_options=`` of lp.launch); see ``pick``.
+    launcher_options: Mapping[str, Any] | None = None
 
     @classmethod
     def from_flags(cls, **kwargs) -> 'LaunchOptions':
@@ -45,6 +47,24 @@ class LaunchOptions:
     def check_failure_policy(self, program: Program) -> None:
         """Every group the policies name exists, and every policy is one."""
         failure_policy.check(self.failure_policy, program.groups, program.name)
+
+    def pick_launcher_options(self, launch_type: str, **by_keyword) -> None:
+        """Keeps the ``<launch_type>_options=`` keyword's value; another launcher's is an error.
+
+            options.pick_launcher_options('kubernetes', kubernetes_options={...}, slurm_options=None)
+        """
+        for keyword, value in by_keyword.items():
+            if value is None:
+                continue
+            owner = keyword.removesuffix('_options')
+            if owner != launch_type:
+                raise errors.ProgramError(
+                    f'{keyword}= belongs to launch_type={owner!r}, but this launch is '
+                    f'{launch_type!r}; drop it or launch with launch_type={owner!r}')
+            if not isinstance(value, Mapping):
+                raise TypeError(f"{keyword} must be a dict such as {{'namespace': 'research'}} "
+                                f'(got {value!r})')
+            self.launcher_options = dict(value)
 
     def check_resource_groups(self, program: Program) -> None:
         unknown = sorted(set(self.local_resources or {}) - set(program.groups))

@@ -46,6 +46,12 @@ class Sink:
     def attach(self, process: subprocess.Popen) -> None:
         """Called once the process has started."""
 
+    def follow(self, stream) -> None:
+        """Takes the node's output from ``stream`` (readline/close, e.g. a pod's log), on a thread."""
+
+    def note(self, line: str) -> None:
+        """A line from the launcher about the node (why its pod waits), kept with its output."""
+
     def tail(self) -> str:
         try:
             with open(self.log_path, 'rb') as log:
@@ -59,11 +65,31 @@ class Sink:
 
 
 class FileSink(Sink):
+    _thread: threading.Thread | None = None
+
     def popen_streams(self) -> dict:
         self._file = open(self.log_path, 'ab')  # A restarted node's log goes on.
         return {'stdout': self._file, 'stderr': subprocess.STDOUT}
 
+    def follow(self, stream) -> None:
+        self._file = open(self.log_path, 'ab')  # After any note() lines.
+        self._thread = threading.Thread(target=self._copy, args=(stream,),
+                                        name=f'lp-output-{self.name}', daemon=True)
+        self._thread.start()
+
+    def _copy(self, stream) -> None:
+        for raw in iter(stream.readline, b''):
+            self._file.write(raw)
+            self._file.flush()
+        stream.close()
+
+    def note(self, line: str) -> None:
+        with open(self.log_path, 'ab') as log:
+            log.write(f'{line}\n'.encode())
+
     def close(self) -> None:
+        if self._thread is not None:
+            self._thread.join(5)
         if hasattr(self, '_file'):
             self._file.close()
 
@@ -82,20 +108,25 @@ class PrefixSink(Sink):
         return {'stdout': subprocess.PIPE, 'stderr': subprocess.STDOUT}
 
     def attach(self, process: subprocess.Popen) -> None:
-        self._thread = threading.Thread(target=self._copy, args=(process.stdout,),
+        self.follow(process.stdout)
+
+    def follow(self, stream) -> None:
+        self._thread = threading.Thread(target=self._copy, args=(stream,),
                                         name=f'lp-output-{self.name}', daemon=True)
         self._thread.start()
 
     def _copy(self, stream) -> None:
         for raw in iter(stream.readline, b''):
-            line = raw.decode(errors='replace').rstrip('\n')
-            self._lines.append(line)
-            try:
-                sys.stdout.write(f'{self._prefix}{line}\n')
-                sys.stdout.flush()
-            except (OSError, ValueError):  # Our stdout closed: keep the tail anyway.
-                pass
+            self.note(raw.decode(errors='replace').rstrip('\n'))
         stream.close()
+
+    def note(self, line: str) -> None:
+        self._lines.append(line)
+        try:
+            sys.stdout.write(f'{self._prefix}{line}\n')
+            sys.stdout.flush()
+        except (OSError, ValueError):  # Our stdout closed: keep the tail anyway.
+            pass
 
     def tail(self) -> str:
         return '\n'.join(self._lines) or '(no output)'

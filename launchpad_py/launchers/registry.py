@@ -22,6 +22,7 @@ class LaunchType(str, enum.Enum):
     TEST_MULTI_THREADING = 'test_mt'
     TEST_MULTI_PROCESSING = 'test_mp'
     SSH = 'ssh'
+    KUBERNETES = 'kubernetes'
 
     def __str__(self) -> str:
         return self.value
@@ -33,6 +34,7 @@ _BUILTIN = {
     'local_mp': 'launchpad_py.launchers.local_processes:launch_local',
     'test_mp': 'launchpad_py.launchers.local_processes:launch_test',
     'ssh': 'launchpad_py.launchers.ssh:launch_ssh',
+    'kubernetes': 'launchpad_py.launchers.kubernetes:launch_kubernetes',
 }
 _registered: dict[str, Callable] = {}
 

@@ -2,17 +2,19 @@
 
 SSH, Slurm and Kubernetes differ only in how a process gets started on some
 host. A launcher module describes that with a ``Placement`` per node (the
-local command that starts it, e.g. ``ssh h1 python -m ...``) and calls
-``launch``; everything after the start lives here:
+local command that starts it, e.g. ``ssh h1 python -m ...``, or a ``Starter``
+where no local command reaches the node, e.g. a pod) and calls ``launch``;
+everything after the start lives here:
 
-1. Each node process (``remote_node.py``) reads its bootstrap from its stdin,
+1. Each node process (``remote_node.py``) reads its bootstrap (from its stdin,
+   or for a pod from a mounted Secret; see ``Starter``),
    dials back to the launcher over an authenticated TCP control channel and
    reports the ``host:port`` it will serve on (its interface that reaches the
    launcher, and free ports there).
 2. Once every node has reported, the launcher fills the address table
    (late binding: nobody knows a node's address before it is placed),
    ships each node its executable, and the nodes build, serve and report ready.
-3. Logs come back through the starter's stdout. The launcher sends a
+3. Logs come back through the starter (ssh's stdout, a pod's log). The launcher sends a
    heartbeat every second; a node whose channel, heartbeat or stdin ends
    kills its own process group.
 
@@ -28,7 +30,6 @@ import secrets
 import shutil
 import tempfile
 import threading
-
 from typing import Callable
 
 from launchpad_py import courier, errors, flag_transfer
@@ -36,10 +37,10 @@ from launchpad_py.launchers import control, elastic, output, shipping
 from launchpad_py.launchers.controller import ProgramController
 from launchpad_py.launchers.options import LaunchOptions
 from launchpad_py.launchers.remote_worker import (HEARTBEAT_S, HEARTBEAT_TIMEOUT_S, Placement,
-                                                  RemoteWorker)
+                                                  RemoteWorker, Starter)
 from launchpad_py.program import AbstractAddressBuilder, Program
 
-__all__ = ['HEARTBEAT_S', 'HEARTBEAT_TIMEOUT_S', 'Placement', 'RemoteWorker', 'launch']
+__all__ = ['HEARTBEAT_S', 'HEARTBEAT_TIMEOUT_S', 'Placement', 'RemoteWorker', 'Starter', 'launch']
 
 
 class _Unbound(AbstractAddressBuilder):
@@ -148,11 +149,13 @@ def _loopback_in_multi_host(workers: list[RemoteWorker]) -> str | None:
 
 def launch(program: Program, options: LaunchOptions, launch_type: str,
            placements: dict[tuple[str, int], Placement],
-           place_new: Callable[[str, int], Placement] | None = None) -> ProgramController:
+           place_new: Callable[[str, int], Placement] | None = None,
+           on_finish: Callable[[], None] | None = None) -> ProgramController:
     """Starts every executable where ``placements[(label, index)]`` says; returns when all serve.
 
     ``place_new(label, index)`` places a node added to an elastic group while the
-    program runs (None: this launcher cannot add nodes).
+    program runs (None: this launcher cannot add nodes). ``on_finish`` runs once every
+    node has ended (e.g. to delete what the scheduler still holds for the program).
     """
     mode = output.check_mode(options.terminal)
     if mode == 'tmux_session':
@@ -177,6 +180,8 @@ def launch(program: Program, options: LaunchOptions, launch_type: str,
         setup.finish()
         if mode != 'output_to_files':
             shutil.rmtree(log_dir, ignore_errors=True)
+        if on_finish is not None:
+            on_finish()
 
     controller = ProgramController(program.name, launch_type, options.grace,
                                    keep_process_alive=True, on_finish=finish,

@@ -1,9 +1,11 @@
 """Entry point of a node process on another host: ``python -m launchpad_py.launchers.remote_node``.
 
-Whatever started it (ssh, srun, a pod) gives it one JSON line on stdin:
-the launcher's control address and key, the program secret, its worker id
-and how many addresses it must bind (or, for a restarted node, which ones).
-Secrets never appear on a command line.
+Whatever started it gives it one JSON object: the launcher's control address
+and key, the program secret, its worker id and how many addresses it must
+bind (or, for a restarted node, which ones). ssh and srun write it as one line
+on stdin; a pod, which has no stdin from the launcher, reads it from the file
+that ``LAUNCHPAD_PY_BOOTSTRAP`` names (a mounted Kubernetes Secret). Secrets
+never appear on a command line.
 Then, over the authenticated control channel (see ``remote.py``)::
 
     node → launcher: ('hello', worker_id, pid, pgid, ['host:port', ...])
@@ -13,7 +15,8 @@ Then, over the authenticated control channel (see ``remote.py``)::
 
 The node ends its whole process group when the control channel closes, when
 no heartbeat arrives for ``heartbeat_timeout`` seconds, or when its stdin
-closes (the ssh connection dropped), so nothing outlives the launcher.
+closes (the ssh connection dropped; not watched when the bootstrap came
+from a file), so nothing outlives the launcher.
 """
 
 from __future__ import annotations
@@ -36,6 +39,19 @@ def _kill_own_group() -> None:
         os.killpg(os.getpgrp(), signal.SIGKILL)
     finally:
         os._exit(1)
+
+
+#: Names the file holding the bootstrap, for nodes whose stdin does not reach the launcher.
+BOOTSTRAP_ENV = 'LAUNCHPAD_PY_BOOTSTRAP'
+
+
+def _read_bootstrap_file(path: str) -> dict:
+    try:
+        with open(path, 'rb') as boot_file:
+            return json.load(boot_file)
+    except (OSError, ValueError) as exc:
+        raise SystemExit(f'launchpad_py remote node: cannot read the bootstrap file {path!r} '
+                         f'named by {BOOTSTRAP_ENV}: {exc}') from exc
 
 
 def _read_bootstrap() -> dict:
@@ -80,10 +96,12 @@ def _pick_ports(host: str, count: int) -> list[str]:
 
 
 def main() -> int:
-    boot = _read_bootstrap()
+    boot_path = os.environ.get(BOOTSTRAP_ENV)
+    boot = _read_bootstrap_file(boot_path) if boot_path else _read_bootstrap()
     if os.getpgrp() != os.getpid():
         os.setsid()  # Our own group, so ending it ends exactly this node and its children.
-    threading.Thread(target=_watch_stdin, name='lp-stdin', daemon=True).start()
+    if not boot_path:
+        threading.Thread(target=_watch_stdin, name='lp-stdin', daemon=True).start()
     host, port = boot['control']
     connection = mpc.Client((host, port), family='AF_INET', authkey=bytes.fromhex(boot['key']))
     channel = HeartbeatChannel(connection, boot['heartbeat_timeout'])

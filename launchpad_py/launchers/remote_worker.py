@@ -1,13 +1,14 @@
 """The launcher's side of one node process on another host (see ``remote.py``).
 
-A ``RemoteWorker`` starts the node with its ``Placement``'s command, writes the
-bootstrap line to its stdin (kept open: its end tells the node the launcher is
-gone), reads the node's control channel, and turns what it hears into the
-supervisor's events.
+A ``RemoteWorker`` starts the node with its ``Placement``'s ``Starter`` (by
+default a local command such as ssh, which gets the bootstrap line on its
+stdin, kept open: its end tells the node the launcher is gone), reads the
+node's control channel, and turns what it hears into the supervisor's events.
 """
 
 from __future__ import annotations
 
+import abc
 import dataclasses
 import json
 import subprocess
@@ -29,6 +30,78 @@ HEARTBEAT_S = 1.0
 HEARTBEAT_TIMEOUT_S = 5.0
 
 
+class Starter(abc.ABC):
+    """How one node process gets started somewhere, and how the launcher learns that it ended.
+
+    ``CommandStarter`` runs a local command whose stdin and stdout reach the
+    node (ssh, srun); a launcher with no such command (Kubernetes: a pod)
+    brings its own.
+    """
+
+    @abc.abstractmethod
+    def start(self, boot: dict, sink: output.Sink) -> None:
+        """Starts the node with its bootstrap ``boot``; its output goes to ``sink``."""
+
+    @abc.abstractmethod
+    def wait(self) -> int | None:
+        """Blocks until the node's process has ended; its exit code (None: unknown)."""
+
+    @abc.abstractmethod
+    def terminate(self) -> bool:
+        """Ends the node's process from outside; False when nothing was started."""
+
+    def close(self) -> None:
+        """Releases what the starter holds once the program is over."""
+
+    def describe_exit(self, code: int | None) -> str:
+        """How the node's process ended, for failure messages (``'exited with code 3'``)."""
+        return node_process.describe_exit(code)
+
+    def taken_away(self) -> str | None:
+        """Why the scheduler ended the node though the launcher did not ask (a pod deleted,
+        evicted, preempted), which fails it even if it then ended cleanly; None if it did not."""
+        return None
+
+
+class CommandStarter(Starter):
+    """A local command (ssh, srun) whose stdin carries the bootstrap and whose stdout the output.
+
+    stdin stays open after the bootstrap line: its end tells the node its launcher is gone.
+    """
+
+    def __init__(self, argv: list[str]):
+        self.argv = argv
+        self._process: subprocess.Popen | None = None
+
+    def start(self, boot: dict, sink: output.Sink) -> None:
+        # A session of its own: Ctrl-C in the terminal goes to the launcher, which
+        # stops the nodes gracefully, instead of cutting their connections.
+        self._process = subprocess.Popen(self.argv, stdin=subprocess.PIPE, start_new_session=True,
+                                         **sink.popen_streams())
+        sink.attach(self._process)
+        try:
+            self._process.stdin.write(json.dumps(boot).encode() + b'\n')
+            self._process.stdin.flush()
+        except OSError:
+            pass  # The starter died at once; the worker reports it with its output.
+
+    def wait(self) -> int | None:
+        return self._process.wait()
+
+    def terminate(self) -> bool:
+        process = self._process
+        if process is not None and process.poll() is None:
+            process.terminate()
+        return process is not None
+
+    def close(self) -> None:
+        if self._process is not None:
+            try:
+                self._process.stdin.close()
+            except OSError:
+                pass
+
+
 @dataclasses.dataclass
 class Placement:
     """Where and how one node process starts.
@@ -36,13 +109,15 @@ class Placement:
     ``argv``: a local command whose stdin/stdout reach the node process (ssh,
     srun); ``host``: the name shown in statuses and messages;
     ``launcher_ip``: the launcher's address as that host reaches it;
-    ``args``: extra absl flags for the node.
+    ``args``: extra absl flags for the node; ``starter``: how to start it
+    where no local command reaches it (then ``argv`` is unused).
     """
 
     argv: list[str]
     host: str
     launcher_ip: str
     args: list[str] = dataclasses.field(default_factory=list)
+    starter: Starter | None = None
 
 
 class RemoteWorker(MembersOverChannel, Worker):
@@ -51,8 +126,6 @@ class RemoteWorker(MembersOverChannel, Worker):
     ``bind``: the addresses a restarted node must serve on again (its first
     run picked them); None lets the node pick free ports.
     """
-
-    can_restart = True
 
     def __init__(self, executable: Executable, placement: Placement, setup: 'RemoteSetup',
                  events: Events, bind: list[str] | None = None):
@@ -65,7 +138,7 @@ class RemoteWorker(MembersOverChannel, Worker):
         self._setup = setup
         setup.workers[self.worker_id] = self  # Its hello comes to us from now on.
         self._sink = output.make_sink(setup.mode, self.name, setup.log_dir, setup.test)
-        self._process: subprocess.Popen | None = None
+        self._starter = placement.starter or CommandStarter(placement.argv)
         self._channel: node_process.Channel | None = None
         self._pid: int | None = None
         self._failure: FailureReport | None = None
@@ -83,27 +156,19 @@ class RemoteWorker(MembersOverChannel, Worker):
     def host(self) -> str:
         return self.placement.host
 
-    def start(self) -> None:
-        setup = self._setup
-        boot = {'control': list(setup.control_for(self.placement.launcher_ip).address),
-                'key': setup.control_for(self.placement.launcher_ip).key.hex(),
-                'secret': setup.secret.hex(), 'worker_id': self.worker_id,
+    def _bootstrap(self) -> dict:
+        """What the node needs to dial back: control address and key, program secret, its id."""
+        control = self._setup.control_for(self.placement.launcher_ip)
+        return {'control': list(control.address), 'key': control.key.hex(),
+                'secret': self._setup.secret.hex(), 'worker_id': self.worker_id,
                 'addresses': len(self.executable.addresses), 'bind': self.bind,
                 'heartbeat_timeout': HEARTBEAT_TIMEOUT_S}
+
+    def start(self) -> None:
         try:
-            # A session of its own: Ctrl-C in the terminal goes to the launcher, which
-            # stops the nodes gracefully, instead of cutting their connections.
-            self._process = subprocess.Popen(
-                self.placement.argv, stdin=subprocess.PIPE, start_new_session=True,
-                **self._sink.popen_streams())
+            self._starter.start(self._bootstrap(), self._sink)
         except OSError as exc:
             raise errors.LaunchError(f'cannot start node {self.name} on {self.host}: {exc}') from exc
-        self._sink.attach(self._process)
-        try:  # stdin stays open: its end tells the node its launcher is gone.
-            self._process.stdin.write(json.dumps(boot).encode() + b'\n')
-            self._process.stdin.flush()
-        except OSError:
-            pass  # The starter died at once; _wait_for_exit reports it with its output.
         threading.Thread(target=self._wait_for_exit, name=f'lp-wait-{self.name}',
                          daemon=True).start()
 
@@ -123,6 +188,12 @@ class RemoteWorker(MembersOverChannel, Worker):
         if failure is not None:
             self._failure = failure
         self._channel_closed.set()
+
+    @property
+    def can_restart(self) -> bool:
+        """A node started by a command (ssh, srun) can be started again by running it again;
+        a launcher with a starter of its own (a pod) would have to make a new one."""
+        return self.placement.starter is None
 
     def restarted(self) -> 'RemoteWorker':
         """The same node on the same host, serving on the addresses it had."""
@@ -147,18 +218,21 @@ class RemoteWorker(MembersOverChannel, Worker):
         self.kill()
 
     def _wait_for_exit(self) -> None:
-        code = self._process.wait()
+        code = self._starter.wait()
         # The starter is gone, so the channel is closed or about to be: read the last words.
         self._channel_closed.wait(5 if self._channel is not None else 0)
         self._sink.close()
         failure = self._failure
+        taken = self._starter.taken_away()
+        if failure is None and taken is not None:
+            failure = FailureReport(taken, f'{taken}\n--- output tail ---\n{self._sink.tail()}')
         if failure is None and not self._finished:
+            how = self._starter.describe_exit(code)
             if self._channel is None:
                 text = (f'the node process on {self.host} ended before it reached the launcher '
-                        f'({node_process.describe_exit(code)}); is {self.placement.launcher_ip} '
-                        f'reachable from {self.host}?')
+                        f'({how}); is {self.placement.launcher_ip} reachable from {self.host}?')
             else:
-                text = f'the connection to {self.host} ended ({node_process.describe_exit(code)})'
+                text = f'the connection to {self.host} ended ({how})'
             failure = FailureReport(text, f'{text}\n--- output tail ---\n{self._sink.tail()}')
         self.events.exited(self, code, failure)
 
@@ -174,10 +248,7 @@ class RemoteWorker(MembersOverChannel, Worker):
         channel = self._channel
         if channel is not None:
             channel.close()
-        process = self._process
-        if process is not None and process.poll() is None:
-            process.terminate()
-        return process is not None
+        return self._starter.terminate()
 
     def output_tail(self) -> str:
         return self._sink.tail()
@@ -187,9 +258,4 @@ class RemoteWorker(MembersOverChannel, Worker):
 
     def cleanup(self) -> None:
         self.kill()
-        process = self._process
-        if process is not None:
-            try:
-                process.stdin.close()
-            except OSError:
-                pass
+        self._starter.close()

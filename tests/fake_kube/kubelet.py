@@ -1,0 +1,222 @@
+"""The fake cluster's controllers: scheduler, kubelet, Job deadline and TTL-after-finished.
+
+The scheduler places a pod on the first node whose labels match its
+``nodeSelector`` and that has the GPUs it asks for, or marks it Unschedulable
+with the scheduler's message; an image the cluster lacks leaves it in
+ImagePullBackOff. The kubelet runs containers with a runtime of
+``runtimes.py`` (local processes, or podman) in the node's network namespace,
+and ends them when their pod is deleted (SIGTERM, then SIGKILL after the grace).
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import datetime
+import os
+import subprocess
+import threading
+import time
+
+from fake_kube.store import ApiError, Store, now
+
+
+
+@dataclasses.dataclass
+class FakeNode:
+    """A node pods can be scheduled on; ``netns`` is the network namespace its pods run in."""
+
+    name: str
+    labels: dict = dataclasses.field(default_factory=dict)
+    gpus: int = 0
+    netns: str | None = None
+
+
+class LogSource:
+    """A pod's log file, read while its process may still write it."""
+
+    def __init__(self, path: str, ended: threading.Event):
+        self.path, self.ended = path, ended
+
+    def read(self, follow: bool, closing: threading.Event):
+        with open(self.path, 'rb') as log:
+            while True:
+                ended = self.ended.is_set()
+                data = log.read(65536)
+                if data:
+                    yield data
+                elif not follow or ended or closing.is_set():
+                    return
+                else:
+                    self.ended.wait(0.05)  # Tailing a file: nothing announces a new line.
+
+
+class Kubelet:
+    """Schedules pods on ``nodes``, runs their containers, and runs the Job controllers."""
+
+    def __init__(self, store: Store, nodes: list[FakeNode], images: set[str], workdir: str,
+                 runtime):
+        self.store, self.nodes, self.images, self.workdir = store, nodes, images, workdir
+        #: Runs containers: ``runtimes.ProcessRuntime()`` or ``runtimes.PodmanRuntime()``.
+        self.runtime = runtime
+        self._handles: dict[tuple[str, str], object] = {}
+        self._ended: dict[tuple[str, str], threading.Event] = {}
+        self._lock = threading.Lock()
+        self._closing = threading.Event()
+        self._seen: set[str] = set()
+        store.on_pod_deleted = self._pod_deleted
+        self._thread = threading.Thread(target=self._loop, name='fake-kube-controllers',
+                                        daemon=True)
+        self._thread.start()
+
+    def _loop(self) -> None:
+        while not self._closing.wait(0.1):
+            pods, _ = self.store.list('pods', None)
+            for pod in pods:
+                if pod['metadata']['uid'] not in self._seen:
+                    self._seen.add(pod['metadata']['uid'])
+                    self._schedule(pod)
+            self._run_job_controllers()
+
+    # -- scheduler and kubelet -------------------------------------------------------
+
+    def _unschedulable(self, pod: dict) -> str | None:
+        selector = pod['spec'].get('nodeSelector') or {}
+        container = pod['spec']['containers'][0]
+        gpus = int(((container.get('resources') or {}).get('limits') or {}).get(
+            'nvidia.com/gpu', 0))
+        fits = [n for n in self.nodes if all(n.labels.get(k) == v for k, v in selector.items())]
+        if not fits:
+            return (f"0/{len(self.nodes)} nodes are available: {len(self.nodes)} node(s) didn't "
+                    "match Pod's node affinity/selector.")
+        if not any(n.gpus >= gpus for n in fits):
+            return f'0/{len(self.nodes)} nodes are available: Insufficient nvidia.com/gpu.'
+        return None
+
+    def _container(self, pod: dict, state: dict) -> list[dict]:
+        """``containerStatuses`` with the fields the API requires (the client checks them)."""
+        return [{'name': 'node', 'image': pod['spec']['containers'][0]['image'], 'imageID': '',
+                 'ready': 'running' in state, 'restartCount': 0, 'state': state}]
+
+    def _set_status(self, pod: dict, **status) -> None:
+        meta = pod['metadata']
+        try:
+            self.store.update('pods', meta['namespace'], meta['name'],
+                              lambda obj: obj['status'].update(status))
+        except ApiError:  # Deleted meanwhile.
+            pass
+
+    def _schedule(self, pod: dict) -> None:
+        why = self._unschedulable(pod)
+        if why is not None:
+            self._set_status(pod, phase='Pending', conditions=[{
+                'type': 'PodScheduled', 'status': 'False', 'reason': 'Unschedulable',
+                'message': why}])
+            return
+        node = next(n for n in self.nodes if all(
+            n.labels.get(k) == v for k, v in (pod['spec'].get('nodeSelector') or {}).items()))
+        image = pod['spec']['containers'][0]['image']
+        if image not in self.images:
+            self._set_status(pod, phase='Pending', containerStatuses=self._container(pod, {
+                'waiting': {'reason': 'ImagePullBackOff',
+                            'message': f'Back-off pulling image "{image}"'}}))
+            return
+        self._start(pod, node)
+
+    def _secret_files(self, pod: dict) -> dict[str, dict[str, bytes]]:
+        """Per mount path, the files of the Secret mounted there (as the kubelet reads them)."""
+        volumes = {v['name']: v for v in pod['spec'].get('volumes') or ()}
+        files = {}
+        for mount in pod['spec']['containers'][0].get('volumeMounts') or ():
+            secret = volumes[mount['name']]['secret']['secretName']
+            data = self.store.get('secrets', pod['metadata']['namespace'], secret)['data']
+            files[mount['mountPath']] = {k: base64.b64decode(v) for k, v in data.items()}
+        return files
+
+    def _start(self, pod: dict, node: FakeNode) -> None:
+        meta = pod['metadata']
+        key = (meta['namespace'], meta['name'])
+        directory = os.path.join(self.workdir, meta['uid'])
+        os.makedirs(directory)
+        try:
+            handle = self.runtime.start(pod, node.netns, self._secret_files(pod), directory,
+                                        os.path.join(directory, 'log'))
+        except (ApiError, subprocess.CalledProcessError) as exc:
+            message = getattr(exc, 'stderr', None) or str(exc)
+            self._set_status(pod, phase='Pending', containerStatuses=self._container(pod, {
+                'waiting': {'reason': 'CreateContainerError', 'message': message.strip()}}))
+            return
+        with self._lock:
+            self._handles[key] = handle
+            self._ended[key] = threading.Event()
+        self.store.update('pods', *key, lambda obj: obj['spec'].update(nodeName=node.name))
+        self._set_status(pod, phase='Running', conditions=[{'type': 'PodScheduled',
+                                                            'status': 'True'}],
+                         containerStatuses=self._container(pod, {
+                             'running': {'startedAt': now()}}))
+        threading.Thread(target=self._reap, args=(pod, key, handle),
+                         name=f'fake-kube-{meta["name"]}', daemon=True).start()
+
+    def _reap(self, pod: dict, key, handle) -> None:
+        code = handle.wait()
+        self._ended[key].set()
+        self._set_status(pod, phase='Succeeded' if code == 0 else 'Failed',
+                         containerStatuses=self._container(pod, {'terminated': {
+                             'exitCode': code, 'reason': 'Completed' if code == 0 else 'Error'}}))
+
+    def log_source(self, namespace: str, name: str) -> LogSource:
+        pod = self.store.get('pods', namespace, name)
+        with self._lock:
+            ended = self._ended.get((namespace, name))
+        if ended is None:
+            raise ApiError(400, 'BadRequest', f'container "node" in pod "{name}" is waiting to '
+                                              'start: ContainerCreating')
+        return LogSource(os.path.join(self.workdir, pod['metadata']['uid'], 'log'), ended)
+
+    def _pod_deleted(self, pod: dict) -> None:
+        key = (pod['metadata']['namespace'], pod['metadata']['name'])
+        with self._lock:
+            handle, ended = self._handles.get(key), self._ended.get(key)
+        if handle is not None and not ended.is_set():
+            grace = pod['spec'].get('terminationGracePeriodSeconds', 30)
+            threading.Thread(target=handle.terminate, args=(grace,),
+                             name=f'fake-kube-kill-{key[1]}', daemon=True).start()
+
+    # -- Job controller (deadline) and TTL-after-finished controller -------------------
+
+    def _run_job_controllers(self) -> None:
+        jobs, _ = self.store.list('jobs', None)
+        for job in jobs:
+            meta, spec, status = job['metadata'], job['spec'], job.get('status') or {}
+            started = _seconds_since(status.get('startTime') or meta['creationTimestamp'])
+            finished = [c for c in status.get('conditions') or () if c['type'] == 'Failed']
+            if not finished and started > spec.get('activeDeadlineSeconds', float('inf')):
+                self.store.update('jobs', meta['namespace'], meta['name'], lambda obj: obj[
+                    'status'].update(conditions=[{'type': 'Failed', 'status': 'True',
+                                                  'reason': 'DeadlineExceeded',
+                                                  'lastTransitionTime': now()}]))
+            elif finished and spec.get('ttlSecondsAfterFinished') is not None and _seconds_since(
+                    finished[0]['lastTransitionTime']) >= spec['ttlSecondsAfterFinished']:
+                try:
+                    self.store.delete('jobs', meta['namespace'], meta['name'])
+                except ApiError:
+                    pass
+            elif not status.get('startTime'):
+                self.store.update('jobs', meta['namespace'], meta['name'],
+                                  lambda obj: obj['status'].update(startTime=now()))
+
+    def close(self) -> None:
+        """Stops the controllers and ends every container still running."""
+        self._closing.set()
+        self._thread.join(10)
+        with self._lock:
+            running = [h for key, h in self._handles.items() if not self._ended[key].is_set()]
+        for handle in running:
+            handle.terminate(0)
+
+
+def _seconds_since(timestamp: str) -> float:
+    then = datetime.datetime.strptime(timestamp, '%Y-%m-%dT%H:%M:%SZ').replace(
+        tzinfo=datetime.timezone.utc)
+    return time.time() - then.timestamp()
+

@@ -1,0 +1,140 @@
+"""How the fake kubelet runs a pod's container: as a local process, or as a real pod under podman.
+
+``ProcessRuntime``: the "image" is this machine's Python environment and the
+repository; the container's command runs as a process (in the network
+namespace of its fake node, through ``ip netns exec``). A Secret volume is
+written to a directory of the pod's, and environment values under its mount
+path point there instead (a process cannot mount).
+
+``PodmanRuntime``: ``podman kube play`` of the pod exactly as the API server
+stored it, with three adaptations podman 4.3 needs: server-set fields
+(``status``, ``uid``, ...) are dropped; each Secret becomes a podman secret
+whose ``data`` holds the plain text (podman reads ``data`` without decoding
+base64 and ignores ``stringData``); and the pod joins its fake node's network
+namespace by running podman there with ``--network host`` (``kube play``
+rejects ``--network ns:PATH`` for pods).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+class ProcessHandle:
+    def __init__(self, process: subprocess.Popen):
+        self._process = process
+
+    def wait(self) -> int:
+        code = self._process.wait()
+        return code if code >= 0 else 128 - code  # As a container reports a signal.
+
+    def terminate(self, grace: float) -> None:
+        for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 10)):
+            try:
+                os.killpg(self._process.pid, sig)
+                self._process.wait(wait)
+                return
+            except ProcessLookupError:
+                return
+            except subprocess.TimeoutExpired:
+                continue
+
+
+class ProcessRuntime:
+    def start(self, pod: dict, netns: str | None, secrets: dict[str, dict[str, bytes]],
+              directory: str, log_path: str) -> ProcessHandle:
+        """``secrets``: per mount path, the files of the Secret mounted there."""
+        mounts = {}
+        for number, (mount_path, files) in enumerate(secrets.items()):
+            local = os.path.join(directory, f'volume{number}')
+            os.makedirs(local)
+            for key, value in files.items():
+                with open(os.open(os.path.join(local, key), os.O_WRONLY | os.O_CREAT, 0o400),
+                          'wb') as out:
+                    out.write(value)
+            mounts[mount_path] = local
+        container = pod['spec']['containers'][0]
+        env = {'PATH': f'{os.path.dirname(sys.executable)}:/usr/bin:/bin',
+               'PYTHONPATH': f'{REPO}:{REPO}/tests', 'HOME': directory}
+        for item in container.get('env') or ():
+            value = item['value']
+            for mount_path, local in mounts.items():
+                if value.startswith(mount_path):
+                    value = local + value[len(mount_path):]
+            env[item['name']] = value
+        argv = (['ip', 'netns', 'exec', netns] if netns else []) + list(container['command'])
+        with open(log_path, 'wb') as log:
+            process = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=log,
+                                       stderr=subprocess.STDOUT, start_new_session=True,
+                                       cwd=container.get('workingDir') or REPO)
+        return ProcessHandle(process)
+
+
+def podman(*args: str, netns: str | None = None, check: bool = True,
+           timeout: float = 120) -> subprocess.CompletedProcess:
+    """Runs podman (in network namespace ``netns``: nsenter keeps /sys, unlike ip netns exec)."""
+    prefix = ['nsenter', f'--net=/run/netns/{netns}'] if netns else []
+    return subprocess.run(prefix + ['podman', *args], capture_output=True, text=True,
+                          timeout=timeout, check=check)
+
+
+class PodmanHandle:
+    def __init__(self, pod: str, secrets: list[str], log_path: str):
+        self.pod, self._secrets = pod, secrets
+        self._container = f'{pod}-node'
+        # `podman logs -f` copies the container's output into the log the API serves.
+        with open(log_path, 'wb') as log:
+            self._logs = subprocess.Popen(['podman', 'logs', '-f', self._container], stdout=log,
+                                          stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+
+    def wait(self) -> int:
+        done = podman('wait', self._container, check=False, timeout=24 * 3600)
+        try:
+            self._logs.wait(10)
+        except subprocess.TimeoutExpired:
+            self._logs.kill()
+            self._logs.wait()
+        code = done.stdout.strip()
+        self.remove()
+        return int(code) if code.lstrip('-').isdigit() else 1
+
+    def terminate(self, grace: float) -> None:
+        podman('pod', 'stop', '-t', str(int(grace)), self.pod, check=False)
+
+    def remove(self) -> None:
+        podman('pod', 'rm', '-f', self.pod, check=False)
+        for name in self._secrets:
+            podman('secret', 'rm', name, check=False)
+            podman('volume', 'rm', '-f', name, check=False)  # kube play keeps one per secret.
+
+
+class PodmanRuntime:
+    def start(self, pod: dict, netns: str | None, secrets: dict[str, dict[str, bytes]],
+              directory: str, log_path: str) -> PodmanHandle:
+        volumes = {v['name']: v for v in pod['spec'].get('volumes') or ()}
+        names = []
+        for mount in pod['spec']['containers'][0].get('volumeMounts') or ():
+            name = volumes[mount['name']]['secret']['secretName']
+            plain = {'apiVersion': 'v1', 'kind': 'Secret', 'metadata': {'name': name},
+                     'data': {k: v.decode() for k, v in secrets[mount['mountPath']].items()}}
+            with tempfile.NamedTemporaryFile('w', suffix='.yaml', dir=directory,
+                                             delete=False) as out:
+                json.dump(plain, out)  # JSON is YAML.
+            podman('secret', 'create', name, out.name)
+            os.remove(out.name)  # Its only copy now is podman's.
+            names.append(name)
+        metadata = {k: v for k, v in pod['metadata'].items()
+                    if k not in ('uid', 'resourceVersion', 'creationTimestamp')}
+        played = {'apiVersion': 'v1', 'kind': 'Pod', 'metadata': metadata, 'spec': pod['spec']}
+        path = os.path.join(directory, 'pod.yaml')
+        with open(path, 'w') as out:
+            json.dump(played, out)
+        podman('kube', 'play', '--network', 'host', path, netns=netns)
+        return PodmanHandle(pod['metadata']['name'], names, log_path)

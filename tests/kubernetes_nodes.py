@@ -1,0 +1,51 @@
+"""Nodes, a fake-cluster fixture helper and a launching script for the Kubernetes launcher tests."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+import launchpad_py as lp
+from fake_kube import IMAGE
+
+#: The launcher's address on the namespace hosts' bridge, which fake pods on h1..h3 reach.
+LAUNCHER_ADDRESS = '10.250.0.1'
+
+
+def options(**extra) -> dict:
+    """kubernetes_options for a fake cluster whose pods run on the namespace hosts."""
+    return {'launcher_address': LAUNCHER_ADDRESS, **extra}
+
+
+def image_for_every_group(program: lp.Program, **fields) -> dict:
+    return {group: lp.KubernetesResources(image=IMAGE, **fields) for group in program.groups}
+
+
+def print_then_crash(code: int) -> None:
+    """Prints a line, then ends its process at once, as a crashing container does."""
+    print('about to crash hard', flush=True)
+    os._exit(code)
+
+
+def ignore_stop() -> None:
+    """Never looks at the stop request: only deleting its pod ends it."""
+    import threading
+    threading.Event().wait()
+
+
+def print_and_wait(text: str) -> None:
+    print(text, flush=True)
+    lp.wait_for_stop()
+
+
+if __name__ == '__main__':  # A launcher to SIGKILL: prints its pods' names once ready, then waits.
+    from nodes_for_tests import Pinger
+    program = lp.Program('doomed')
+    program.add_node(lp.CourierNode(Pinger), label='pinger')
+    program.add_node(lp.PyNode(print_and_wait, 'waiting'), label='waiter')
+    controller = lp.launch(program, launch_type='kubernetes',
+                           resources=image_for_every_group(program),
+                           kubernetes_options=options(lease_seconds=int(sys.argv[1])))
+    print(json.dumps([s.host for s in controller.statuses()]), flush=True)
+    controller.wait()
