@@ -70,6 +70,7 @@ def test_removed_node_that_ignores_the_stop_is_killed_after_the_grace_period():
         controller.add_nodes('member', 1)
         (gone,) = controller.remove_nodes('member', 1, grace=0.5, timeout=30)
         assert gone.state == lp.NodeState.STOPPED and gone.exit_code == -signal.SIGKILL
+        controller.stop(grace=0.5)  # member/0 ignores the stop too.
 
 
 def test_group_handle_drops_a_restarting_member_and_takes_it_back():
