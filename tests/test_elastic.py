@@ -135,7 +135,8 @@ def test_bad_requests_name_the_group_and_the_value(call, match):
 def test_elastic_groups_are_refused_where_nodes_are_threads():
     """test_mt cannot stop one thread node alone, so an elastic group fails the launch."""
     program, _, _ = _program()
-    with pytest.raises(lp.ProgramError, match=r"group 'member' .* is elastic, but test_mt cannot"):
+    with pytest.raises(lp.ProgramError, match=r"test_mt cannot add or remove nodes .* groups "
+                                              r"\['member'\] cannot be elastic"):
         lp.launch(program, launch_type='test_mt')
 
 

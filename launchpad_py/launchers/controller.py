@@ -7,7 +7,7 @@ Every launcher returns a ``ProgramController``::
 
 Supervision is one thread that owns all state changes; workers only post
 events. The default failure policy stops the program on the first failure;
-per-group policies may restart failed nodes instead (``restarts.py``), and
+per-group policies may restart failed nodes instead (``failures.py``), and
 elastic groups grow and shrink while the program runs (``elastic.py``).
 """
 
@@ -25,11 +25,11 @@ from launchpad_py.launchers.elastic import ElasticGroups, Groups
 from launchpad_py.launchers.observe import Observability
 from launchpad_py.launchers.failures import Failures
 from launchpad_py.launchers.stopping import Stopping
-from launchpad_py.launchers.worker_api import (Events, FailureReport, NodeState, NodeStatus,
-                                               Worker)
+from launchpad_py.launchers.worker_api import (ENDED, Events, FailureReport, NodeState,
+                                               NodeStatus, Worker)
 
 _log = logging.getLogger(__name__)
-_ENDED = (NodeState.FINISHED, NodeState.STOPPED, NodeState.FAILED, NodeState.KILLED)
+_ENDED = ENDED
 
 
 class ProgramController(Observability, Stopping, Failures, ElasticGroups):

@@ -23,13 +23,12 @@ from typing import Callable
 from launchpad_py import errors
 from launchpad_py.courier import serialization
 from launchpad_py.launchers.membership import Membership
-from launchpad_py.launchers.worker_api import NodeState, NodeStatus, Worker
+from launchpad_py.launchers.worker_api import ENDED as _ENDED, NodeState, NodeStatus, Worker
 from launchpad_py.program import (AbstractAddressBuilder, Executable, Node, Program,
                                   SimpleLocalAddressBuilder, group_handle)
 
 _log = logging.getLogger('launchpad_py.launchers.controller')
 _LIVE = (NodeState.STARTING, NodeState.RUNNING, NodeState.RESTARTING)
-_ENDED = (NodeState.FINISHED, NodeState.STOPPED, NodeState.FAILED, NodeState.KILLED)
 
 
 @dataclasses.dataclass

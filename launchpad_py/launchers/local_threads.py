@@ -73,7 +73,9 @@ class ThreadWorker(Worker):
 
 
 def _launch(program: Program, options: LaunchOptions, launch_type: str, test: bool):
-    options.reject_for(launch_type, local_resources=True, terminal=True)
+    # A node thread cannot be stopped alone, so groups cannot shrink.
+    options.reject_for(launch_type, local_resources=True, terminal=True,
+                       elastic_groups=program.elastic_groups)
     if options.serialize_py_nodes is False:
         prepared = shipping.prepare(program, serialize=False)
         executables = [e for e, _ in prepared]

@@ -33,8 +33,24 @@ class LaunchOptions:
         return cls(grace=grace, dashboard_port=port, **kwargs)
 
     def reject_for(self, launch_type: str, *, local_resources: bool = False,
-                   terminal: bool = False) -> None:
-        """Raises for each option the launcher cannot use, instead of ignoring it."""
+                   terminal: bool = False, restarts: bool = False,
+                   elastic_groups: set[str] | frozenset = frozenset()) -> None:
+        """Raises for each option the launcher cannot use, instead of ignoring it.
+
+        ``restarts``: the launcher cannot restart nodes; ``elastic_groups``: the program's
+        elastic groups, where the launcher cannot add or remove nodes while it runs.
+        """
+        restarted = sorted(group for group, policy in (self.failure_policy or {}).items()
+                           if isinstance(policy, failure_policy.Restart))
+        if restarts and restarted:
+            raise errors.ProgramError(
+                f'{launch_type} cannot restart nodes, but failure_policy gives lp.Restart to '
+                f'groups {restarted}; give them lp.StopProgram() or launch with local_mp or ssh')
+        if elastic_groups:
+            raise errors.ProgramError(
+                f'{launch_type} cannot add or remove nodes while a program runs, so groups '
+                f'{sorted(elastic_groups)} cannot be elastic; launch with local_mp or ssh, or '
+                'declare them with program.group(label) instead')
         if local_resources and self.local_resources:
             raise errors.ResourcesError(
                 f'{launch_type} runs every node in this process and cannot apply local_resources '

@@ -13,9 +13,7 @@ import time
 
 from launchpad_py import runtime
 from launchpad_py.launchers import stuck
-from launchpad_py.launchers.worker_api import NodeState
-
-_ENDED = (NodeState.FINISHED, NodeState.STOPPED, NodeState.FAILED, NodeState.KILLED)
+from launchpad_py.launchers.worker_api import ENDED as _ENDED, NodeState
 
 
 class Stopping:

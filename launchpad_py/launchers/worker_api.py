@@ -35,6 +35,10 @@ class NodeState(str, enum.Enum):
     KILLED = 'killed'       # did not end within the grace period
 
 
+#: The states a node does not leave.
+ENDED = (NodeState.FINISHED, NodeState.STOPPED, NodeState.FAILED, NodeState.KILLED)
+
+
 @dataclasses.dataclass
 class FailureReport:
     """Why a node failed: its traceback text and, where rebuildable, the exception."""
