@@ -2,8 +2,9 @@
 
     result = one_run(random.Random(1), 'local_mp', hosts=[])
 
-The victim is the launcher or a random node process (from the launcher's
-``pids`` file); the fault a SIGKILL, a SIGSTOP held for a random pause
+The victim is the launcher (one run in five) or a random node process (from
+the launcher's ``pids`` file; if none has started yet, the first to start);
+the fault a SIGKILL, a SIGSTOP held for a random pause
 (then SIGCONT), or under ssh a connection reset (``net_faults``). The run
 then counts what the issue asks: whether the program ended as its policy
 says (``expected`` vs ``ended``), a hang (no end within ``HANG_S``),
@@ -64,6 +65,15 @@ def _node_processes(run_dir: str) -> list[tuple[int, str]]:
     return alive
 
 
+def _first_nodes(run_dir: str, launcher: subprocess.Popen) -> list[tuple[int, str]]:
+    """The node processes alive now, waiting for the first if none is (not past the launch)."""
+    deadline = time.monotonic() + HANG_S
+    while not (nodes := _node_processes(run_dir)) and launcher.poll() is None \
+            and time.monotonic() < deadline:
+        threading.Event().wait(0.01)  # Polling the pids file the launcher appends to.
+    return nodes
+
+
 def _signal(pid: int, sig: int) -> bool:
     try:
         os.kill(pid, sig)
@@ -84,18 +94,20 @@ def _pause(pid: int, seconds: float) -> bool:
 def _choose(rng, launcher: subprocess.Popen, run_dir: str, launch_type: str,
             plan: tuple[str, str] | None) -> tuple[int | None, Fault]:
     """The victim's pid and the fault: random, or ``plan`` = (group label or 'launcher', kind)."""
-    nodes = _node_processes(run_dir)
     if plan is not None:
         victim, kind = plan
         if victim == 'launcher':
             return launcher.pid, Fault('launcher', kind)
-        nodes = [n for n in nodes if n[1].split('/')[0] == victim]
+        nodes = [n for n in _node_processes(run_dir) if n[1].split('/')[0] == victim]
         if not nodes:
             return None, Fault(victim, 'missed')
         pid, name = rng.choice(nodes)
         return pid, Fault(name, kind)
-    if not nodes or rng.random() < 0.2:
+    if rng.random() < 0.2:
         return launcher.pid, Fault('launcher', rng.choice(['kill', 'pause']))
+    nodes = _first_nodes(run_dir, launcher)
+    if not nodes:
+        return None, Fault('node', 'missed')  # The launch ended before any node started.
     pid, name = rng.choice(nodes)
     return pid, Fault(name, rng.choice(['kill', 'pause'] + (['reset'] if launch_type == 'ssh'
                                                               else [])))
