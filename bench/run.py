@@ -11,9 +11,11 @@ min-max reported; every repetition is bounded in calls and seconds):
 
 ``tiny_sync``      one caller, one server, ``echo(1)``: microseconds per call
 ``inflight8``      8 calls outstanding from one caller: calls/s
+``inflight64``     64 calls outstanding from one caller: calls/s
 ``inflight8_threads``  floor only: 8 client threads, one connection each,
                    sync calls (the GIL-bound alternative to pipelining)
 ``fanin4``         4 caller processes, one server, ``ping()``: total calls/s
+``fanin16``        16 caller processes, likewise
 ``rt:<size>``      round trip of a float32 array returned unchanged: ms
 ``rt_GBps:<size>`` array bytes / round-trip time (GB = 1e9 B), plus the
                    memcpy ceiling (one ``np.copyto`` of the same bytes)
@@ -62,6 +64,8 @@ PEERS = {
     "ray": (lambda: peers_ray.RayPeer(), peers_ray.available),
 }
 
+INFLIGHT_DEPTHS = (8, 64)
+FANIN_CALLERS = (4, 16)
 TINY_BUDGET = Budget(max_calls=20_000, max_seconds=0.4)
 INFLIGHT_BUDGET = Budget(max_calls=100_000, max_seconds=0.5)
 FANIN_BUDGET = Budget(max_calls=200_000, max_seconds=1.0)
@@ -119,12 +123,13 @@ class Run:
             self.guarded("tiny_sync", name, "us/call",
                          lambda: measure(per_call_us(lambda: peer.call("echo", 1), TINY_BUDGET), reps))
 
-            def inflight_rep():
-                n, dt = peer.inflight("echo", (1,), 8, INFLIGHT_BUDGET)
-                return n / dt
+            for depth in INFLIGHT_DEPTHS:
+                def inflight_rep(depth=depth):
+                    n, dt = peer.inflight("echo", (1,), depth, INFLIGHT_BUDGET)
+                    return n / dt
 
-            self.guarded("inflight8", name, "calls/s", lambda: measure(inflight_rep, reps),
-                         higher_is_better=True)
+                self.guarded(f"inflight{depth}", name, "calls/s",
+                             lambda: measure(inflight_rep, reps), higher_is_better=True)
             if hasattr(peer, "inflight_threads"):
                 def threads_rep():
                     n, dt = peer.inflight_threads("echo", (1,), 8, INFLIGHT_BUDGET)
@@ -133,8 +138,10 @@ class Run:
                 self.guarded("inflight8_threads", name, "calls/s", lambda: measure(threads_rep, reps),
                              higher_is_better=True, note="8 client threads, sync calls")
             if "fanin" in peer.supports:
-                self.guarded("fanin4", name, "calls/s",
-                             lambda: peer.fanin(4, FANIN_BUDGET, reps), higher_is_better=True)
+                for callers in FANIN_CALLERS:
+                    self.guarded(f"fanin{callers}", name, "calls/s",
+                                 lambda: peer.fanin(callers, FANIN_BUDGET, reps),
+                                 higher_is_better=True)
             if hasattr(peer, "batched"):
                 for method in ("echo_batched", "echo"):
                     self.guarded(f"batched16:{method}", name, "calls/s",
@@ -228,8 +235,8 @@ def ratios(results: list[Result], baseline: str = BASELINE) -> dict:
 
 def measure_order(m: str) -> tuple:
     head, _, size = m.partition(":")
-    order = ["all", "startup", "idle_rss", "tiny_sync", "inflight8", "inflight8_threads", "fanin4",
-             "batched16", "rt", "rt_GBps", "launch"]
+    order = ["all", "startup", "idle_rss", "tiny_sync", "inflight8", "inflight64",
+             "inflight8_threads", "fanin4", "fanin16", "batched16", "rt", "rt_GBps", "launch"]
     rank = order.index(head) if head in order else len(order)
     key = SIZES.get(size, int(size) if size.isdigit() else 0)
     return (rank if head not in ("rt", "rt_GBps") else order.index("rt"), key, head)
@@ -329,7 +336,7 @@ def parse_args(argv=None):
 
 def planned_measures(args) -> list[str]:
     """Rows an unavailable peer would have had (so the table shows why)."""
-    ms = ["startup", "idle_rss", "tiny_sync", "inflight8", "fanin4"]
+    ms = ["startup", "idle_rss", "tiny_sync", "inflight8", "inflight64", "fanin4", "fanin16"]
     ms += [f"rt:{s}" for s in args.sizes]
     ms += [f"launch:{n}" for n in args.launch]
     return ms

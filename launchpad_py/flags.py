@@ -5,7 +5,7 @@ from absl import flags
 LAUNCH_TYPE = flags.DEFINE_string(
     'lp_launch_type', 'local_mt',
     'How to launch a program when lp.launch() is not told: local_mt, local_mp, test_mt, test_mp, '
-    'ssh, kubernetes.')
+    'ssh, slurm, kubernetes.')
 TERMINATION_NOTICE_SECS = flags.DEFINE_integer(
     'lp_termination_notice_secs', 10,
     'Seconds a node has to exit after a stop request before its process is killed.')
@@ -39,3 +39,26 @@ DASHBOARD = flags.DEFINE_bool(
     'printed when it starts); see docs/observability.md.')
 DASHBOARD_PORT = flags.DEFINE_integer(
     'lp_dashboard_port', 0, 'Port of the dashboard (--lp_dashboard); 0 picks a free one.')
+SLURM_PARTITION = flags.DEFINE_string(
+    'lp_slurm_partition', '',
+    'For --lp_launch_type=slurm: the partition of groups whose resources name none '
+    "(default: the cluster's default partition).")
+SLURM_TIME = flags.DEFINE_string(
+    'lp_slurm_time', '', "For --lp_launch_type=slurm: the job's time limit, as salloc --time "
+    "(e.g. '02:00:00'; default: the partition's).")
+SLURM_ACCOUNT = flags.DEFINE_string(
+    'lp_slurm_account', '', 'For --lp_launch_type=slurm: the account the job is charged to.')
+SLURM_ARGS = flags.DEFINE_string(
+    'lp_slurm_args', '', "For --lp_launch_type=slurm: extra salloc arguments for every component "
+    "of the job, e.g. '--qos=high --constraint=v100'.")
+SLURM_OUTPUT_DIR = flags.DEFINE_string(
+    'lp_slurm_output_dir', 'lp-slurm-logs',
+    'For --lp_launch_type=slurm: node logs go to DIR/<program>-<job id>/<label>_<index>.log.')
+SLURM_LAUNCHER_ADDRESS = flags.DEFINE_string(
+    'lp_slurm_launcher_address', '',
+    "For --lp_launch_type=slurm: this machine's address as the compute nodes reach it (default: "
+    'the address of the interface on the route to the first allocated node).')
+SLURM_PENDING_TIMEOUT = flags.DEFINE_float(
+    'lp_slurm_pending_timeout', 0,
+    'For --lp_launch_type=slurm: give up (and cancel the job) after it has been pending this many '
+    'seconds; 0 waits as long as the scheduler takes, reporting why every 30 s.')

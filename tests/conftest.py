@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
+import re
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 
@@ -20,6 +23,12 @@ SSH_HOST_NAMES = ['h1', 'h2', 'h3']
 needs_ssh_hosts = pytest.mark.skipif(
     os.geteuid() != 0, reason='SSH launcher tests need root to run sshd in network namespaces '
                               '(../shared/infra/ssh_hosts.sh up)')
+# The Slurm launcher's tests use the cluster of scripts/slurm_cluster.sh on those hosts (root).
+SLURM_DIR = os.environ.get('LP_SLURM_DIR', '/tmp/lp-slurm')
+os.environ.setdefault('SLURM_CONF', os.path.join(SLURM_DIR, 'slurm.conf'))
+needs_slurm = pytest.mark.skipif(
+    os.geteuid() != 0, reason='Slurm launcher tests need root to run slurmd in network namespaces '
+                              '(bash scripts/slurm_cluster.sh up)')
 # Runs that take long by design (heartbeat timeouts, examples across hosts, fault runs).
 slow = pytest.mark.skipif(os.environ.get('LP_SLOW_TESTS') != '1',
                           reason='slow run; set LP_SLOW_TESTS=1 to include it')
@@ -31,8 +40,10 @@ needs_kubernetes_client = pytest.mark.skipif(
 # Every launcher the conformance suite covers.
 ALL_LAUNCH_TYPES = LAUNCH_TYPES + [
     pytest.param('ssh', marks=needs_ssh_hosts),
+    pytest.param('slurm', marks=needs_slurm),
     pytest.param('kubernetes', marks=[needs_ssh_hosts, needs_kubernetes_client])]
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SLURM_LOGS = os.path.join(tempfile.gettempdir(), 'lp-slurm-test-logs')
 # Threads the library starts for a program; long-lived gRPC/channel threads are not ours.
 _OURS = ('lp-', 'courier-')
 # dm-reverb pins TensorFlow and numpy<2, so its tests run in .venv-reverb (scripts/test.sh does that).
@@ -77,6 +88,18 @@ def ssh_host(name: str, **options):
     return lp.SshHost(name, ssh_options=SSH_OPTIONS, **options)
 
 
+def slurm_cluster() -> None:
+    """Fails the test, saying how to fix it, when the Slurm test cluster is not up."""
+    try:
+        done = subprocess.run(['sinfo', '-h', '-p', 'debug', '-o', '%t'], capture_output=True,
+                              text=True, timeout=30)
+    except FileNotFoundError:
+        pytest.fail('Slurm is not installed: apt-get install slurmctld slurmd slurm-client munge')
+    if done.returncode != 0 or not {'idle', 'mix', 'alloc'} & set(done.stdout.split()):
+        pytest.fail(f'the Slurm test cluster is not up ({done.stderr.strip() or done.stdout}): '
+                    'bring it up with `bash scripts/slurm_cluster.sh up` (as root)')
+
+
 @pytest.fixture
 def kubernetes_cluster(tmp_path, monkeypatch):
     """A fake cluster (KUBECONFIG points at it) with nodes h1..h3; h3 has GPUs and pool=a100."""
@@ -89,7 +112,7 @@ def kubernetes_cluster(tmp_path, monkeypatch):
 
 
 def launch(program, launch_type: str, **kwargs):
-    """``lp.launch``; for ssh, group number i runs on host h(i mod 3 + 1).
+    """``lp.launch``; for ssh, group number i runs on host h(i mod 3 + 1); slurm logs go to /tmp.
 
     For kubernetes (with the ``kubernetes_cluster`` fixture): every group runs the fake's image.
     """
@@ -97,6 +120,9 @@ def launch(program, launch_type: str, **kwargs):
     if launch_type == 'ssh' and 'resources' not in kwargs:
         kwargs['resources'] = {group: ssh_host(SSH_HOST_NAMES[i % len(SSH_HOST_NAMES)])
                                for i, group in enumerate(program.groups)}
+    if launch_type == 'slurm':
+        slurm_cluster()
+        kwargs.setdefault('slurm_options', {'output_dir': SLURM_LOGS})
     if launch_type == 'kubernetes':
         from kubernetes_nodes import image_for_every_group, options
         kwargs.setdefault('resources', image_for_every_group(program))
@@ -126,6 +152,18 @@ def marked_processes(token: str) -> list[psutil.Process]:
         except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
             pass
     return found
+
+
+def launcher_report(stream):
+    """The JSON a launching script prints once its nodes are ready, read from its ``stream``.
+
+    Lines before it (the launcher's own, or nodes' early output, prefixed
+    ``[label/index]``) are skipped; fails if the script ends first.
+    """
+    for line in stream:
+        if not re.match(r'(\[[^\]/\s]+/\d+\] |launchpad_py: )', line):
+            return json.loads(line)
+    raise AssertionError('the launcher ended before its nodes were ready')
 
 
 def wait_for(predicate, timeout: float = 30, what: str = 'condition'):

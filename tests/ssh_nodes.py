@@ -1,4 +1,4 @@
-"""Nodes and a launching script for the SSH launcher tests; importable on every test host."""
+"""Nodes and a launching script for the SSH and Slurm launcher tests; importable on every host."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ class Store:
         return float(np.sum(array, dtype=np.float64))
 
     def where(self):
-        return os.environ.get('LP_TEST_HOST')
+        return os.environ.get('LP_TEST_HOST') or os.environ.get('SLURMD_NODENAME')
 
 
 def use_store(store, result_path):
@@ -38,10 +38,21 @@ def use_store(store, result_path):
         'big_bytes': int(back.nbytes),
         'big_equal': bool(np.array_equal(back, array)),
         'big_total': store.total(array),
-        'client_host': os.environ.get('LP_TEST_HOST'),
+        'client_host': os.environ.get('LP_TEST_HOST') or os.environ.get('SLURMD_NODENAME'),
     }
     with open(result_path, 'w') as f:
         json.dump(result, f)
+
+
+def store_program(result_dir: str):
+    """A store and two clients that each write what they saw to ``result_dir/client<i>.json``."""
+    program = lp.Program('across')
+    store = program.add_node(lp.CourierNode(Store), label='store')
+    with program.group('client'):
+        for index in range(2):
+            program.add_node(lp.PyNode(use_store, store,
+                                       os.path.join(result_dir, f'client{index}.json')))
+    return program, store
 
 
 def print_gpus():

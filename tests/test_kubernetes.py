@@ -21,7 +21,7 @@ import time
 import pytest
 
 import launchpad_py as lp
-from conftest import REPO, needs_ssh_hosts, wait_for
+from conftest import REPO, launcher_report, needs_ssh_hosts, wait_for
 from fake_kube import IMAGE
 from kubernetes_nodes import (ignore_stop, image_for_every_group, options, print_and_wait,
                               print_then_crash)
@@ -150,9 +150,7 @@ def test_launcher_killed_leaves_no_object_and_no_process(cluster):
         [sys.executable, os.path.join(REPO, 'tests', 'kubernetes_nodes.py'), '3'], cwd=REPO,
         stdout=subprocess.PIPE, text=True,
         env={**os.environ, 'PYTHONPATH': os.path.join(REPO, 'tests')})
-    line = launcher.stdout.readline()
-    assert line, 'the launcher ended before its pods were ready'
-    pods = json.loads(line)
+    pods = launcher_report(launcher.stdout)
     assert len(pods) == 2 and len(cluster.objects()) == 5
     launcher.send_signal(signal.SIGKILL)
     killed = time.monotonic()

@@ -25,7 +25,9 @@ TERMINALS = ['current_terminal', 'output_to_files', pytest.param(
                                              reason='tmux not installed'))]
 
 # Runs a server node and a colocated one; prints the launcher's pid, the node pids and ports.
-# Then: 'end' stops the program, 'kill_launcher' SIGKILLs the launcher itself.
+# Then: 'end' stops the program, 'kill_launcher' SIGKILLs the colocated node (so its socket
+# stays: left alone, it may notice its supervisor's death and remove the socket first) and then
+# the launcher itself.
 _SCRIPT = '''
 import json, os, sys
 sys.path.insert(0, "tests")
@@ -38,11 +40,12 @@ p.add_node(server, label="server")
 p.add_node(lp.MultiProcessingColocation([colocated]), label="together")
 c = lp.launch(p, launch_type="local_mp", terminal=terminal)
 clients = [n.create_handle().dereference() for n in (server, colocated)]
-print(json.dumps({"launcher": os.getpid(),
-                  "nodes": [client.process()["pid"] for client in clients],
+pids = [client.process()["pid"] for client in clients]
+print(json.dumps({"launcher": os.getpid(), "nodes": pids,
                   "ports": [int(client.address.rsplit(":", 1)[1]) for client in clients]}),
       flush=True)
 if then == "kill_launcher":
+    os.kill(pids[1], 9)
     os.kill(os.getpid(), 9)
 c.stop()
 c.wait()
@@ -102,7 +105,7 @@ def test_program_that_ends_leaves_only_its_logs(tmp_path):
 def test_next_start_removes_what_a_killed_launcher_left(tmp_path, launch_type):
     """What a launcher killed with SIGKILL left, the next launch of any kind removes."""
     info = _run(tmp_path / 'tmp', 'current_terminal', 'kill_launcher')
-    # The colocated node died by SIGKILL with its supervisor's group: its socket stayed.
+    # The colocated node died by SIGKILL: its socket stayed.
     assert _sockets(info['ports']), 'nothing was left to clean: the test proves nothing'
     program = lp.Program('next_start')
     program.add_node(lp.CourierNode(Describe), label='next')

@@ -56,7 +56,7 @@ OURS = {
     'Handle', 'KubernetesResources', 'LaunchError',
     'LaunchpadError', 'NodeContext', 'NodeFailedError', 'NodeSerializationError', 'NodeState',
     'NodeStatus', 'NotRunningError', 'ProgramController', 'ProgramError', 'ResourcesError',
-    'ReverbHandle', 'Restart', 'SshHost', 'StopProgram', 'StuckNodesError',
+    'ReverbHandle', 'Restart', 'SlurmResources', 'SshHost', 'StopProgram', 'StuckNodesError',
     'UnknownLaunchTypeError', 'get_node_context',
 }
 _KINDS = {inspect.Parameter.POSITIONAL_OR_KEYWORD: 'P', inspect.Parameter.VAR_POSITIONAL: 'V',
@@ -94,8 +94,9 @@ def test_original_signatures_are_kept():
 def test_launch_type_names():
     """Launch types are an enum whose values are the launcher names."""
     assert [t.value for t in lp.LaunchType] == ['local_mt', 'local_mp', 'test_mt', 'test_mp', 'ssh',
-                                                'kubernetes']
+                                                'slurm', 'kubernetes']
     assert not lp.is_local_launch('ssh') and not lp.is_local_launch_or_test('ssh')
+    assert not lp.is_local_launch('slurm') and not lp.is_local_launch_or_test('slurm')
     assert lp.is_local_launch('local_mp') and not lp.is_local_launch('test_mp')
     assert lp.is_local_launch_or_test(lp.LaunchType.TEST_MULTI_THREADING)
 

@@ -19,10 +19,10 @@ import pytest
 
 import launchpad_py as lp
 from launchpad_py import courier
-from conftest import (REPO, SSH_OPTIONS, marked_processes, needs_ssh_hosts, ssh_host,
-                      wait_for)
+from conftest import (REPO, SSH_OPTIONS, launcher_report, marked_processes, needs_ssh_hosts,
+                      ssh_host, wait_for)
 from nodes_for_tests import Pinger, serve_forever
-from ssh_nodes import BIG, Store, print_gpus, use_store
+from ssh_nodes import BIG, print_gpus, store_program, use_store
 
 pytestmark = needs_ssh_hosts
 
@@ -45,11 +45,7 @@ def _wait_until_gone(token: str, timeout: float) -> float:
 
 def test_server_on_h2_serves_clients_on_h1_and_h3(tmp_path):
     """Clients on h1 and h3 make calls, futures and 64 MiB round trips to a server on h2."""
-    program = lp.Program('across')
-    store = program.add_node(lp.CourierNode(Store), label='store')
-    with program.group('client'):
-        for index in range(2):
-            program.add_node(lp.PyNode(use_store, store, str(tmp_path / f'client{index}.json')))
+    program, store = store_program(str(tmp_path))
     resources = {'store': ssh_host('h2', env={'LP_TEST_HOST': 'h2'}),
                  'client': [ssh_host('h1', env={'LP_TEST_HOST': 'h1'}),
                             ssh_host('h3', env={'LP_TEST_HOST': 'h3'})]}
@@ -186,9 +182,7 @@ def _start_spread_launcher(token: str) -> tuple[subprocess.Popen, list]:
     launcher = subprocess.Popen([sys.executable, os.path.join(REPO, 'tests', 'ssh_nodes.py'),
                                  token], cwd=REPO, stdout=subprocess.PIPE, text=True,
                                 env={**os.environ, 'PYTHONPATH': os.path.join(REPO, 'tests')})
-    line = launcher.stdout.readline()
-    assert line, 'the launcher ended before its nodes were ready'
-    return launcher, json.loads(line)
+    return launcher, launcher_report(launcher.stdout)
 
 
 def test_sigkill_of_launcher_leaves_no_process_on_any_host():

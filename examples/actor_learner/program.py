@@ -64,6 +64,7 @@ class Learner:
         self._env_steps = 0
         self._train_returns: list[float] = []
         self._unrolls: dict[int, list[int]] = {}  # Actor index -> numbers of its unrolls.
+        self._waited_s = self._updating_s = 0.0  # Where the learner's loop spends its time.
         print(f'learner: training on {self._trainer.device}', flush=True)
 
     def add_trajectory(self, unroll: dict[str, np.ndarray], source: tuple[int, int] | None = None
@@ -83,6 +84,9 @@ class Learner:
             return self._params
 
     def progress(self) -> dict:
+        """Learner steps, env steps used, recent actor returns, the seconds the loop
+        waited for batches (starved) and spent updating (busy), and per actor the unrolls
+        received (count, distinct numbers, one past the highest)."""
         with self._lock:
             recent = self._train_returns[-20:]
             # Per actor: unrolls received, distinct numbers, and one past the highest.
@@ -90,20 +94,26 @@ class Learner:
                        for index, seen in sorted(self._unrolls.items())}
             return {'step': self._params[0], 'env_steps': self._env_steps,
                     'train_return': float(np.mean(recent)) if recent else None,
+                    'waited_s': self._waited_s, 'updating_s': self._updating_s,
                     'unrolls': unrolls}
 
     def run(self) -> None:
         start = time.monotonic()
         while not self._stop.is_set():
+            began = time.perf_counter()
             batch = self._take_batch()
             if batch is None:
                 return
+            taken = time.perf_counter()
             metrics = self._trainer.update(self._stack(batch))
+            params = self._trainer.numpy_params()
             with self._lock:
                 step = self._params[0] + 1
-                self._params = (step, self._trainer.numpy_params())
+                self._params = (step, params)
                 self._env_steps += sum(len(u['actions']) for u in batch)
                 self._train_returns.extend(float(r) for u in batch for r in u['episode_returns'])
+                self._waited_s += taken - began
+                self._updating_s += time.perf_counter() - taken
             if step % 50 == 0:
                 progress, rate = self.progress(), self._env_steps / (time.monotonic() - start)
                 recent = progress['train_return']
@@ -123,6 +133,13 @@ class Learner:
 class Actor:
     """Acts in its own CartPole with the newest parameters it fetched; sends unrolls.
 
+    Its calls overlap its acting: the parameters for the next unroll are
+    requested when an unroll starts, and an unroll is sent while the next one
+    is acted (the previous send must have finished first, so a full queue at
+    the learner still slows the actor down). Waiting for each call before
+    acting on cost a round trip per call, most of an actor's time once the
+    learner's process is busy serving many actors.
+
     Its index in the group (``lp.get_node_context()``) seeds it, so actors added
     to an elastic group act differently from the first.
     """
@@ -134,32 +151,38 @@ class Actor:
         self._sent = 0
         self._stop = lp.stop_event()
         self._sink = replay_lib.ReverbQueue(replay, self._stop) if replay is not None else None
+        self._sending: list = []  # The unroll still on its way to the learner, as a future.
 
     def run(self) -> None:
         unroller = rollout.Unroller(seed=self._config.seed * 1000 + self._index + 1,
                                     length=self._config.unroll_length)
         try:
-            count = 0
+            params, count = None, 0
+            fetching = self._learner.futures.get_params()
             while not self._stop.is_set():
-                if count % self._config.refresh_every == 0:
-                    fetched = results_or_none([self._learner.futures.get_params()], self._stop)
+                if fetching is not None:
+                    fetched = results_or_none([fetching], self._stop)
                     if fetched is None:
                         return
                     _, params = fetched[0]
+                    fetching = None
+                count += 1
+                if count % self._config.refresh_every == 0:
+                    fetching = self._learner.futures.get_params()  # For the next unroll.
                 if not self._send(unroller.unroll(params)):
                     return
-                count += 1
         finally:
             unroller.close()
 
     def _send(self, unroll: dict[str, np.ndarray]) -> bool:
-        """Sends one unroll; False once the program is stopping."""
+        """Sends one unroll once the previous one arrived; False once the program is stopping."""
         if self._sink is None:
-            source = (self._index, self._sent)
-            sent = results_or_none([self._learner.futures.add_trajectory(unroll, source)],
-                                   self._stop)
-            self._sent += sent is not None
-            return sent is not None
+            if self._sending and results_or_none(self._sending, self._stop) is None:
+                return False
+            source = (self._index, self._sent)  # Numbered in the order they are sent.
+            self._sending = [self._learner.futures.add_trajectory(unroll, source)]
+            self._sent += 1
+            return True
         try:
             self._sink.put(unroll)
             return True

@@ -25,8 +25,8 @@ import functools
 import threading
 from typing import Any
 
-from launchpad_py.courier import (auth, errors, frames, grpc_client, grpc_chunks, tcp, uds,
-                                  uds_client)
+from launchpad_py.courier import (auth, errors, frames, grpc_client, grpc_chunks, serialization,
+                                  tcp, uds, uds_client)
 from launchpad_py.courier.tls import TlsCredentials
 
 Timeout = float | int | datetime.timedelta | None
@@ -105,7 +105,7 @@ def _seconds(timeout: Timeout) -> float | None:
 
 def decode_reply(frame: frames.Frame, device_arrays: bool = False) -> Any:
     """The call's value, or its remote exception raised here."""
-    status, value = frame.value(device_arrays)
+    status, value = serialization.decode(frame.pickled, frame.buffers, device_arrays=device_arrays)
     if status == 'ok':
         return value
     raise value.rebuild()
@@ -151,6 +151,7 @@ class Client:
             self._local = _tcp_channel(address, self._secret, wait_for_ready, self._timeout, tls)
         self._grpc_caller: grpc_client.GrpcCaller | None = None
         self._decode = functools.partial(decode_reply, device_arrays=device_arrays)
+        self._futures = _FutureMethods(self)
 
     @property
     def _grpc(self) -> grpc_client.GrpcCaller:
@@ -168,7 +169,7 @@ class Client:
     @property
     def futures(self) -> '_FutureMethods':
         """``client.futures.m(...)`` starts the call and returns a ``Future``."""
-        return _FutureMethods(self)
+        return self._futures
 
     def call(self, method: str, *args, **kwargs) -> Any:
         request = (method, args, kwargs)
@@ -197,7 +198,8 @@ class Client:
         # IPython's _repr_html_) never turn into remote calls.
         if name.startswith('_'):
             raise AttributeError(name)
-        return _Method(self, name)
+        method = self.__dict__[name] = _Method(self, name)  # Found directly from now on.
+        return method
 
     def __reduce__(self):
         return (_rebuild_client, (self._address, self._timeout, self._wait_for_ready,
@@ -224,15 +226,16 @@ class _Method:
 
 
 class _FutureMethods:
-    __slots__ = ('_client',)
-
     def __init__(self, client: Client):
         self._client = client
 
     def __getattr__(self, name: str):
         if name.startswith('_') and name != '__call__':
             raise AttributeError(name)
-        return functools.partial(self._client.call_future, name)
+        method = functools.partial(self._client.call_future, name)
+        if name != '__call__':
+            self.__dict__[name] = method  # Found directly from now on.
+        return method
 
 
 def list_methods(client: Client) -> list[str]:

@@ -55,7 +55,8 @@ class Frame:
 
 
 def encode(call_id: int, kind: int, obj: Any, pool: shm.SegmentPool | None = None,
-           released: list[int] = (), shm_min_bytes: int | None = None) -> tuple[list, int | None]:
+           released: list[int] | tuple = (),
+           shm_min_bytes: int | None = None) -> tuple[list, int | None]:
     """The frame's parts (for ``sendmsg``) and the segment descriptor to pass, if any."""
     pickled, buffers = serialization.encode(obj)
     if not buffers and not released:  # The common small call: one part, one syscall.
@@ -301,6 +302,21 @@ class Reader:
                        for buffer, (offset, length) in zip(buffers, entries)]
         self._in_frame = False
         return Frame(call_id, kind, pickled, buffers, released)
+
+    def has_small_frame(self) -> bool:
+        """Whether a whole frame without buffers waits in the scratch buffer (read at no cost)."""
+        start = self._start
+        if self._end - start < HEADER.size:
+            return False
+        _, _, n_released, n_buffers, pickle_len, segment_id, _ = HEADER.unpack_from(
+            self._buf, start)
+        return (not (n_released or n_buffers or segment_id)
+                and self._end - start - HEADER.size >= pickle_len)
+
+    @property
+    def buffered(self) -> bool:
+        """Whether bytes already received wait to be read (a read may start without waiting)."""
+        return self._end > self._start
 
     @property
     def truncated(self) -> bool:

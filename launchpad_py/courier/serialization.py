@@ -30,6 +30,7 @@ PROTOCOL = 5
 OUT_OF_BAND_MIN_BYTES = 1024
 
 _decoding = threading.local()
+_STACK_GLOBAL = pickle.STACK_GLOBAL  # How protocol 5 refers to a module's name.
 
 
 def dumps(obj: Any) -> bytes:
@@ -78,9 +79,11 @@ def encode(obj: Any) -> tuple[bytes, list[memoryview]]:
     # The C pickler first (several times faster on small calls); cloudpickle when the
     # payload needs it: something from __main__ or a JAX array (both show in the
     # stream as module names), or anything plain pickle refuses (lambdas, local classes).
+    # A stream without STACK_GLOBAL names no module at all (the usual small call).
     try:
         pickled = pickle.dumps(obj, protocol=PROTOCOL, buffer_callback=keep_large)
-        if b'__main__' not in pickled and b'jax' not in pickled:
+        if _STACK_GLOBAL not in pickled or (
+                b'__main__' not in pickled and b'jax' not in pickled):
             return pickled, buffers
     except Exception:
         pass
@@ -104,6 +107,8 @@ def _describe(obj: Any) -> str:
 def decode(pickled: bytes | memoryview, buffers: list, *, device_arrays: bool = False) -> Any:
     """Inverse of ``encode``; arrays are built over ``buffers`` without copying."""
     previous = getattr(_decoding, 'device_arrays', False)
+    if not (device_arrays or previous):  # The common case: nothing to set or restore.
+        return pickle.loads(pickled, buffers=buffers)
     _decoding.device_arrays = device_arrays
     try:
         return pickle.loads(pickled, buffers=buffers)

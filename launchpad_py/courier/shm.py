@@ -158,9 +158,9 @@ class ReleaseQueue:
     def append(self, segment_id: int) -> None:
         self._ids.append(segment_id)
 
-    def drain(self, limit: int = 1024) -> list[int]:
+    def drain(self, limit: int = 1024) -> list[int] | tuple:
         if not self._ids:
-            return []
+            return ()
         out = []
         while self._ids and len(out) < limit:
             out.append(self._ids.popleft())

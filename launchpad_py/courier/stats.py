@@ -8,7 +8,7 @@ knowing which servers its node made::
 
 The hot path is one call per request and takes no lock: each serving thread
 counts in a shard of its own, and readers add the shards up. A connection's
-reader thread, which answers that connection's synchronous calls itself, holds
+reader thread, which answers that connection's calls itself, holds
 its shard and counts into it directly (no thread-local lookup, no second call
 for the reply's bytes): at a tiny call's scale each Python call is about 1% of
 the call, measured in instructions (``bench/observe_overhead.py --instructions``). Counts are exact;

@@ -50,7 +50,10 @@ class Connection(uds.Connection):
         if counts is not None:
             counts.bytes_out += len(parts[0]) if len(parts) == 1 else frames.encoded_size(parts)
         with self._send_lock:
-            frames.send(self.sock, parts, None)
+            if len(parts) == 1:
+                self.sock.sendall(parts[0])
+            else:
+                frames.send(self.sock, parts, None)
 
     def read(self) -> frames.Frame:
         return self.reader.read()
@@ -122,6 +125,7 @@ class TcpListener(uds_server.LocalListener):
                          stats=stats)
         self.path = None
         self._name = f'courier-{label or "server"}-tcp'
+        self._watchdog.name = f'{self._name}-watchdog'
         self._host = host
         self._secret = secret
         self._tls = tls
@@ -148,33 +152,19 @@ class TcpListener(uds_server.LocalListener):
 
     def _admit(self, sock: socket.socket, peer) -> None:
         _tune(sock)
-        connection = Connection(sock, self._max_frame_bytes)
-        with self._lock:
-            if self._closed:
-                connection.close()
-                return
-            self._connections.add(connection)
-        self._spawn(self._serve_tcp, connection, peer)
+        self._admit_connection(Connection(sock, self._max_frame_bytes), peer)
 
-    def _serve_tcp(self, connection: Connection, peer) -> None:
+    def _farewell(self, turn, ended: BaseException) -> None:
+        """Logs a connection that ended in a way no honest peer ends one."""
         why = None
-        shard = self._own_shard()
-        try:
-            while True:
-                self._take(connection, connection.read(), shard)
-        except EOFError:
-            if connection.reader.truncated:
+        if isinstance(ended, EOFError):
+            if turn.connection.reader.truncated:
                 why = 'the peer left in the middle of a frame'
-        except (OSError, RuntimeError):  # Peer gone, or the pool shut down on stop.
-            pass
-        except (frames.FrameError, struct.error, ValueError) as exc:
-            why = f'bad frame: {exc}'
+        elif isinstance(ended, (frames.FrameError, struct.error, ValueError)):
+            why = f'bad frame: {ended}'
         if why is not None and not self._closed:  # Logged before the close the peer sees.
             _log.warning('courier server %s: closed a TCP connection from %s: %s',
-                         self._name, tcp_gate.peer_text(peer), why)
-        with self._lock:
-            self._connections.discard(connection)
-        connection.close()
+                         self._name, tcp_gate.peer_text(turn.peer), why)
 
     def stop(self) -> None:
         if self._gate is not None:

@@ -143,8 +143,14 @@ class Connection:
         """Sends ``obj``; its size is added to ``counts.bytes_out`` (if given) before it leaves."""
         parts, fd = frames.encode(call_id, kind, obj, self.pool, self.released.drain(),
                                   SHM_MIN_BYTES)
+        if fd is None and len(parts) == 1:  # The small call: one write, nothing to count.
+            if counts is not None:
+                counts.bytes_out += len(parts[0])
+            with self._send_lock:
+                self.sock.sendall(parts[0])
+            return
         if counts is not None:
-            counts.bytes_out += len(parts[0]) if len(parts) == 1 else frames.encoded_size(parts)
+            counts.bytes_out += frames.encoded_size(parts)
         with self._send_lock:
             frames.send(self.sock, parts, fd)
 

@@ -1,9 +1,11 @@
 """The server side of the same-host path (see ``uds.py``).
 
-Each connection has a reader thread. A connection opened for synchronous
-calls carries one call at a time, so its reader runs the call itself (no
-thread hand-off, which is most of a tiny call's cost); calls that arrive on a
-futures connection go to the server's thread pool. Either way the server's
+Each connection has a reader thread, which runs the calls it reads itself (no
+thread hand-off, which is most of a tiny call's cost). A connection opened for
+synchronous calls carries one call at a time. Calls on a futures connection
+must run concurrently, so a watchdog gives the reading role to a new thread
+when a call keeps its reader too long, and the connection's calls go to the
+server's thread pool while that call runs (see ``inline.py``). Either way the server's
 ``thread_pool_size`` bounds how many calls run at once (``dispatch`` takes
 the permit).
 
@@ -23,7 +25,7 @@ import threading
 import time
 from typing import Callable
 
-from launchpad_py.courier import frames, stats as stats_module, uds
+from launchpad_py.courier import frames, inline, stats as stats_module, uds
 
 SYNC_REQUEST, FUTURE_REQUEST = 1, 3
 
@@ -45,6 +47,7 @@ class LocalListener:
         self._executor = executor
         self._name = f'courier-{label or "server"}-uds'
         self._connections: set[uds.Connection] = set()
+        self._watchdog = inline.Watchdog(self._promote, f'{self._name}-watchdog')
         self._threads: list[threading.Thread] = []
         self._lock = threading.Lock()
         self._closed = False
@@ -96,37 +99,62 @@ class LocalListener:
             except OSError:
                 sock.close()
                 continue
-            connection = uds.Connection(sock)
-            with self._lock:
-                if self._closed:
-                    connection.close()
-                    return
-                self._connections.add(connection)
-            self._spawn(self._serve, connection)
+            if not self._admit_connection(uds.Connection(sock)):
+                return
 
-    def _serve(self, connection: uds.Connection) -> None:
-        shard = self._own_shard()
+    def _admit_connection(self, connection: uds.Connection, peer=None) -> bool:
+        """Starts serving ``connection``; False once the listener is closed."""
+        turn = inline.Turn(connection, peer)
+        turn.reader = token = object()
+        with self._lock:
+            if self._closed:
+                connection.close()
+                return False
+            self._connections.add(connection)
+        self._watchdog.add(turn)
+        self._spawn(self._serve, turn, token)
+        return True
+
+    def _promote(self, turn: inline.Turn, token: object) -> None:
+        """The watchdog's hand-over: a new thread reads for ``turn`` (after a stop, it finds
+        the connection shut and closes it)."""
+        self._spawn(self._serve, turn, token)
+
+    def _serve(self, turn: inline.Turn, token: object) -> None:
+        """Reads and runs calls until the peer goes, or another reader takes over."""
+        ended = self._read_calls(turn, token)
+        if ended is None:
+            return  # Demoted: the new reader owns the connection now.
+        self._farewell(turn, ended)
+        self._watchdog.discard(turn)
+        with self._lock:
+            self._connections.discard(turn.connection)
+        turn.connection.close()
+
+    def _read_calls(self, turn: inline.Turn, token: object) -> BaseException | None:
+        """The reader's loop; returns why it ended, None when it lost the reading role."""
+        connection, shard, watchdog = turn.connection, self._own_shard(), self._watchdog
         try:
             while True:  # No local keeps a frame: its shared memory is released sooner.
-                self._take(connection, connection.read(), shard)
-        except (EOFError, OSError, RuntimeError):  # Peer gone, or the pool shut down on stop.
-            pass
-        finally:
-            with self._lock:
-                self._connections.discard(connection)
-            connection.close()
+                frame = connection.read()
+                if frame.kind == SYNC_REQUEST:
+                    self._answer(connection, frame, shard)
+                elif turn.detours:  # A call here blocked lately: the pool runs the next.
+                    self._executor.submit(self._answer, connection, frame)
+                else:
+                    watchdog.begin(turn, frame)
+                    self._answer(connection, frame, shard)
+                    if not turn.finish(token):
+                        return None
+        except Exception as exc:  # Peer gone, a bad frame, or the pool shut down on stop.
+            return exc
+
+    def _farewell(self, turn: inline.Turn, ended: BaseException) -> None:
+        """Says why a connection ended, where that is news (see ``tcp.py``)."""
 
     def _own_shard(self) -> stats_module.Shard | None:
         """The counters of the calling thread, which it then writes alone."""
         return None if self._stats is None else self._stats.shard()
-
-    def _take(self, connection: uds.Connection, frame: frames.Frame,
-              shard: stats_module.Shard | None) -> None:
-        """Runs a synchronous call on the reader's thread, counted in the reader's ``shard``."""
-        if frame.kind == SYNC_REQUEST:
-            self._answer(connection, frame, shard)
-        else:
-            self._executor.submit(self._answer, connection, frame)
 
     def _answer(self, connection: uds.Connection, frame: frames.Frame,
                 shard: stats_module.Shard | None = None) -> None:
@@ -159,6 +187,7 @@ class LocalListener:
                 connection.sock.shutdown(socket.SHUT_RDWR)
             except OSError:
                 pass
+        self._watchdog.stop()
         # A call still running user code is not waited for long (like gRPC's
         # handlers, it finishes on its own); idle readers end at once.
         deadline = time.monotonic() + 2.0

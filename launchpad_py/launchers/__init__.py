@@ -8,6 +8,7 @@ from launchpad_py.launchers.registry import is_local_launch_or_test
 from launchpad_py.launchers.registry import register
 from launchpad_py.launchers.kubernetes_resources import KubernetesResources
 from launchpad_py.launchers.resources import PythonProcess
+from launchpad_py.launchers.slurm_resources import SlurmResources
 from launchpad_py.launchers.ssh_host import SshHost
 from launchpad_py.launchers.worker_api import NodeState
 from launchpad_py.launchers.worker_api import NodeStatus

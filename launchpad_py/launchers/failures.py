@@ -49,9 +49,9 @@ class Failures:
             else:
                 self._begin_stop()
         elif self._is_the_cause(failure):
-            # The first failure only lost a peer; this one is why, so it is what wait() raises.
-            _log.error('node %s of program %r failed: %s (so %s failed)', worker.name, self.name,
-                       failure.summary, self._failed.name)
+            # The first failure only lost a peer, or the program stopped because the scheduler
+            # ended it: this failure is why, so it is what wait() raises.
+            _log.error('node %s of program %r failed: %s', worker.name, self.name, failure.summary)
             worker.state, worker.failure, self._failed = NodeState.FAILED, failure, worker
         else:
             worker.state = NodeState.STOPPED
@@ -59,6 +59,8 @@ class Failures:
 
     def _is_the_cause(self, failure: FailureReport) -> bool:
         first = self._failed
+        if failure.by_scheduler:  # Its stop requests (SIGTERM) come before the nodes end.
+            return first is None or not first.failure.by_scheduler
         return (first is not None and first.failure.follows_from_a_peer
                 and not failure.follows_from_a_peer)
 
@@ -100,7 +102,8 @@ class Failures:
     def _restart_later(self, worker: Worker, failure: FailureReport) -> bool:
         """Schedules the failed ``worker``'s restart if its policy allows; whether it did."""
         policy = self._policy(worker)
-        if not isinstance(policy, failure_policy.Restart) or not policy.allows(worker.restarts):
+        if (not isinstance(policy, failure_policy.Restart) or not policy.allows(worker.restarts)
+                or failure.by_scheduler):  # What the scheduler took away is not given back.
             return False
         delay = policy.delay(worker.restarts, self._rng)
         worker.state, worker.failure = NodeState.RESTARTING, failure
@@ -117,7 +120,7 @@ class Failures:
             return failure
         note = policy.exhausted(worker.restarts)
         return FailureReport(f'{failure.summary} ({note})', f'{failure.traceback}\n({note})',
-                             failure.exception)
+                             failure.exception, failure.by_scheduler)
 
     def _restart_now(self, worker: Worker) -> None:
         """The backoff is over: a new worker runs the node in ``worker``'s place."""

@@ -18,15 +18,17 @@ def launch(programs: Program | Sequence[Program], launch_type=None, xm_resources
            terminal: str | None = None, *, serialize_py_nodes: bool | None = None,
            resources: Mapping[str, Any] | None = None, dashboard: bool | None = None,
            kubernetes_options: Mapping[str, Any] | None = None,
+           slurm_options: Mapping[str, Any] | None = None,
            failure_policy: Mapping[str, Any] | None = None):
     """Launches one program (returns its controller) or several (returns a list).
 
     ``launch_type`` is a ``LaunchType`` or its name; by default the value of
     ``--lp_launch_type``. ``resources`` maps group labels to the launcher's
-    resource type (``lp.PythonProcess`` for local_mp, ``lp.SshHost`` for ssh);
-    ``local_resources`` is its older name. ``dashboard=True`` (default: ``--lp_dashboard``)
-    serves a web dashboard on loopback (see docs/observability.md).
-    ``kubernetes_options`` are the Kubernetes launcher's own (namespace, dry run, ...; see
+    resource type (``lp.PythonProcess`` for local_mp, ``lp.SshHost`` for ssh,
+    ``lp.SlurmResources`` for slurm); ``local_resources`` is its older name.
+    ``dashboard=True`` (default: ``--lp_dashboard``) serves a web dashboard on loopback
+    (see docs/observability.md). ``kubernetes_options`` and ``slurm_options`` are those
+    launchers' own (namespace, dry run, ...; time limit, account, ...; see
     docs/launchers.md). ``failure_policy`` maps group labels to ``lp.Restart(...)`` (failed
     nodes are restarted, keeping their address) or ``lp.StopProgram()`` (the default: a
     failure stops the program; see docs/reliability.md). Returns once every courier server
@@ -53,7 +55,8 @@ def launch(programs: Program | Sequence[Program], launch_type=None, xm_resources
     options = LaunchOptions.from_flags(local_resources=local_resources, terminal=terminal,
                                        test_case=test_case, serialize_py_nodes=serialize_py_nodes,
                                        dashboard=dashboard, failure_policy=failure_policy)
-    options.pick_launcher_options(name, kubernetes_options=kubernetes_options)
+    options.pick_launcher_options(name, kubernetes_options=kubernetes_options,
+                                  slurm_options=slurm_options)
     for program in program_list:
         options.check_resource_groups(program)
         options.check_failure_policy(program)

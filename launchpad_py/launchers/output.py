@@ -95,12 +95,13 @@ class FileSink(Sink):
 
 
 class PrefixSink(Sink):
-    """Copies lines to this process's stdout with a prefix, keeping a tail."""
+    """Copies lines to this process's stdout with a prefix, keeping a tail (and a log file)."""
 
-    def __init__(self, name: str, log_path: str, colour: bool):
+    def __init__(self, name: str, log_path: str, colour: bool, keep_log: bool = False):
         super().__init__(name, log_path)
         self._lines: collections.deque[str] = collections.deque(maxlen=TAIL_LINES)
         self._thread: threading.Thread | None = None
+        self._log = open(log_path, 'w') if keep_log else None
         code = _COLOURS[sum(map(ord, name.split('/')[0])) % len(_COLOURS)]
         self._prefix = f'\033[{code}m[{name}]\033[0m ' if colour else f'[{name}] '
 
@@ -122,6 +123,9 @@ class PrefixSink(Sink):
 
     def note(self, line: str) -> None:
         self._lines.append(line)
+        if self._log is not None:
+            self._log.write(line + '\n')
+            self._log.flush()
         try:
             sys.stdout.write(f'{self._prefix}{line}\n')
             sys.stdout.flush()
@@ -134,14 +138,17 @@ class PrefixSink(Sink):
     def close(self) -> None:
         if self._thread is not None:
             self._thread.join(5)
+        if self._log is not None and (self._thread is None or not self._thread.is_alive()):
+            self._log.close()
 
 
-def make_sink(mode: str, name: str, log_dir: str, test: bool) -> Sink:
+def make_sink(mode: str, name: str, log_dir: str, test: bool, keep_log: bool = False) -> Sink:
+    """``keep_log``: lines shown in the terminal also go to the node's file in ``log_dir``."""
     log_path = os.path.join(log_dir, name.replace('/', '_') + '.log')
     if test:
-        return PrefixSink(name, log_path, colour=False)
+        return PrefixSink(name, log_path, colour=False, keep_log=keep_log)
     if mode == 'current_terminal':
-        return PrefixSink(name, log_path, colour=sys.stdout.isatty())
+        return PrefixSink(name, log_path, colour=sys.stdout.isatty(), keep_log=keep_log)
     if mode == 'output_to_files':
         return FileSink(name, log_path)
     return Sink(name, log_path)  # tmux: the window tees into log_path.

@@ -22,6 +22,7 @@ class LaunchType(str, enum.Enum):
     TEST_MULTI_THREADING = 'test_mt'
     TEST_MULTI_PROCESSING = 'test_mp'
     SSH = 'ssh'
+    SLURM = 'slurm'
     KUBERNETES = 'kubernetes'
 
     def __str__(self) -> str:
@@ -34,6 +35,7 @@ _BUILTIN = {
     'local_mp': 'launchpad_py.launchers.local_processes:launch_local',
     'test_mp': 'launchpad_py.launchers.local_processes:launch_test',
     'ssh': 'launchpad_py.launchers.ssh:launch_ssh',
+    'slurm': 'launchpad_py.launchers.slurm:launch_slurm',
     'kubernetes': 'launchpad_py.launchers.kubernetes:launch_kubernetes',
 }
 _registered: dict[str, Callable] = {}

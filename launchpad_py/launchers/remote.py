@@ -26,8 +26,10 @@ reports them, and it runs at once.
 from __future__ import annotations
 
 import ipaddress
+import os
 import secrets
 import shutil
+import sys
 import tempfile
 import threading
 from typing import Callable
@@ -36,11 +38,18 @@ from launchpad_py import courier, errors, flag_transfer
 from launchpad_py.launchers import control, elastic, output, shipping
 from launchpad_py.launchers.controller import ProgramController
 from launchpad_py.launchers.options import LaunchOptions
-from launchpad_py.launchers.remote_worker import (HEARTBEAT_S, HEARTBEAT_TIMEOUT_S, Placement,
-                                                  RemoteWorker, Starter)
+from launchpad_py.launchers.remote_worker import (HEARTBEAT_S, HEARTBEAT_TIMEOUT_S,
+                                                  CommandStarter, Placement, RemoteWorker, Starter)
 from launchpad_py.program import AbstractAddressBuilder, Program
 
-__all__ = ['HEARTBEAT_S', 'HEARTBEAT_TIMEOUT_S', 'Placement', 'RemoteWorker', 'Starter', 'launch']
+__all__ = ['HEARTBEAT_S', 'HEARTBEAT_TIMEOUT_S', 'CommandStarter', 'Placement', 'RemoteWorker',
+           'Starter', 'launch', 'node_environment']
+
+
+def node_environment() -> dict[str, str]:
+    """Variables a node on a host sharing our filesystem needs: our import path, unbuffered output."""
+    return {'PYTHONPATH': os.pathsep.join(p for p in sys.path if p and os.path.isdir(p)),
+            'PYTHONUNBUFFERED': '1'}
 
 
 class _Unbound(AbstractAddressBuilder):
@@ -53,9 +62,9 @@ class _Unbound(AbstractAddressBuilder):
 class RemoteSetup:
     """What the workers of one program share: control listeners, the secret, the address table."""
 
-    def __init__(self, program: Program, mode: str, test: bool, log_dir: str):
+    def __init__(self, program: Program, mode: str, test: bool, log_dir: str, keep_logs: bool):
         self.program_name = program.name
-        self.mode, self.test, self.log_dir = mode, test, log_dir
+        self.mode, self.test, self.log_dir, self.keep_logs = mode, test, log_dir, keep_logs
         self.secret = secrets.token_bytes(32)
         self.flags = flag_transfer.capture()
         self.workers: dict[str, RemoteWorker] = {}
@@ -70,7 +79,7 @@ class RemoteSetup:
         with self._lock:
             if ip not in self._controls:
                 self._controls[ip] = control.ControlServer(
-                    (ip, 0), control.hand_to_workers(self.workers, 5), family='AF_INET')
+                    (ip, 0), control.hand_to_workers(self.workers, 6), family='AF_INET')
             return self._controls[ip]
 
     def bound(self, worker: RemoteWorker) -> None:
@@ -133,7 +142,7 @@ class RemoteSetup:
 
 def _loopback_in_multi_host(workers: list[RemoteWorker]) -> str | None:
     """A message when some node can only be reached on its own host, yet others run elsewhere."""
-    hosts = {w.placement.host for w in workers}
+    hosts = {w.host for w in workers}
     if len(hosts) < 2:
         return None
     for worker in workers:
@@ -150,12 +159,16 @@ def _loopback_in_multi_host(workers: list[RemoteWorker]) -> str | None:
 def launch(program: Program, options: LaunchOptions, launch_type: str,
            placements: dict[tuple[str, int], Placement],
            place_new: Callable[[str, int], Placement] | None = None,
-           on_finish: Callable[[], None] | None = None) -> ProgramController:
+           on_finish: Callable[[], None] | None = None, *,
+           log_dir: str | None = None) -> ProgramController:
     """Starts every executable where ``placements[(label, index)]`` says; returns when all serve.
 
     ``place_new(label, index)`` places a node added to an elastic group while the
     program runs (None: this launcher cannot add nodes). ``on_finish`` runs once every
-    node has ended (e.g. to delete what the scheduler still holds for the program).
+    node has ended (e.g. to delete what the scheduler still holds for the program, or
+    give a Slurm allocation back). ``log_dir``: a directory where each node's output is
+    kept in a file too (Slurm: the job's output directory); by default logs live in a
+    temporary directory kept only with ``terminal='output_to_files'``.
     """
     mode = output.check_mode(options.terminal)
     if mode == 'tmux_session':
@@ -173,12 +186,13 @@ def launch(program: Program, options: LaunchOptions, launch_type: str,
                             controller.events)
 
     groups = elastic.groups_of(program, new_worker if place_new else None, _Unbound())
-    log_dir = tempfile.mkdtemp(prefix=f'launchpad_{program.name}_')
-    setup = RemoteSetup(program, mode, False, log_dir)
+    keep_logs = log_dir is not None
+    log_dir = log_dir or tempfile.mkdtemp(prefix=f'launchpad_{program.name}_')
+    setup = RemoteSetup(program, mode, False, log_dir, keep_logs)
 
     def finish() -> None:
         setup.finish()
-        if mode != 'output_to_files':
+        if mode != 'output_to_files' and not keep_logs:
             shutil.rmtree(log_dir, ignore_errors=True)
         if on_finish is not None:
             on_finish()

@@ -1,14 +1,15 @@
 """Entry point of a node process on another host: ``python -m launchpad_py.launchers.remote_node``.
 
 Whatever started it gives it one JSON object: the launcher's control address
-and key, the program secret, its worker id and how many addresses it must
-bind (or, for a restarted node, which ones). ssh and srun write it as one line
-on stdin; a pod, which has no stdin from the launcher, reads it from the file
-that ``LAUNCHPAD_PY_BOOTSTRAP`` names (a mounted Kubernetes Secret). Secrets
-never appear on a command line.
+and key, the program secret, its worker id, how many addresses it must
+bind (or, for a restarted node, which ones), and which environment variable
+names its host (``host_env``: a scheduler placed it; the name goes in its
+hello). ssh and srun write it as one line on stdin; a pod, which has no stdin
+from the launcher, reads it from the file that ``LAUNCHPAD_PY_BOOTSTRAP``
+names (a mounted Kubernetes Secret). Secrets never appear on a command line.
 Then, over the authenticated control channel (see ``remote.py``)::
 
-    node → launcher: ('hello', worker_id, pid, pgid, ['host:port', ...])
+    node → launcher: ('hello', worker_id, pid, pgid, ['host:port', ...], host_name)
     launcher → node: ('run', program_name, executable_bytes, flags, args) | ('stop',)
                      | ('members', table)  (group handles' live members, at any time)
     then the messages of ``node_process``, and ('ping',) from the launcher every second.
@@ -24,6 +25,7 @@ from __future__ import annotations
 import json
 import multiprocessing.connection as mpc
 import os
+import random
 import signal
 import socket
 import sys
@@ -81,18 +83,41 @@ def _local_ip(connection: mpc.Connection) -> str:
         sock.close()
 
 
-def _pick_ports(host: str, count: int) -> list[str]:
-    """``count`` free ports of ``host``; the node's servers bind them a moment later."""
-    sockets = []
+def _free_range() -> range:
+    """Ports below the kernel's ephemeral range: no bind(0) or outgoing connection takes them."""
     try:
-        for _ in range(count):
+        with open('/proc/sys/net/ipv4/ip_local_port_range') as f:
+            low = int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        low = 32768
+    return range(10000, low) if low > 11000 else range(0)
+
+
+def _hold_ports(host: str, count: int) -> list[socket.socket]:
+    """``count`` sockets bound to free ports of ``host``, held until the node's servers bind them.
+
+    While held, no other node on the host can pick the same port; outside the
+    ephemeral range, nothing but an explicit bind takes it in the moment between.
+    """
+    chosen: list[socket.socket] = []
+    candidates = _free_range()
+    try:
+        while len(chosen) < count:
             sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            sock.bind((host, 0))
-            sockets.append(sock)
-        return [f'{host}:{sock.getsockname()[1]}' for sock in sockets]
-    finally:
-        for sock in sockets:
+            chosen.append(sock)
+            for _ in range(50 if candidates else 0):
+                try:
+                    sock.bind((host, random.choice(candidates)))
+                    break
+                except OSError:
+                    continue
+            else:
+                sock.bind((host, 0))
+        return chosen
+    except BaseException:
+        for sock in chosen:
             sock.close()
+        raise
 
 
 def main() -> int:
@@ -106,9 +131,12 @@ def main() -> int:
     connection = mpc.Client((host, port), family='AF_INET', authkey=bytes.fromhex(boot['key']))
     channel = HeartbeatChannel(connection, boot['heartbeat_timeout'])
     bind_host = _local_ip(connection)
+    host_env = boot.get('host_env')
     # A restarted node serves where it did before, so its clients find it again.
+    ports = [] if boot.get('bind') else _hold_ports(bind_host, boot['addresses'])
     channel.send('hello', boot['worker_id'], os.getpid(), os.getpgrp(),
-                 boot.get('bind') or _pick_ports(bind_host, boot['addresses']))
+                 boot.get('bind') or [f'{bind_host}:{sock.getsockname()[1]}' for sock in ports],
+                 (os.environ.get(host_env) or socket.gethostname()) if host_env else None)
     try:
         message = channel.recv()
         while message[0] in ('ping', 'members'):
@@ -122,6 +150,8 @@ def main() -> int:
     _, program_name, data, flags, args = message
 
     def load():
+        for sock in ports:  # The executable's servers bind them next.
+            sock.close()
         executable = serialization.loads(data)
         setup = flag_transfer.restore(flags, args)
         node_logging.configure(setup, f'{executable.label}/{executable.index}')

@@ -59,7 +59,9 @@ class Starter(abc.ABC):
 
     def taken_away(self) -> str | None:
         """Why the scheduler ended the node though the launcher did not ask (a pod deleted,
-        evicted, preempted), which fails it even if it then ended cleanly; None if it did not."""
+        evicted, preempted, a Slurm job cancelled or out of time), which fails it even if it
+        then ended cleanly, and is why the program ended even when the node's stop request
+        (SIGTERM) reached the launcher first; None if it did not."""
         return None
 
 
@@ -111,6 +113,11 @@ class Placement:
     ``launcher_ip``: the launcher's address as that host reaches it;
     ``args``: extra absl flags for the node; ``starter``: how to start it
     where no local command reaches it (then ``argv`` is unused).
+
+    Where a scheduler picks the host, the launcher cannot name it in advance:
+    ``host_env`` names the node's environment variable that holds its host's
+    name (Slurm's ``SLURMD_NODENAME``), which the node reports when it dials
+    back; until then ``host`` is shown.
     """
 
     argv: list[str]
@@ -118,6 +125,7 @@ class Placement:
     launcher_ip: str
     args: list[str] = dataclasses.field(default_factory=list)
     starter: Starter | None = None
+    host_env: str | None = None
 
 
 class RemoteWorker(MembersOverChannel, Worker):
@@ -135,9 +143,11 @@ class RemoteWorker(MembersOverChannel, Worker):
         self.placement = placement
         self.addresses: list[str] | None = None
         self.bind = bind
+        self._reported_host: str | None = None
         self._setup = setup
         setup.workers[self.worker_id] = self  # Its hello comes to us from now on.
-        self._sink = output.make_sink(setup.mode, self.name, setup.log_dir, setup.test)
+        self._sink = output.make_sink(setup.mode, self.name, setup.log_dir, setup.test,
+                                      keep_log=setup.keep_logs)
         self._starter = placement.starter or CommandStarter(placement.argv)
         self._channel: node_process.Channel | None = None
         self._pid: int | None = None
@@ -154,7 +164,7 @@ class RemoteWorker(MembersOverChannel, Worker):
 
     @property
     def host(self) -> str:
-        return self.placement.host
+        return self._reported_host or self.placement.host
 
     def _bootstrap(self) -> dict:
         """What the node needs to dial back: control address and key, program secret, its id."""
@@ -162,7 +172,7 @@ class RemoteWorker(MembersOverChannel, Worker):
         return {'control': list(control.address), 'key': control.key.hex(),
                 'secret': self._setup.secret.hex(), 'worker_id': self.worker_id,
                 'addresses': len(self.executable.addresses), 'bind': self.bind,
-                'heartbeat_timeout': HEARTBEAT_TIMEOUT_S}
+                'heartbeat_timeout': HEARTBEAT_TIMEOUT_S, 'host_env': self.placement.host_env}
 
     def start(self) -> None:
         try:
@@ -172,11 +182,13 @@ class RemoteWorker(MembersOverChannel, Worker):
         threading.Thread(target=self._wait_for_exit, name=f'lp-wait-{self.name}',
                          daemon=True).start()
 
-    def on_connect(self, pid: int, pgid: int, addresses: list[str],
+    def on_connect(self, pid: int, pgid: int, addresses: list[str], host: str | None,
                    channel: node_process.Channel) -> None:
         del pgid  # The starter (ssh, srun) ends the node's group; the node ends it itself too.
         with self._lock:
             self._channel, self._pid, self.addresses = channel, pid, addresses
+            if self.placement.host_env and host:
+                self._reported_host = host
             stop_now = self._stop_requested
             self._send_members_on_connect(channel)
         if stop_now:  # Stopped while it was starting: it ends without running.
@@ -223,9 +235,10 @@ class RemoteWorker(MembersOverChannel, Worker):
         self._channel_closed.wait(5 if self._channel is not None else 0)
         self._sink.close()
         failure = self._failure
-        taken = self._starter.taken_away()
-        if failure is None and taken is not None:
-            failure = FailureReport(taken, f'{taken}\n--- output tail ---\n{self._sink.tail()}')
+        taken = self._starter.taken_away() if failure is None or failure.follows_from_a_peer else None
+        if taken is not None:  # The scheduler's doing is why, even if the node ended cleanly.
+            failure = FailureReport(taken, f'{taken}\n--- output tail ---\n{self._sink.tail()}',
+                                    by_scheduler=True)
         if failure is None and not self._finished:
             how = self._starter.describe_exit(code)
             if self._channel is None:

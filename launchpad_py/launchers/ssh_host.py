@@ -24,6 +24,7 @@ import subprocess
 import sys
 
 from launchpad_py import errors
+from launchpad_py.launchers.remote import node_environment
 
 #: Options every launcher ssh command gets after the user's own (ssh keeps the first value):
 #: never prompt, and notice a dead connection within seconds.
@@ -120,8 +121,7 @@ class SshHost:
 
     def remote_command(self, python_args: list[str], hide_gpus: bool = False) -> str:
         """``cd workdir && exec env ... python ARGS`` for the remote shell."""
-        env = {'PYTHONPATH': os.pathsep.join(p for p in sys.path if p and os.path.isdir(p)),
-               'PYTHONUNBUFFERED': '1', **(self.env or {})}
+        env = {**node_environment(), **(self.env or {})}
         if self.gpus is not None or (hide_gpus and 'CUDA_VISIBLE_DEVICES' not in env):
             env['CUDA_VISIBLE_DEVICES'] = ','.join(str(g) for g in self.gpus or ())
         assignments = ' '.join(f'{k}={shlex.quote(v)}' for k, v in env.items())

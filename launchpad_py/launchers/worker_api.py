@@ -41,11 +41,17 @@ ENDED = (NodeState.FINISHED, NodeState.STOPPED, NodeState.FAILED, NodeState.KILL
 
 @dataclasses.dataclass
 class FailureReport:
-    """Why a node failed: its traceback text and, where rebuildable, the exception."""
+    """Why a node failed: its traceback text and, where rebuildable, the exception.
+
+    ``by_scheduler``: a cluster scheduler ended the node (job cancelled, out of
+    time, preempted); that is why the program ended even when the node's stop
+    request (SIGTERM) reached the launcher first.
+    """
 
     summary: str
     traceback: str
     exception: BaseException | None = None
+    by_scheduler: bool = False
 
     @classmethod
     def from_exception(cls, exc: BaseException) -> 'FailureReport':

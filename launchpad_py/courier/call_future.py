@@ -1,0 +1,95 @@
+"""The future of a courier call: waiting for it reads replies off its connection (``mux.py``).
+
+It is a ``concurrent.futures.Future`` (``wait``, ``as_completed`` and callbacks
+work), whose ways of waiting tell its connection who needs the replies: a
+caller in ``result()``/``exception()`` reads them itself; ``done()``, a
+callback or a waiter of ``wait``/``as_completed`` asks the connection's
+background thread to deliver it.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+from concurrent.futures import _base
+
+PENDING, FINISHED = _base.PENDING, _base.FINISHED
+
+
+class CallFuture(concurrent.futures.Future):
+    """A call's ``concurrent.futures.Future``; waiting for it reads from the connection.
+
+    The futures of one connection share its condition (making one per call
+    cost more than the rest of a call's bookkeeping): ``Future``'s own waits
+    are only reached once the future is done, and ``wait_for`` loops.
+    """
+
+    def __init__(self, mux, call_id: int, deadline: float | None):
+        # What Future.__init__ sets, but the condition; ``mux`` is the FuturesConnection.
+        self._condition = mux.condition
+        self._state = PENDING
+        self._result = self._exception = None
+        self._waiters = waiters = _Watched()
+        waiters.future = self
+        self._done_callbacks = []
+        self._mux, self._call_id, self._deadline = mux, call_id, deadline
+
+    def deliver(self, value) -> None:
+        """``set_result`` for the reader: skips the notifying nobody needs (no waiter, no callback)."""
+        condition = self._condition
+        with condition:
+            if self._state != PENDING:
+                return  # Cancelled by the user.
+            self._result = value
+            self._state = FINISHED
+            for waiter in self._waiters:
+                waiter.add_result(self)
+            if condition._waiters:  # Threads waiting on the connection's condition.
+                condition.notify_all()
+        if self._done_callbacks:
+            self._invoke_callbacks()
+
+    def result(self, timeout=None):
+        if self._state == PENDING:
+            self._mux.wait_for(self, timeout)
+        if self._state == FINISHED and self._exception is None:
+            return self._result
+        return super().result(timeout=0)
+
+    def exception(self, timeout=None):
+        if self._state == PENDING:
+            self._mux.wait_for(self, timeout)
+        return super().exception(timeout=0)
+
+    def done(self) -> bool:
+        if self._state == PENDING:
+            self._mux.watched(self)
+            return False
+        return super().done()
+
+    def add_done_callback(self, fn) -> None:
+        if self._state == PENDING:
+            self._mux.watched(self)
+        super().add_done_callback(fn)
+
+
+class _Watched(list):
+    """A future's waiter list (``wait``, ``as_completed``): a waiter added asks for delivery."""
+
+    __slots__ = ('future',)
+
+    def append(self, waiter) -> None:
+        super().append(waiter)
+        self.future._mux.watched(self.future)
+
+
+def settle(future: CallFuture, outcome, failed: bool = False) -> None:
+    """Completes ``future``; one the user cancelled keeps its state."""
+    try:
+        if failed:
+            future.set_exception(outcome)
+        else:
+            future.set_result(outcome)
+    except concurrent.futures.InvalidStateError:
+        pass
+
+

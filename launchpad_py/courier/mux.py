@@ -1,0 +1,266 @@
+"""One client connection carrying many calls at once: the caller who waits reads the replies.
+
+A future's reply used to be read by a reader thread that then woke the
+waiting caller: two threads taking turns on one GIL for every call. Here the
+thread that waits for a future (``result()``, ``exception()``) takes the
+connection's reading role if nobody holds it, reads replies (completing
+whichever futures they belong to, in any order) until its own is done, then
+hands the role to another waiting caller. A caller that finds the role taken
+waits for its future as usual, and is offered the role when the reader leaves.
+
+A background thread reads when nobody waits that way: at once for futures
+observed otherwise (``add_done_callback``, ``concurrent.futures.wait`` and
+``as_completed``, ``done()``), and after ``IDLE_READ`` seconds without
+progress for futures nobody looks at, so the server's replies never pile up.
+It sleeps while no call is pending.
+"""
+
+from __future__ import annotations
+
+import itertools
+import select
+import ssl
+import threading
+import time
+from typing import Callable
+
+from launchpad_py.courier import call_future, errors, uds, uds_server
+from launchpad_py.courier.deadlines import deadlines
+
+IDLE_READ = 0.01
+
+
+class FuturesConnection:
+    """Calls matched to futures by call id on one connection."""
+
+    def __init__(self, connection: uds.Connection, address: str):
+        self._connection = connection
+        self._address = address
+        self._ids = itertools.count(1)
+        self._pending: dict[int, tuple[call_future.CallFuture, str, Callable]] = {}
+        self._lock = threading.Lock()
+        self._reader: int | None = None  # The thread holding the reading role.
+        # Futures whose callers wait, not reading: one of them is offered the role next.
+        self._idle: dict[call_future.CallFuture, None] = {}
+        self._watched: set[int] = set()  # Calls to deliver without anyone waiting in result().
+        self._progress = 0  # Frames read; the background thread checks it moves.
+        self.closed = False
+        self._timed = False  # Whether any call here ever had a deadline.
+        self._wake = threading.Condition(threading.Lock())
+        self.condition = threading.Condition()  # Shared by this connection's futures.
+        self._asleep = False
+        self._thread = threading.Thread(target=self._background, daemon=True,
+                                        name=f'uds-channel-{address}')
+        self._thread.start()
+
+    # -- calls --------------------------------------------------------------------------
+
+    def submit(self, request: tuple, timeout: float | None,
+               decode: Callable) -> call_future.CallFuture:
+        call_id = next(self._ids)
+        deadline = None if not timeout else time.monotonic() + timeout
+        future = call_future.CallFuture(self, call_id, deadline)
+        with self._lock:
+            if self.closed:
+                future.set_exception(self._unavailable(request[0], 'connection closed'))
+                return future
+            self._pending[call_id] = (future, request[0], decode)
+        if timeout:  # Registered first, so a fast reply always finds it to discard.
+            self._timed = True
+            deadlines.add(future._deadline, self, call_id)
+        if self._asleep:
+            self._nudge()
+        try:
+            self._connection.send(call_id, uds_server.FUTURE_REQUEST, request)
+        except OSError as exc:
+            self._fail(call_id, self._unavailable(request[0], exc))
+        return future
+
+    def _unavailable(self, method: str, why) -> errors.CourierError:
+        return errors.CourierUnavailableError(
+            f'server unavailable calling {method!r} on {self._address}: {why}')
+
+    def _fail(self, call_id: int, exc: BaseException) -> None:
+        with self._lock:
+            entry = self._pending.pop(call_id, None)
+        if entry is not None:
+            self._watched.discard(call_id)
+            call_future.settle(entry[0], exc, failed=True)
+            if self._timed:
+                deadlines.discard(self, call_id)
+
+    def expire(self, call_id: int) -> None:
+        entry = self._pending.get(call_id)
+        if entry is not None:
+            self._fail(call_id, errors.CourierTimeoutError(
+                f'timed out calling {entry[1]!r} on {self._address}'))
+
+    # -- waiting and reading ------------------------------------------------------------
+
+    def wait_for(self, future: call_future.CallFuture, timeout: float | None) -> None:
+        """Returns once ``future`` is done or ``timeout`` passed, reading replies meanwhile."""
+        until = None if timeout is None else time.monotonic() + timeout
+        me = threading.get_ident()
+        while future._state == call_future.PENDING:
+            if self._reader == me:  # From a done-callback this thread runs while reading.
+                self._read_until(future, until)
+                return
+            condition = future._condition
+            with condition:
+                with self._lock:
+                    if future._state != call_future.PENDING:
+                        return
+                    reading = self._reader is None and not self.closed
+                    if reading:
+                        self._reader = me
+                    else:
+                        self._idle[future] = None
+                if not reading:
+                    waited = condition.wait(None if until is None else until - time.monotonic())
+                    with self._lock:
+                        self._idle.pop(future, None)
+                    if not waited and until is not None and time.monotonic() >= until:
+                        return
+                    continue
+            try:
+                self._read_until(future, until)
+            finally:
+                self._leave()
+            return
+
+    def _read_until(self, future: call_future.CallFuture, until: float | None) -> None:
+        """Reads replies until ``future`` is done, ``until`` or its call's deadline passes;
+        then the replies already received (so waiting for them next costs nothing)."""
+        reader = self._connection.reader
+        while future._state == call_future.PENDING or reader.has_small_frame():
+            ends = future._deadline if until is None else min(until, future._deadline or until)
+            if ends is not None and not self._readable(ends - time.monotonic()):
+                if future._deadline is not None and time.monotonic() >= future._deadline:
+                    self.expire(future._call_id)
+                if until is not None and time.monotonic() >= until:
+                    return
+                continue
+            self._read_one()
+
+    def _readable(self, seconds: float) -> bool:
+        """Whether reading can start without waiting past ``seconds`` (a frame begun is read
+        to its end: its sender is writing the rest)."""
+        if self._connection.reader.buffered:
+            return True
+        sock = self._connection.sock
+        if isinstance(sock, ssl.SSLSocket) and sock.pending():
+            return True
+        poller = select.poll()
+        try:
+            poller.register(sock, select.POLLIN)
+            return bool(poller.poll(max(0, int(seconds * 1000) + 1)))
+        except (OSError, ValueError):
+            return True  # Closed: the read says so.
+
+    def _read_one(self) -> None:
+        """Reads one reply and completes its future; on a broken connection fails them all."""
+        try:
+            frame = self._connection.read()
+        except (EOFError, OSError) as exc:
+            self._shut(exc)
+            return
+        self._progress += 1
+        with self._lock:
+            entry = self._pending.pop(frame.call_id, None)
+        if entry is None:
+            return  # Timed out already.
+        future, _, decode = entry
+        if self._timed:
+            deadlines.discard(self, frame.call_id)
+        self._watched.discard(frame.call_id)
+        try:
+            value = decode(frame)
+        except BaseException as exc:  # The remote exception, rebuilt.
+            call_future.settle(future, exc, failed=True)
+        else:
+            future.deliver(value)
+
+    def _leave(self) -> None:
+        """Gives up the reading role, offering it to a caller still waiting, else the thread."""
+        with self._lock:
+            self._reader = None
+            offer = next((f for f in self._idle if f._state == call_future.PENDING), None) \
+                if self._idle else None
+            background = offer is None and bool(self._watched) and not self.closed
+        if offer is not None:
+            with self.condition:
+                self.condition.notify_all()
+        elif background:
+            self._nudge()
+
+    def watched(self, future: call_future.CallFuture) -> None:
+        """``future`` is observed without anyone reading for it: the thread delivers it."""
+        call_id = future._call_id
+        if call_id not in self._watched:
+            self._watched.add(call_id)
+            if call_id not in self._pending:  # Delivered (or failed) meanwhile.
+                self._watched.discard(call_id)
+            elif self._reader is None:
+                self._nudge()
+
+    # -- the background reader ----------------------------------------------------------
+
+    def _nudge(self) -> None:
+        with self._wake:
+            self._wake.notify()
+
+    def _background(self) -> None:
+        while self._await_work():
+            me = threading.get_ident()
+            with self._lock:
+                if self._reader is not None or not self._pending:
+                    continue
+                self._reader = me
+            try:  # Until a caller wants to read, or nothing is left to read for.
+                while self._pending and not self._idle and not self.closed:
+                    self._read_one()
+            finally:
+                self._leave()
+        self._connection.close()
+
+    def _await_work(self) -> bool:
+        """Waits until the thread should read; False once the connection is closed.
+
+        It should when a pending call is watched, or when calls are pending and
+        nobody read anything for ``IDLE_READ`` seconds.
+        """
+        seen = None
+        with self._wake:
+            while not self.closed:
+                if self._reader is None and self._pending and (
+                        self._watched or self._progress == seen):
+                    return True
+                self._asleep = True  # Before looking: a call submitted now wakes us.
+                if self._pending:
+                    self._asleep = False
+                    seen = self._progress
+                    self._wake.wait(IDLE_READ)
+                else:
+                    seen = None
+                    self._wake.wait()
+                    self._asleep = False
+        return False
+
+    def _shut(self, reason: BaseException) -> None:
+        with self._lock:
+            self.closed = True
+            pending, self._pending = self._pending, {}
+        self._watched.clear()
+        for future, method, _ in pending.values():
+            call_future.settle(future, self._unavailable(method, reason), failed=True)
+        if self._timed:
+            deadlines.discard_all(self)
+        self._nudge()
+
+    def close(self) -> None:
+        try:
+            self._connection.sock.shutdown(2)
+        except OSError:
+            pass
+        self._shut(ConnectionError('the client closed the connection'))
+        self._thread.join(timeout=10)

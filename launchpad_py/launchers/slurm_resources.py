@@ -1,0 +1,157 @@
+"""``lp.SlurmResources`` (what one group asks of Slurm) and the job-wide ``slurm_options``.
+
+    lp.launch(p, launch_type='slurm', resources={
+        'learner': lp.SlurmResources(partition='gpu', gpus=1, cpus=8, mem='32G'),
+        'actor': lp.SlurmResources(partition='cpu', cpus=1, mem='2G'),
+    }, slurm_options={'time': '02:00:00', 'account': 'my-lab'})
+
+Every node of a group gets what its ``SlurmResources`` asks for; the options
+apply to the whole job. Both are checked before anything is submitted.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+import shlex
+from typing import Any, Mapping
+
+from launchpad_py import errors, flags
+
+_MEM = re.compile(r'(\d+)([KMGT]?)', re.IGNORECASE)
+_MEGABYTES = {'K': 1 / 1024, 'M': 1, '': 1, 'G': 1024, 'T': 1024 * 1024}
+
+
+@dataclasses.dataclass(frozen=True)
+class SlurmResources:
+    """What each node of one group asks Slurm for.
+
+    ``partition``: where the group runs (default: ``--lp_slurm_partition``, else
+    the cluster's default); ``cpus``: CPUs per node; ``gpus``: GPUs per node,
+    which become ``--gpus`` of the node's job step, so it sees only its own
+    (``CUDA_VISIBLE_DEVICES``); ``mem``: memory per node, as Slurm writes it
+    (``'32G'``, ``'512M'``, or an int of megabytes); ``env``: extra variables.
+    """
+
+    partition: str | None = None
+    cpus: int = 1
+    gpus: int = 0
+    mem: str | int | None = None
+    env: Mapping[str, str] | None = None
+
+    def __post_init__(self) -> None:
+        if self.partition is not None and (not isinstance(self.partition, str)
+                                           or not self.partition.strip()):
+            raise TypeError(f"SlurmResources partition must be a partition name such as 'gpu' "
+                            f'(got {self.partition!r})')
+        for name, least in (('cpus', 1), ('gpus', 0)):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < least:
+                raise ValueError(f'SlurmResources {name} must be an int >= {least} per node '
+                                 f'(got {value!r})')
+        self.megabytes()  # Checks mem.
+        env = self.env or {}
+        if not isinstance(env, Mapping) or not all(
+                isinstance(k, str) and k.isidentifier() and isinstance(v, str)
+                for k, v in env.items()):
+            raise TypeError(f'SlurmResources env must map variable names to strings '
+                            f'(got {env!r})')
+
+    def __hash__(self) -> int:  # env is a dict; the text says it all.
+        return hash(repr(self))
+
+    def megabytes(self) -> int | None:
+        """``mem`` in megabytes (None when unset)."""
+        if self.mem is None:
+            return None
+        if isinstance(self.mem, int) and not isinstance(self.mem, bool) and self.mem > 0:
+            return self.mem
+        match = _MEM.fullmatch(self.mem.strip()) if isinstance(self.mem, str) else None
+        if match is None or int(match.group(1)) == 0:
+            raise ValueError(f"SlurmResources mem must be an amount such as '32G', '512M' or an "
+                             f'int of megabytes (got {self.mem!r})')
+        return max(1, math.ceil(int(match.group(1)) * _MEGABYTES[match.group(2).upper()]))
+
+    def mem_per_cpu(self) -> int | None:
+        """Slurm sizes memory per CPU when a job has several tasks: ``mem`` over ``cpus``."""
+        megabytes = self.megabytes()
+        return None if megabytes is None else math.ceil(megabytes / self.cpus)
+
+
+@dataclasses.dataclass(frozen=True)
+class SlurmOptions:
+    """The job-wide options: ``slurm_options={...}`` over the ``--lp_slurm_*`` flags.
+
+    ``time``, ``account``: salloc's ``--time``/``--account``; ``partition``:
+    for groups whose resources name none; ``extra_args``: more salloc
+    arguments for every component; ``output_dir``: node logs go to
+    ``output_dir/<program>-<job id>/``; ``launcher_address``: this machine's
+    address as the compute nodes reach it; ``pending_timeout``: seconds a
+    pending job may wait before the launch gives up (0: no limit).
+    """
+
+    time: str | None = None
+    account: str | None = None
+    partition: str | None = None
+    extra_args: tuple[str, ...] = ()
+    output_dir: str = 'lp-slurm-logs'
+    launcher_address: str | None = None
+    pending_timeout: float = 0.0
+
+    @classmethod
+    def from_flags(cls, given: Mapping[str, Any] | None) -> 'SlurmOptions':
+        """The flags' values, overridden by the keys of ``given`` that are not None."""
+        given = dict(given or {})
+        known = [field.name for field in dataclasses.fields(cls)]
+        unknown = sorted(set(given) - set(known))
+        if unknown:
+            raise errors.ResourcesError(f'slurm_options has unknown keys {unknown}; the known '
+                                        f'ones are {known}')
+        values = {
+            'time': flags.value_or_default(flags.SLURM_TIME) or None,
+            'account': flags.value_or_default(flags.SLURM_ACCOUNT) or None,
+            'partition': flags.value_or_default(flags.SLURM_PARTITION) or None,
+            'extra_args': flags.value_or_default(flags.SLURM_ARGS),
+            'output_dir': flags.value_or_default(flags.SLURM_OUTPUT_DIR),
+            'launcher_address': flags.value_or_default(flags.SLURM_LAUNCHER_ADDRESS) or None,
+            'pending_timeout': flags.value_or_default(flags.SLURM_PENDING_TIMEOUT),
+        }
+        values.update({key: value for key, value in given.items() if value is not None})
+        if isinstance(values['extra_args'], str):
+            values['extra_args'] = shlex.split(values['extra_args'])
+        return cls._checked(values)
+
+    @classmethod
+    def _checked(cls, values: dict) -> 'SlurmOptions':
+        for key in ('time', 'account', 'partition', 'launcher_address'):
+            if values[key] is not None and (not isinstance(values[key], str) or not values[key]):
+                raise errors.ResourcesError(f'slurm_options[{key!r}] must be a non-empty string '
+                                            f'or None (got {values[key]!r})')
+        extra = values['extra_args']
+        if not isinstance(extra, (list, tuple)) or not all(isinstance(a, str) for a in extra):
+            raise errors.ResourcesError(f"slurm_options['extra_args'] must be a list of salloc "
+                                        f"arguments such as ['--qos=high'] (got {extra!r})")
+        timeout = values['pending_timeout']
+        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout < 0:
+            raise errors.ResourcesError(f"slurm_options['pending_timeout'] must be seconds >= 0 "
+                                        f'(got {timeout!r})')
+        if not isinstance(values['output_dir'], str) or not values['output_dir']:
+            raise errors.ResourcesError(f"slurm_options['output_dir'] must be a directory path "
+                                        f"(got {values['output_dir']!r})")
+        return cls(**{**values, 'extra_args': tuple(extra), 'pending_timeout': float(timeout)})
+
+
+def resources_of_groups(group_labels, resources: Mapping[str, Any],
+                        options: SlurmOptions) -> dict[str, SlurmResources]:
+    """Each group's ``SlurmResources`` (the default one where none is given), partition filled in."""
+    result = {}
+    for label in group_labels:
+        spec = resources.get(label, SlurmResources())
+        if not isinstance(spec, SlurmResources):
+            raise errors.ResourcesError(f'resources[{label!r}] must be lp.SlurmResources(...) for '
+                                        f'slurm (got {spec!r})')
+        if spec.partition is None and options.partition is not None:
+            spec = dataclasses.replace(spec, partition=options.partition)
+        result[label] = spec
+    return result

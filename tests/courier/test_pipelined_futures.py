@@ -1,0 +1,188 @@
+"""Futures on one connection: calls run on the server's reader, callers read their replies.
+
+What must still hold with no thread hand-off on the hot path: calls on one
+connection run concurrently, every way of observing a future completes it,
+cancelled futures and timeouts leave the connection working, and replies
+nobody looks at never stall the server.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import threading
+
+import pytest
+
+from launchpad_py import courier
+from launchpad_py.courier import inline
+
+TRANSPORTS = ['auto', 'tcp']
+
+
+class Gate:
+    """Methods that wait for each other, so they can only finish if they run concurrently."""
+
+    def __init__(self, parties: int = 1):
+        self.opened = threading.Event()
+        self.barrier = threading.Barrier(parties, timeout=30)
+        self.marked = threading.Event()
+
+    def wait_open(self) -> bool:
+        return self.opened.wait(timeout=30)
+
+    def open(self) -> str:
+        self.opened.set()
+        return 'opened'
+
+    def meet(self, index: int) -> int:
+        self.barrier.wait()
+        return index
+
+    def blob(self) -> bytes:
+        return bytes(64 * 1024)
+
+    def mark(self) -> None:
+        self.marked.set()
+
+    def echo(self, value):
+        return value
+
+
+@pytest.fixture(params=TRANSPORTS)
+def gate_client(request):
+    """A Gate for 6 parties served in this process, and a client of it over one transport."""
+    gate = Gate(parties=6)
+    with courier.Server(gate, thread_pool_size=8) as server:
+        yield gate, courier.Client(server.address, transport=request.param, timeout=60)
+
+
+def test_a_blocked_call_does_not_hold_up_later_calls(gate_client):
+    """A call waiting for a later call on the same connection is released by it."""
+    gate, client = gate_client
+    waiting = client.futures.wait_open()
+    assert client.futures.open().result(timeout=30) == 'opened'
+    assert waiting.result(timeout=30) is True
+
+
+def test_calls_on_one_connection_run_concurrently(gate_client):
+    """Six calls that each wait for all six finish: none waited for another to end."""
+    _, client = gate_client
+    futures = [client.futures.meet(i) for i in range(6)]
+    assert [f.result(timeout=30) for f in futures] == list(range(6))
+
+
+def test_the_watchdog_ends_with_the_server():
+    """Readers that lost their role and the watchdog end when the server stops."""
+    gate = Gate()
+    server = courier.Server(gate, label='gated').start()
+    client = courier.Client(server.address, timeout=60)
+    waiting = client.futures.wait_open()
+    assert client.futures.open().result(timeout=30) == 'opened'
+    assert waiting.result(timeout=30) is True
+    server.stop()
+    left = [t for t in threading.enumerate() if t.name.startswith('courier-gated')]
+    for thread in left:
+        thread.join(timeout=15)
+    assert not [t.name for t in left if t.is_alive()]
+
+
+@pytest.mark.parametrize('transport', TRANSPORTS)
+def test_callbacks_wait_and_as_completed_complete_futures(transport):
+    """Futures nobody calls result() on complete: done-callbacks, wait(), as_completed()."""
+    with courier.Server(Gate()) as server:
+        client = courier.Client(server.address, transport=transport, timeout=60)
+        called = threading.Event()
+        client.futures.echo(1).add_done_callback(lambda future: called.set())
+        assert called.wait(timeout=30)
+        done, not_done = concurrent.futures.wait([client.futures.echo(i) for i in range(8)],
+                                                 timeout=30)
+        assert not not_done and sorted(f.result() for f in done) == list(range(8))
+        completed = concurrent.futures.as_completed([client.futures.echo(i) for i in range(8)],
+                                                    timeout=30)
+        assert sorted(f.result() for f in completed) == list(range(8))
+
+
+def test_polling_done_completes_a_future():
+    """A caller that only polls done() sees the future finish."""
+    from conftest import wait_for
+    with courier.Server(Gate()) as server:
+        future = courier.Client(server.address, timeout=60).futures.echo('polled')
+        wait_for(future.done, what='the polled future')
+        assert future.result(timeout=0) == 'polled'
+
+
+@pytest.mark.parametrize('transport', TRANSPORTS)
+def test_replies_nobody_looks_at_do_not_stall_the_server(transport):
+    """8 MiB of replies never looked at are read anyway: the server goes on to the next call."""
+    gate = Gate()
+    with courier.Server(gate) as server:
+        client = courier.Client(server.address, transport=transport, timeout=60)
+        unobserved = [client.futures.blob() for _ in range(128)]
+        client.futures.mark()
+        assert gate.marked.wait(timeout=30)
+        assert len(unobserved) == 128
+
+
+@pytest.mark.parametrize('transport', TRANSPORTS)
+def test_a_cancelled_future_leaves_the_connection_working(transport):
+    """Cancelling a pending future: it reports cancelled, and its reply breaks nothing."""
+    with courier.Server(Gate()) as server:
+        client = courier.Client(server.address, transport=transport, timeout=60)
+        waiting = client.futures.wait_open()
+        assert waiting.cancel()
+        assert client.futures.open().result(timeout=30) == 'opened'
+        assert client.futures.echo('after').result(timeout=30) == 'after'
+        with pytest.raises(concurrent.futures.CancelledError):
+            waiting.result(timeout=30)
+
+
+@pytest.mark.parametrize('transport', TRANSPORTS)
+def test_result_timeout_while_reading(transport):
+    """result(timeout) returns in time while the caller reads, and the call completes later."""
+    with courier.Server(Gate()) as server:
+        client = courier.Client(server.address, transport=transport, timeout=60)
+        waiting = client.futures.wait_open()
+        with pytest.raises(concurrent.futures.TimeoutError):
+            waiting.result(timeout=0.2)
+        client.open()
+        assert waiting.result(timeout=30) is True
+
+
+def test_waiting_threads_take_turns_reading():
+    """Threads waiting on their own futures of one connection each get their own answer."""
+    with courier.Server(Gate()) as server:
+        client = courier.Client(server.address, timeout=60)
+        start = threading.Barrier(8, timeout=30)
+
+        def issue(index):
+            start.wait()
+            futures = [client.futures.echo((index, i)) for i in range(50)]
+            return [f.result(timeout=30) for f in reversed(futures)]
+
+        with concurrent.futures.ThreadPoolExecutor(8) as pool:
+            answers = list(pool.map(issue, range(8)))
+    assert answers == [[(index, i) for i in reversed(range(50))] for index in range(8)]
+
+
+def test_a_stuck_reader_is_handed_over_within_ticks():
+    """The watchdog promotes a new reader for a call running over two ticks (unit level)."""
+    promoted = []
+    done = threading.Event()
+
+    def promote(turn, token):
+        promoted.append((turn, token))
+        done.set()
+
+    watchdog = inline.Watchdog(promote, 'courier-test-watchdog')
+    turn = inline.Turn(connection=None)
+    turn.reader = first = object()
+    watchdog.add(turn)
+    try:
+        watchdog.begin(turn, frame=object())
+        assert done.wait(timeout=30)
+        assert promoted == [(turn, turn.reader)] and turn.reader is not first
+        assert turn.detours == 1 and turn.running is None
+        assert not turn.finish(first)  # The old reader learns it lost the role...
+        assert turn.detours == 0  # ... and its detour is over.
+    finally:
+        watchdog.stop()
