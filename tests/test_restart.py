@@ -70,6 +70,22 @@ def test_call_in_flight_fails_unavailable_and_the_next_call_succeeds():
         assert _state(controller).restarts == 1
 
 
+@pytest.mark.parametrize('transport', ['auto', 'tcp'])
+def test_calls_and_futures_after_a_restart_go_through_at_once(transport):
+    """Over the Unix socket and raw TCP, the first call and the first future after the node
+    is back succeed: connections its predecessor left are replaced, not used."""
+    program, handle = _member_program()
+    with lp.launch(program, launch_type='test_mp', failure_policy={'member': _QUICK}) as controller:
+        client = courier.Client(handle.address.resolve(), transport=transport)
+        old = client.futures.who().result(timeout=30)['pid']
+        assert client.who()['pid'] == old  # Both kinds of connection are open now.
+        os.kill(old, signal.SIGKILL)
+        wait_for(lambda: _state(controller).state == lp.NodeState.RUNNING
+                 and _state(controller).restarts == 1, what='the restart')
+        new = client.futures.who().result(timeout=30)['pid']
+        assert new != old and client.who()['pid'] == new
+
+
 def test_failures_beyond_max_restarts_stop_the_program_saying_why(tmp_path):
     """A node that always fails is restarted max_restarts times, then wait() raises, saying so."""
     program = lp.Program('crash_loop')
