@@ -166,6 +166,20 @@ def launcher_report(stream):
     raise AssertionError('the launcher ended before its nodes were ready')
 
 
+def wait_for_node_line(controller, node: str, prefix: str, timeout: float = 60) -> str:
+    """The first line of ``node``'s output that starts with ``prefix``, once it has arrived.
+
+    Reads the controller's tail of the node's output, never the captured terminal:
+    polling capfd while nodes print loses lines, because its read and its truncate
+    are two steps that a write can fall between.
+    """
+    def found() -> str | None:
+        return next((line for line in controller.output_tail(node).splitlines()
+                     if line.startswith(prefix)), None)
+
+    return wait_for(found, timeout, what=f'{node} to print a line starting with {prefix!r}')
+
+
 def wait_for(predicate, timeout: float = 30, what: str = 'condition'):
     """Re-checks ``predicate`` until it returns a truthy value or ``timeout`` passes.
 

@@ -10,7 +10,7 @@ import unittest
 import pytest
 
 import launchpad_py as lp
-from conftest import LAUNCH_TYPES, wait_for
+from conftest import LAUNCH_TYPES, wait_for, wait_for_node_line
 from nodes_for_tests import (BrokenConstructor, Greeter, SlowGreeter, Pinger, crash, hard_crash,
                              print_environment)
 
@@ -66,7 +66,7 @@ def test_unknown_terminal_is_an_error():
         lp.launch(_crashing_program(), launch_type='local_mp', terminal='gnome')
 
 
-def test_each_group_gets_its_own_environment(capfd):
+def test_each_group_gets_its_own_environment():
     """local_resources env reaches only the processes of its group."""
     program = lp.Program('envs')
     names = ['LP_GROUP', 'CUDA_VISIBLE_DEVICES']
@@ -75,16 +75,8 @@ def test_each_group_gets_its_own_environment(capfd):
     resources = {'a': lp.PythonProcess(env={'LP_GROUP': 'a', 'CUDA_VISIBLE_DEVICES': '0'}),
                  'b': lp.PythonProcess(env={'LP_GROUP': 'b'})}
     controller = lp.launch(program, launch_type='test_mp', local_resources=resources)
-    seen = {}
-
-    def both_printed():
-        for line in capfd.readouterr().out.splitlines():
-            label, _, text = line.partition('] ')
-            if text.startswith('{'):
-                seen[label.strip('[')] = ast.literal_eval(text)
-        return len(seen) == 2
-
-    wait_for(both_printed, what='both groups to print their environment')
+    seen = {name: ast.literal_eval(wait_for_node_line(controller, name, '{'))
+            for name in ('a/0', 'b/0')}
     controller.stop()
     assert seen['a/0'] == {'LP_GROUP': 'a', 'CUDA_VISIBLE_DEVICES': '0'}
     assert seen['b/0']['LP_GROUP'] == 'b'

@@ -21,7 +21,7 @@ import pytest
 
 import launchpad_py as lp
 from conftest import (REPO, SLURM_LOGS, launch, launcher_report, marked_processes, needs_slurm,
-                      slow, slurm_cluster, wait_for)
+                      slow, slurm_cluster, wait_for, wait_for_node_line)
 from nodes_for_tests import Pinger, crash, serve_forever
 from ssh_nodes import BIG, print_gpus, store_program
 from test_ssh import _alive, _wait_until_gone
@@ -94,20 +94,16 @@ def test_node_output_is_prefixed_and_kept_in_the_jobs_directory(tmp_path, capfd)
     """A node's lines come back as [label/index] and also go to its file under the job's directory."""
     program = lp.Program('logs')
     program.add_node(lp.PyNode(print_gpus), label='printer')
-    printed: list[str] = []
-
-    def line_printed() -> bool:
-        printed.append(capfd.readouterr().out)  # Read in pieces: a line may come in two.
-        return '[printer/0] CUDA_VISIBLE_DEVICES=\n' in ''.join(printed)
-
     with launch(program, 'slurm', slurm_options={'output_dir': str(tmp_path)}) as running:
-        wait_for(line_printed, timeout=60, what='the prefixed line')
+        wait_for_node_line(running, 'printer/0', 'CUDA_VISIBLE_DEVICES=')
         job = _job_of(running.statuses()[0].pid)
+    # The program has ended, so nothing writes while the terminal's capture is read.
+    assert '[printer/0] CUDA_VISIBLE_DEVICES=' in capfd.readouterr().out.splitlines()
     with open(tmp_path / f'logs-{job}' / 'printer_0.log') as log:
         assert log.read().splitlines()[0] == 'CUDA_VISIBLE_DEVICES='
 
 
-def test_gpus_become_the_steps_gpus_and_others_see_none(capfd, monkeypatch):
+def test_gpus_become_the_steps_gpus_and_others_see_none(monkeypatch):
     """gpus=1 gives each learner one GPU of its host; actors see none, whatever the launcher sees."""
     monkeypatch.setenv('CUDA_VISIBLE_DEVICES', '0,1')
     program = lp.Program('gpus')
@@ -115,16 +111,10 @@ def test_gpus_become_the_steps_gpus_and_others_see_none(capfd, monkeypatch):
         for _ in range(2):
             program.add_node(lp.PyNode(print_gpus))
     program.add_node(lp.PyNode(print_gpus), label='actor')
-    printed: list[str] = []
-
-    def all_printed() -> list[str]:
-        printed.append(capfd.readouterr().out)
-        lines = [line for line in ''.join(printed).splitlines() if 'CUDA_VISIBLE_DEVICES=' in line]
-        return lines if len(lines) == 3 else []
-
     resources = {'learner': lp.SlurmResources(gpus=1)}
     with launch(program, 'slurm', resources=resources) as running:
-        lines = sorted(wait_for(all_printed, timeout=60, what='three nodes to print their GPUs'))
+        lines = sorted(f'[{name}] ' + wait_for_node_line(running, name, 'CUDA_VISIBLE_DEVICES=')
+                       for name in ('actor/0', 'learner/0', 'learner/1'))
         hosts = {f'{s.label}/{s.index}': s.host for s in running.statuses()}
     assert lines[0] == '[actor/0] CUDA_VISIBLE_DEVICES='
     learner_gpus = [line.rpartition('=')[2] for line in lines[1:]]

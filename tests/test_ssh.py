@@ -20,7 +20,7 @@ import pytest
 import launchpad_py as lp
 from launchpad_py import courier
 from conftest import (REPO, SSH_OPTIONS, launcher_report, marked_processes, needs_ssh_hosts,
-                      ssh_host, wait_for)
+                      ssh_host, wait_for, wait_for_node_line)
 from nodes_for_tests import Pinger, serve_forever
 from ssh_nodes import BIG, print_gpus, store_program, use_store
 
@@ -160,22 +160,16 @@ def test_group_without_host_is_named():
         lp.launch(program, launch_type='ssh', resources={'placed': ssh_host('h1')})
 
 
-def test_gpus_set_cuda_visible_devices_on_that_host(capfd):
+def test_gpus_set_cuda_visible_devices_on_that_host():
     """gpus=[...] reaches the node as CUDA_VISIBLE_DEVICES; other groups then see no GPU."""
     program = lp.Program('gpus')
     program.add_node(lp.PyNode(print_gpus), label='learner')
     program.add_node(lp.PyNode(print_gpus), label='actor')
     resources = {'learner': ssh_host('h1', gpus=[1, 0]), 'actor': ssh_host('h2')}
-    printed: list[str] = []
-
-    def both_printed() -> bool:
-        printed.append(capfd.readouterr().out)
-        lines = ''.join(printed).splitlines()
-        return ('[learner/0] CUDA_VISIBLE_DEVICES=1,0' in lines
-                and '[actor/0] CUDA_VISIBLE_DEVICES=' in lines)
-
-    with lp.launch(program, launch_type='ssh', resources=resources):
-        wait_for(both_printed, timeout=60, what='both nodes to print their GPUs')
+    with lp.launch(program, launch_type='ssh', resources=resources) as running:
+        learner = wait_for_node_line(running, 'learner/0', 'CUDA_VISIBLE_DEVICES=')
+        actor = wait_for_node_line(running, 'actor/0', 'CUDA_VISIBLE_DEVICES=')
+    assert (learner, actor) == ('CUDA_VISIBLE_DEVICES=1,0', 'CUDA_VISIBLE_DEVICES=')
 
 
 def _start_spread_launcher(token: str) -> tuple[subprocess.Popen, list]:

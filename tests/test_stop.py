@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -99,22 +100,35 @@ def test_local_mt_names_a_blocking_stop_handler_with_its_stack():
     assert 'in <lambda>' in result.stderr
 
 
-def test_second_ctrl_c_ends_a_stuck_local_mt_program_at_once():
-    """The first Ctrl-C starts a graceful stop; the second one ends the process without grace."""
+def _readline_within(stream, seconds: float) -> str:
+    """The next line of ``stream``; fails the test if none comes within ``seconds``."""
+    ready, _, _ = select.select([stream], [], [], seconds)
+    assert ready, f'no output within {seconds}s'
+    return stream.readline()
+
+
+@pytest.mark.parametrize('mode', ['ctrl_c', 'ctrl_c_masked'])
+def test_second_ctrl_c_ends_a_stuck_local_mt_program_at_once(mode):
+    """The first Ctrl-C starts a graceful stop; the second one ends the process without grace.
+
+    In 'ctrl_c_masked' the main thread blocks SIGINT, so both signals land on other
+    threads and never wake the main thread's wait: the handlers must run anyway.
+    """
     launcher = subprocess.Popen(
-        [sys.executable, os.path.join(SCRIPTS, 'stuck_local_mt.py'), 'ctrl_c',
+        [sys.executable, os.path.join(SCRIPTS, 'stuck_local_mt.py'), mode,
          '--lp_termination_notice_secs=60'],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
     try:
-        assert launcher.stdout.readline() == 'launched\n'
+        assert _readline_within(launcher.stdout, 60) == 'launched\n'
         launcher.send_signal(signal.SIGINT)
-        while 'press again to kill it' not in launcher.stderr.readline():
+        while 'press again to kill it' not in _readline_within(launcher.stderr, 10):
             pass
         second = time.monotonic()
         launcher.send_signal(signal.SIGINT)
         _, err = launcher.communicate(timeout=30)
     finally:
         launcher.kill()
+        launcher.wait()
     assert launcher.returncode == 137, err
     assert time.monotonic() - second <= 1 + 1  # Process exit included.
     assert 'stubborn/0 did not end within the 0s grace period' in err

@@ -20,7 +20,7 @@ import time
 
 from launchpad_py import errors, runtime
 from launchpad_py import failure_policy as failure_policy_module
-from launchpad_py.launchers import stuck
+from launchpad_py.launchers import interruptible, stuck
 from launchpad_py.launchers.elastic import ElasticGroups, Groups
 from launchpad_py.launchers.observe import Observability
 from launchpad_py.launchers.failures import Failures
@@ -94,20 +94,20 @@ class ProgramController(Observability, Stopping, Failures, ElasticGroups):
                 started += 1
         except BaseException:
             self._events.queue.put(('abort', None, self._workers[started:]))
-            self._done.wait()
+            interruptible.wait(self._done)
             raise
-        if not self._ready.wait(ready_timeout):
+        if not interruptible.wait(self._ready, ready_timeout):
             pending = [w.name for w in self._workers if w.state == NodeState.STARTING]
             self.stop()
             raise errors.LaunchError(
                 f'program {self.name!r}: nodes {pending} did not become ready within '
                 f'{ready_timeout:.0f}s; their output:\n' + self._tails(pending))
         if self._launch_failure is not None:
-            self._done.wait()
+            interruptible.wait(self._done)
             raise errors.LaunchError(f'program {self.name!r} failed to start: '
                                      f'{self._launch_failure}')
         if self._startup_failure is not None:
-            self._done.wait()
+            interruptible.wait(self._done)
             self._failure_seen = True
             raise self._startup_error(self._startup_failure)
         return self
@@ -128,7 +128,7 @@ class ProgramController(Observability, Stopping, Failures, ElasticGroups):
 
         Raises ``TimeoutError`` if the program is still running after ``timeout``.
         """
-        if not self._done.wait(timeout):
+        if not interruptible.wait(self._done, timeout):
             raise TimeoutError(f'program {self.name!r} still running after {timeout}s')
         self._raise_failure()
         self._raise_stuck()
@@ -140,7 +140,7 @@ class ProgramController(Observability, Stopping, Failures, ElasticGroups):
 
     def wait_quietly(self) -> None:
         """Waits for the end without raising; failures are reported at exit."""
-        self._done.wait()
+        interruptible.wait(self._done)
 
     @property
     def is_running(self) -> bool:

@@ -12,7 +12,7 @@ import threading
 import time
 
 from launchpad_py import runtime
-from launchpad_py.launchers import stuck
+from launchpad_py.launchers import interruptible, stuck
 from launchpad_py.launchers.worker_api import ENDED as _ENDED, NodeState
 
 
@@ -22,7 +22,7 @@ class Stopping:
     def stop(self, grace: float | None = None, timeout: float | None = None) -> None:
         """Stops the program and waits until every node is gone."""
         self.request_stop(grace)
-        if not self._done.wait(timeout):
+        if not interruptible.wait(self._done, timeout):
             raise TimeoutError(f'program {self.name!r} did not stop within {timeout}s')
         self._raise_stuck()
 

@@ -80,10 +80,16 @@ class NodeStatus:
 
 
 class Events:
-    """The supervisor's inbox; workers call these from any thread."""
+    """The supervisor's inbox; workers call these from any thread, and the Ctrl-C handler too.
+
+    A SimpleQueue, because its ``put`` is reentrant: a signal handler may post
+    while the same thread is in the middle of posting (a second Ctrl-C arriving
+    during the first one's handler). ``queue.Queue.put`` holds a lock there, and
+    the nested post deadlocked the launcher.
+    """
 
     def __init__(self) -> None:
-        self.queue: queue.Queue = queue.Queue()
+        self.queue: queue.SimpleQueue = queue.SimpleQueue()
 
     def ready(self, worker: 'Worker') -> None:
         self.queue.put(('ready', worker, None))

@@ -4,11 +4,14 @@ Usage: stuck_local_mt.py MODE [--lp_termination_notice_secs=N]
 MODE: 'wait' (the script waits on the program), 'return' (it returns right after
 lp.launch), 'handler' (a stop handler blocks instead of a node), 'acme' (like Acme: the
 learner stops the program, and the actor's executor thread calls it once it is gone),
-'ctrl_c' (nothing stops the program: the test sends SIGINT).
+'ctrl_c' (nothing stops the program: the test sends SIGINT), 'ctrl_c_masked' (the same, but
+the main thread blocks SIGINT, so the kernel hands it to another thread and never wakes
+the main thread with it).
 """
 
 import concurrent.futures
 import os
+import signal
 import sys
 import tempfile
 import threading
@@ -74,9 +77,11 @@ def main(argv):
     else:
         program.add_node(lp.PyNode(block_in_a_stop_handler if mode == 'handler'
                                    else ignore_the_stop), label='stubborn')
-        if mode != 'ctrl_c':
+        if not mode.startswith('ctrl_c'):
             program.add_node(lp.PyNode(stop_the_program), label='limiter')
     controller = lp.launch(program, launch_type='local_mt')
+    if mode == 'ctrl_c_masked':
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
     say('launched')
     if mode == 'acme':
         pause = threading.Event()
