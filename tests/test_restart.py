@@ -15,7 +15,7 @@ from launchpad_py import courier, failure_policy
 from launchpad_py.launchers import registry
 from launchpad_py.launchers.controller import ProgramController
 from launchpad_py.launchers.local_threads import ThreadWorker
-from conftest import launch, needs_ssh_hosts, ssh_host, wait_for
+from conftest import needs_ssh_hosts, ssh_host, wait_for
 from restart_nodes import Member, always_crash, crash_first_times
 
 _QUICK = lp.Restart(max_restarts=3, backoff=(0.05, 0.2))
@@ -269,26 +269,18 @@ def test_node_on_another_host_restarts_at_its_address():
         assert handle.address.resolve() == address and _state(controller).host == 'h2'
 
 
-@pytest.fixture
-def fake_cluster(request):
-    pytest.importorskip('kubernetes', reason="the [kubernetes] extra is not installed")
-    return request.getfixturevalue('kubernetes_cluster')
-
-
-@needs_ssh_hosts
+@pytest.mark.parametrize('launch_type', ['slurm', 'kubernetes'])
 @pytest.mark.parametrize('what, match', [
-    ('restart', r"kubernetes cannot restart nodes, but failure_policy gives lp.Restart to "
-                r"groups \['member'\]"),
-    ('elastic', r"kubernetes cannot add or remove nodes .* groups \['member'\] cannot be "
-                r"elastic"),
+    ('restart', r"{} cannot restart nodes, but failure_policy gives lp.Restart to groups "
+                r"\['member'\]"),
+    ('elastic', r"{} cannot add or remove nodes .* groups \['member'\] cannot be elastic"),
 ])
-def test_kubernetes_refuses_restarts_and_elastic_groups_leaving_nothing(fake_cluster, what, match):
-    """kubernetes cannot restart a pod's node nor place a new one: the launch fails naming the
-    group before it creates anything."""
+def test_schedulers_refuse_restarts_and_elastic_groups_up_front(launch_type, what, match):
+    """slurm and kubernetes cannot restart a node where it ran nor place a new one: the launch
+    fails naming the groups before anything is asked of a scheduler (none runs here)."""
     program = lp.Program('refused')
     with program.group('member', elastic=what == 'elastic'):
         program.add_node(lp.CourierNode(Member))
     policies = {'member': _QUICK} if what == 'restart' else None
-    with pytest.raises(lp.ProgramError, match=match):
-        launch(program, 'kubernetes', failure_policy=policies)
-    assert fake_cluster.objects() == []
+    with pytest.raises(lp.ProgramError, match=match.format(launch_type)):
+        lp.launch(program, launch_type=launch_type, failure_policy=policies)
