@@ -20,6 +20,8 @@ from launchpad_py.courier import batched_handler
 from launchpad_py.program import AbstractAddressBuilder
 from launchpad_py.program import Address
 from launchpad_py.program import Deferred
+from launchpad_py.program import GroupHandle
+from launchpad_py.program import GroupMembers
 from launchpad_py.program import Handle
 from launchpad_py.program import Program
 from launchpad_py.program import SimpleLocalAddressBuilder
@@ -45,7 +47,9 @@ from launchpad_py.nodes import ReverbNode
 from launchpad_py.runtime import NodeContext
 from launchpad_py.runtime import get_node_context
 
-# Launch
+# Launch, and what happens when nodes fail
+from launchpad_py.failure_policy import Restart
+from launchpad_py.failure_policy import StopProgram
 from launchpad_py.launchers import LaunchType
 from launchpad_py.launchers import NodeState
 from launchpad_py.launchers import NodeStatus

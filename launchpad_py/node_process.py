@@ -6,7 +6,9 @@ Shared by the launchers' worker processes and the children of a
 
     process → parent: ('ready',), ('stop_program',), ('failed', summary, traceback,
                       exception_bytes), ('finished',), ('metrics', request_id, counters)
-    parent → process: ('stop',), ('metrics', request_id)
+    parent → process: ('stop',), ('metrics', request_id), ('members', table)
+
+(``table``: the live members of the program's groups, see ``program.group_handle``.)
 
 The end of the channel means the parent died; the process then ends too, so
 no node outlives whoever started it.
@@ -26,7 +28,7 @@ from typing import Callable
 
 from launchpad_py import courier, node_metrics, runtime
 from launchpad_py.courier import serialization
-from launchpad_py.program import ExecutionContext, Executable
+from launchpad_py.program import ExecutionContext, Executable, group_handle
 
 #: Comma-separated modules imported before any node code (the compatibility runner uses it).
 PRELOAD_ENV = 'LAUNCHPAD_PY_PRELOAD'
@@ -114,6 +116,8 @@ def _listen(channel: Channel, scope: runtime.ProgramScope, finished: threading.E
             scope.handle_stop()
         elif message[0] == 'metrics':
             channel.send('metrics', message[1], node_metrics.collect())
+        elif message[0] == 'members':
+            group_handle.publish(message[1])
 
 
 def _report_failure(channel: Channel, finished: threading.Event, exc: BaseException) -> int:

@@ -136,6 +136,24 @@ def run_script(source: str, *args: str, timeout: float = 90, **kwargs) -> subpro
                           timeout=timeout, cwd=REPO, **kwargs)
 
 
+def marked_processes(token: str) -> list[psutil.Process]:
+    """Every process (on any namespace host) whose command line or environment holds ``token``.
+
+    The namespace hosts share this process table, so a launch's processes on every
+    host are found here when its nodes get ``LP_TEST_TOKEN=token``.
+    """
+    found = []
+    for process in psutil.process_iter():
+        try:
+            if process.pid != os.getpid() and (
+                    token in ' '.join(process.cmdline())
+                    or process.environ().get('LP_TEST_TOKEN') == token):
+                found.append(process)
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+            pass
+    return found
+
+
 def launcher_report(stream):
     """The JSON a launching script prints once its nodes are ready, read from its ``stream``.
 

@@ -52,12 +52,12 @@ ORIGINAL = {
 }
 # Names of our own.
 OURS = {
-    'CacherHandle', 'ColocationHandle', 'ColocationNode', 'Handle', 'KubernetesResources',
-    'LaunchError',
+    'CacherHandle', 'ColocationHandle', 'ColocationNode', 'GroupHandle', 'GroupMembers',
+    'Handle', 'KubernetesResources', 'LaunchError',
     'LaunchpadError', 'NodeContext', 'NodeFailedError', 'NodeSerializationError', 'NodeState',
     'NodeStatus', 'NotRunningError', 'ProgramController', 'ProgramError', 'ResourcesError',
-    'ReverbHandle', 'SlurmResources', 'SshHost', 'StuckNodesError', 'UnknownLaunchTypeError',
-    'get_node_context',
+    'ReverbHandle', 'Restart', 'SlurmResources', 'SshHost', 'StopProgram', 'StuckNodesError',
+    'UnknownLaunchTypeError', 'get_node_context',
 }
 _KINDS = {inspect.Parameter.POSITIONAL_OR_KEYWORD: 'P', inspect.Parameter.VAR_POSITIONAL: 'V',
           inspect.Parameter.KEYWORD_ONLY: 'K', inspect.Parameter.VAR_KEYWORD: 'KW'}

@@ -20,11 +20,11 @@ import uuid
 import pytest
 
 import launchpad_py as lp
-from conftest import (REPO, SLURM_LOGS, launch, launcher_report, needs_slurm, slow, slurm_cluster,
-                      wait_for, wait_for_node_line)
+from conftest import (REPO, SLURM_LOGS, launch, launcher_report, marked_processes, needs_slurm,
+                      slow, slurm_cluster, wait_for, wait_for_node_line)
 from nodes_for_tests import Pinger, crash, serve_forever
 from ssh_nodes import BIG, print_gpus, store_program
-from test_ssh import _alive, _marked, _wait_until_gone
+from test_ssh import _alive, _wait_until_gone
 
 pytestmark = needs_slurm
 _HOSTS = {'h1', 'h2', 'h3'}
@@ -200,7 +200,8 @@ def test_sigkill_of_the_launcher_ends_the_job_and_every_node():
     nodes = launcher_report(launcher.stdout)
     assert {host for host, _ in nodes} <= _HOSTS
     job = _job_of(nodes[0][1])
-    assert len(_marked(token)) >= 3 + 2  # Three nodes and two colocated children at least.
+    # Three nodes and two colocated children at least.
+    assert len(marked_processes(token)) >= 3 + 2
     launcher.kill()
     launcher.wait(timeout=10)
     launcher.stdout.close()

@@ -19,26 +19,12 @@ import pytest
 
 import launchpad_py as lp
 from launchpad_py import courier
-from conftest import (REPO, SSH_OPTIONS, launcher_report, needs_ssh_hosts, ssh_host, wait_for,
-                      wait_for_node_line)
+from conftest import (REPO, SSH_OPTIONS, launcher_report, marked_processes, needs_ssh_hosts,
+                      ssh_host, wait_for, wait_for_node_line)
 from nodes_for_tests import Pinger, serve_forever
 from ssh_nodes import BIG, print_gpus, store_program, use_store
 
 pytestmark = needs_ssh_hosts
-
-
-def _marked(token: str) -> list[psutil.Process]:
-    """Every process (on any namespace host) whose command line or environment holds ``token``."""
-    found = []
-    for process in psutil.process_iter():
-        try:
-            if process.pid != os.getpid() and (
-                    token in ' '.join(process.cmdline())
-                    or process.environ().get('LP_TEST_TOKEN') == token):
-                found.append(process)
-        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
-            pass
-    return found
 
 
 def _alive(pid: int) -> bool:
@@ -52,7 +38,8 @@ def _alive(pid: int) -> bool:
 def _wait_until_gone(token: str, timeout: float) -> float:
     """Seconds until no process holds ``token``; fails after ``timeout``."""
     start = time.monotonic()
-    wait_for(lambda: not _marked(token), timeout=timeout, what=f'processes of {token} to end')
+    wait_for(lambda: not marked_processes(token), timeout=timeout,
+             what=f'processes of {token} to end')
     return time.monotonic() - start
 
 
@@ -197,7 +184,8 @@ def test_sigkill_of_launcher_leaves_no_process_on_any_host():
     token = f'lp-sigkill-{uuid.uuid4().hex}'
     launcher, nodes = _start_spread_launcher(token)
     assert sorted(host for host, _ in nodes) == ['h1', 'h2', 'h3']
-    assert len(_marked(token)) >= 3 + 2  # Three nodes and two colocated children at least.
+    # Three nodes and two colocated children at least.
+    assert len(marked_processes(token)) >= 3 + 2
     launcher.kill()
     launcher.wait(timeout=10)
     launcher.stdout.close()
@@ -292,7 +280,7 @@ def test_program_secret_is_on_no_command_line_or_environment():
     with lp.launch(program, launch_type='ssh',
                    resources={'pinger': ssh_host('h2', env={'LP_TEST_TOKEN': token})}):
         secret = auth.secret_for(pinger.address.resolve()).hex()
-        processes = _marked(token)
+        processes = marked_processes(token)
         assert len(processes) >= 2  # The ssh client here and the node on h2.
         for process in processes:
             assert secret not in ' '.join(process.cmdline())
@@ -308,7 +296,8 @@ def test_node_ignoring_stop_is_killed_with_its_children_after_grace():
     program.add_node(lp.PyNode(ignore_stop_with_a_child), label='deaf')
     controller = lp.launch(program, launch_type='ssh',
                            resources={'deaf': ssh_host('h3', env={'LP_TEST_TOKEN': token})})
-    wait_for(lambda: len(_marked(token)) >= 3, what='the node and its child')  # With ssh.
+    wait_for(lambda: len(marked_processes(token)) >= 3,
+             what='the node and its child')  # With ssh.
     controller.stop(grace=1, timeout=30)
     assert controller.killed_nodes == ['deaf/0']
     assert controller.statuses()[0].state == lp.NodeState.KILLED

@@ -19,8 +19,7 @@ import uuid
 import psutil
 import pytest
 
-from conftest import REPO, needs_ssh_hosts
-from test_ssh import _marked
+from conftest import REPO, marked_processes, needs_ssh_hosts
 
 RUNS = int(os.environ.get('LP_SSH_FAULT_RUNS', '0'))
 pytestmark = [needs_ssh_hosts, pytest.mark.timeout(180 * max(RUNS, 1)), pytest.mark.skipif(
@@ -35,7 +34,7 @@ _NODE_MODULES = ('launchpad_py.launchers.remote_node', 'launchpad_py.nodes.coloc
 def _node_processes(token: str, launcher_pid: int) -> list[psutil.Process]:
     """The launch's node processes still running (a process may end while it is looked at)."""
     nodes = []
-    for process in _marked(token):
+    for process in marked_processes(token):
         try:
             command = ' '.join(process.cmdline())
             if (process.pid != launcher_pid and process.name() != 'ssh'
@@ -75,9 +74,9 @@ def _one_run(rng: random.Random) -> dict:
         launcher.kill()
         launcher.wait()
     deadline = killed_at + (15 if not hang else 75)
-    while _marked(token) and time.monotonic() < deadline:
+    while marked_processes(token) and time.monotonic() < deadline:
         time.sleep(0.05)  # Polling the process table; no event announces a process's end.
-    left = len(_marked(token))
+    left = len(marked_processes(token))
     return {'victim': victim, 'delay': delay, 'nodes_up': len(nodes), 'hang': hang,
             'left': left, 'clean_s': time.monotonic() - killed_at}
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import time
 
 import pytest
@@ -9,7 +11,7 @@ import pytest
 import launchpad_py as lp
 from launchpad_py import courier
 from tests.conftest import launch as conftest_launch
-from tests.conftest import needs_ssh_hosts
+from tests.conftest import needs_ssh_hosts, wait_for
 from tests.observe_nodes import Bomb, Counted
 
 LAUNCH_TYPES = ['local_mt', 'local_mp']
@@ -118,6 +120,25 @@ def test_calls_per_second_is_the_rate_between_samples():
         node = _node(controller, 'server/0')
         b1 = time.time()
     assert 200 / (b1 - a0) <= node.calls_per_s <= 200 / (b0 - a1)
+
+
+def test_a_restarted_node_counts_afresh_and_no_rate_goes_negative():
+    """After a restart the counters are the new process's, and its rate is taken from its
+    start, not against its predecessor's larger count."""
+    program, handle = _program()
+    policy = {'server': lp.Restart(max_restarts=2, backoff=(0.05, 0.1))}
+    with lp.launch(program, launch_type='local_mp', failure_policy=policy) as controller:
+        client = handle.dereference()
+        for i in range(50):
+            client.echo(i)
+        before = _node(controller, 'server/0')
+        os.kill(before.pid, signal.SIGKILL)
+        wait_for(lambda: _node(controller, 'server/0').state == lp.NodeState.RUNNING
+                 and _node(controller, 'server/0').restarts == 1, what='the restart')
+        client.echo(0)
+        after = _node(controller, 'server/0')
+    assert (before.calls, after.calls, after.restarts) == (50, 1, 1) and after.pid != before.pid
+    assert after.calls_per_s > 0
 
 
 @pytest.mark.parametrize('transport', ['auto', 'tcp', 'grpc'])

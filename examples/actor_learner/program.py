@@ -9,6 +9,10 @@ by an ``lp.ReverbNode`` and the learner samples from it:
 
     actor ──insert──▶ replay ──sample──▶ learner
 
+With ``elastic=True`` actors may join and leave while it trains (see
+examples/elastic.py); each actor numbers its unrolls and the learner counts
+what it received per actor, so a lost or twice-counted unroll would show.
+
 The actors and the evaluator act with numpy and never import JAX; only the
 learner does, so on a machine with a GPU only the learner uses it. The
 evaluator ends the program once the greedy policy reaches ``target_return``
@@ -59,11 +63,19 @@ class Learner:
         self._params = (0, self._trainer.numpy_params())
         self._env_steps = 0
         self._train_returns: list[float] = []
+        self._unrolls: dict[int, list[int]] = {}  # Actor index -> numbers of its unrolls.
         self._waited_s = self._updating_s = 0.0  # Where the learner's loop spends its time.
         print(f'learner: training on {self._trainer.device}', flush=True)
 
-    def add_trajectory(self, unroll: dict[str, np.ndarray]) -> None:
-        """Actors call this (the in-memory path); blocks while the queue is full."""
+    def add_trajectory(self, unroll: dict[str, np.ndarray], source: tuple[int, int] | None = None
+                       ) -> None:
+        """Actors call this (the in-memory path); blocks while the queue is full.
+
+        ``source``: (actor index, unroll number), counted in ``progress()['unrolls']``.
+        """
+        if source is not None:
+            with self._lock:
+                self._unrolls.setdefault(source[0], []).append(source[1])
         self._queue.put(unroll)
 
     def get_params(self) -> tuple[int, network.Params]:
@@ -72,13 +84,18 @@ class Learner:
             return self._params
 
     def progress(self) -> dict:
-        """Learner steps, env steps used, recent actor returns, and the seconds the loop
-        waited for batches (starved) and spent updating (busy)."""
+        """Learner steps, env steps used, recent actor returns, the seconds the loop
+        waited for batches (starved) and spent updating (busy), and per actor the unrolls
+        received (count, distinct numbers, one past the highest)."""
         with self._lock:
             recent = self._train_returns[-20:]
+            # Per actor: unrolls received, distinct numbers, and one past the highest.
+            unrolls = {index: [len(seen), len(set(seen)), max(seen) + 1]
+                       for index, seen in sorted(self._unrolls.items())}
             return {'step': self._params[0], 'env_steps': self._env_steps,
                     'train_return': float(np.mean(recent)) if recent else None,
-                    'waited_s': self._waited_s, 'updating_s': self._updating_s}
+                    'waited_s': self._waited_s, 'updating_s': self._updating_s,
+                    'unrolls': unrolls}
 
     def run(self) -> None:
         start = time.monotonic()
@@ -122,12 +139,16 @@ class Actor:
     the learner still slows the actor down). Waiting for each call before
     acting on cost a round trip per call, most of an actor's time once the
     learner's process is busy serving many actors.
+
+    Its index in the group (``lp.get_node_context()``) seeds it, so actors added
+    to an elastic group act differently from the first.
     """
 
-    def __init__(self, learner, config: Config, index: int, replay=None):
+    def __init__(self, learner, config: Config, replay=None):
         self._learner = learner
         self._config = config
-        self._index = index
+        self._index = lp.get_node_context().index
+        self._sent = 0
         self._stop = lp.stop_event()
         self._sink = replay_lib.ReverbQueue(replay, self._stop) if replay is not None else None
         self._sending: list = []  # The unroll still on its way to the learner, as a future.
@@ -158,7 +179,9 @@ class Actor:
         if self._sink is None:
             if self._sending and results_or_none(self._sending, self._stop) is None:
                 return False
-            self._sending = [self._learner.futures.add_trajectory(unroll)]
+            source = (self._index, self._sent)  # Numbered in the order they are sent.
+            self._sending = [self._learner.futures.add_trajectory(unroll, source)]
+            self._sent += 1
             return True
         try:
             self._sink.put(unroll)
@@ -176,6 +199,7 @@ class Evaluator:
         self._learner = learner
         self._config = config
         self._result_path = result_path
+        self._unrolls: dict = {}
 
     def run(self) -> None:
         config, start, history = self._config, time.monotonic(), []
@@ -186,7 +210,7 @@ class Evaluator:
             if fetched is None:
                 return
             (step, params), progress = fetched
-            env_steps = progress['env_steps']
+            env_steps, self._unrolls = progress['env_steps'], progress['unrolls']
             mean_return = rollout.evaluate(params, config.eval_episodes, seed=10_000)
             elapsed = time.monotonic() - start
             history.append({'seconds': round(elapsed, 1), 'step': step, 'env_steps': env_steps,
@@ -206,12 +230,14 @@ class Evaluator:
     def _write(self, reached: bool, history: list[dict]) -> None:
         if self._result_path:
             with open(self._result_path, 'w') as f:
-                json.dump({'reached_target': reached, 'history': history}, f)
+                json.dump({'reached_target': reached, 'history': history,
+                           'unrolls': self._unrolls}, f)
 
 
 def make_program(config: Config = Config(), replay: str = 'learner',
-                 result_path: str | None = None) -> lp.Program:
-    """Builds the program; ``replay`` is ``'learner'`` or ``'reverb'``."""
+                 result_path: str | None = None, elastic: bool = False) -> lp.Program:
+    """Builds the program; ``replay`` is ``'learner'`` or ``'reverb'``; ``elastic``: the actor
+    group may grow and shrink while it runs."""
     if replay not in ('learner', 'reverb'):
         raise ValueError(f"replay must be 'learner' or 'reverb' (got {replay!r})")
     program = lp.Program('actor_learner')
@@ -225,9 +251,9 @@ def make_program(config: Config = Config(), replay: str = 'learner',
         lp.CourierNode(Learner, config, replay_handle,
                        courier_kwargs={'thread_pool_size': config.num_actors + 8}),
         label='learner')
-    with program.group('actor'):
-        for index in range(config.num_actors):
-            program.add_node(lp.PyClassNode(Actor, learner, config, index, replay_handle))
+    with program.group('actor', elastic=elastic):
+        for _ in range(config.num_actors):
+            program.add_node(lp.PyClassNode(Actor, learner, config, replay_handle))
     program.add_node(lp.PyClassNode(Evaluator, learner, config, result_path), label='evaluator')
     return program
 

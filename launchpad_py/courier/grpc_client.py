@@ -26,10 +26,15 @@ from launchpad_py.courier.tls import GRPC_CHANNEL_OPTIONS, TlsCredentials
 _channels: dict[tuple, grpc.Channel] = {}
 _channels_lock = threading.Lock()
 
-# Unlimited message sizes (chunking keeps each under gRPC's hard 2 GiB cap).
+# Unlimited message sizes (chunking keeps each under gRPC's hard 2 GiB cap). A server
+# that went away is tried again within a second (gRPC's default backoff reaches 120 s),
+# so a call waiting for a restarted node goes through soon after it is back.
 CHANNEL_OPTIONS = [
     ('grpc.max_send_message_length', -1),
     ('grpc.max_receive_message_length', -1),
+    ('grpc.initial_reconnect_backoff_ms', 100),
+    ('grpc.min_reconnect_backoff_ms', 100),
+    ('grpc.max_reconnect_backoff_ms', 1000),
 ]
 
 

@@ -56,7 +56,10 @@ class FuturesConnection:
     # -- calls --------------------------------------------------------------------------
 
     def submit(self, request: tuple, timeout: float | None,
-               decode: Callable) -> call_future.CallFuture:
+               decode: Callable) -> call_future.CallFuture | None:
+        """The call's future; None when the connection turned out broken before the request
+        went out (its server went away, and may be back): then nothing was sent, the
+        connection is closed, and the caller may send the request on a new one."""
         call_id = next(self._ids)
         deadline = None if not timeout else time.monotonic() + timeout
         future = call_future.CallFuture(self, call_id, deadline)
@@ -73,8 +76,17 @@ class FuturesConnection:
         try:
             self._connection.send(call_id, uds_server.FUTURE_REQUEST, request)
         except OSError as exc:
-            self._fail(call_id, self._unavailable(request[0], exc))
+            with self._lock:
+                self._pending.pop(call_id, None)
+            if timeout:
+                deadlines.discard(self, call_id)
+            self._shut(exc)  # Nobody else may be reading to notice the server is gone.
+            return None
         return future
+
+    def stale(self) -> bool:
+        """Whether this idle connection was closed by its server (see ``peer_gone``)."""
+        return not self._pending and self._reader is None and self._connection.peer_gone()
 
     def _unavailable(self, method: str, why) -> errors.CourierError:
         return errors.CourierUnavailableError(
@@ -256,6 +268,10 @@ class FuturesConnection:
         if self._timed:
             deadlines.discard_all(self)
         self._nudge()
+
+    def abandon(self) -> None:
+        """Stops using a connection its server closed; its thread then closes it."""
+        self._shut(ConnectionError('the server closed the connection'))
 
     def close(self) -> None:
         try:

@@ -112,8 +112,18 @@ class ServerStats:
         except AttributeError:
             shard = self._local.shard = Shard(threading.current_thread())
             with self._lock:
+                # Threads come and go (a connection's reader hands over when a call blocks):
+                # fold the ended ones in now, or a server nobody asks for statistics keeps
+                # one shard per thread it ever had.
+                self._retire_ended()
                 self._shards.append(shard)
             return shard
+
+    def _retire_ended(self) -> None:
+        """Moves the counts of threads that have ended into ``_retired`` (hold ``_lock``)."""
+        for shard in [s for s in self._shards if not s.thread.is_alive()]:
+            self._shards.remove(shard)  # Its thread is gone: its counts are final.
+            _merge(self._retired, shard)
 
     def record(self, method: str, start: float, bytes_in: int, ok: bool) -> None:
         """Counts one finished call that began at ``start`` (``time.perf_counter()``)."""
@@ -127,9 +137,7 @@ class ServerStats:
         """The counters added up, with the recent latencies of each method."""
         total = Shard(None)
         with self._lock:
-            for shard in [s for s in self._shards if not s.thread.is_alive()]:
-                self._shards.remove(shard)  # Its thread is gone: its counts are final.
-                _merge(self._retired, shard)
+            self._retire_ended()
             _merge(total, self._retired)
             for shard in self._shards:
                 _merge(total, shard)

@@ -58,6 +58,23 @@ class Connection(uds.Connection):
     def read(self) -> frames.Frame:
         return self.reader.read()
 
+    def peer_gone(self) -> bool:
+        """Whether an idle connection was closed by its server (e.g. it restarted since).
+
+        Over TCP a request written to such a connection is accepted by the kernel
+        and fails only when the reply is read, as if the server had died during
+        the call; this check lets the caller take a fresh connection instead. TLS
+        may hold records the peer sent unasked, so TLS connections are not checked.
+        """
+        if isinstance(self.sock, ssl.SSLSocket):
+            return False
+        try:
+            return self.sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) is not None
+        except BlockingIOError:
+            return False
+        except OSError:
+            return True
+
     def close(self) -> None:
         try:
             self.sock.shutdown(socket.SHUT_RDWR)

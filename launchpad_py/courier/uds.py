@@ -160,6 +160,10 @@ class Connection:
             self.pool.release(frame.released)
         return frame
 
+    def peer_gone(self) -> bool:
+        """Never known ahead here: a send to a closed Unix socket fails at once (EPIPE)."""
+        return False
+
     def close(self) -> None:
         try:
             self.sock.shutdown(socket.SHUT_RDWR)

@@ -68,26 +68,44 @@ class LocalChannel:
         return decode(frame)
 
     def _borrow(self, timeout: float | None) -> uds.Connection | None:
-        with self._lock:
-            if self._idle:
-                return self._idle.pop()
+        while True:
+            with self._lock:
+                if not self._idle:
+                    break
+                connection = self._idle.pop()
+            if not connection.peer_gone():
+                return connection
+            connection.close()  # Its server went away (and may be back): take a new one.
         return self._connect(timeout)
 
     # -- futures ----------------------------------------------------------------------
 
     def call_future(self, request: tuple, timeout: float | None,
                     decode: Callable) -> concurrent.futures.Future | object:
+        """The call's future, or ``NOT_LOCAL`` when the server has no local socket."""
+        for attempt in range(2):  # A connection its server closed is noticed, then replaced.
+            mux = self._futures_connection(timeout)
+            if mux is None:
+                return _NOT_LOCAL
+            future = mux.submit(request, timeout, decode)
+            if future is not None:
+                return future
+        return _NOT_LOCAL
+
+    def _futures_connection(self, timeout: float | None) -> mux_module.FuturesConnection | None:
         mux = self._mux
-        if mux is not None and not mux.closed:
-            return mux.submit(request, timeout, decode)
+        if mux is not None and not mux.closed and not mux.stale():
+            return mux
         with self._lock:
             mux = self._mux
-            if mux is None or mux.closed:
+            if mux is None or mux.closed or mux.stale():
+                if mux is not None:
+                    mux.abandon()
                 connection = self._connect(timeout)
                 if connection is None:
-                    return _NOT_LOCAL
+                    return None
                 mux = self._mux = mux_module.FuturesConnection(connection, self.address)
-        return mux.submit(request, timeout, decode)
+            return mux
 
     def close(self) -> None:
         with self._lock:

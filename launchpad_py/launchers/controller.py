@@ -6,33 +6,37 @@ Every launcher returns a ``ProgramController``::
         program.wait(timeout=60)     # re-raises the first node failure
 
 Supervision is one thread that owns all state changes; workers only post
-events. The default failure policy stops the program on the first failure.
+events. The default failure policy stops the program on the first failure;
+per-group policies may restart failed nodes instead (``failures.py``), and
+elastic groups grow and shrink while the program runs (``elastic.py``).
 """
 
 from __future__ import annotations
 
 import logging
-import os
 import queue
-import sys
 import threading
 import time
 
 from launchpad_py import errors, runtime
+from launchpad_py import failure_policy as failure_policy_module
 from launchpad_py.launchers import interruptible, stuck
+from launchpad_py.launchers.elastic import ElasticGroups, Groups
 from launchpad_py.launchers.observe import Observability
-from launchpad_py.launchers.worker_api import (Events, FailureReport, NodeState, NodeStatus,
-                                               Worker)
+from launchpad_py.launchers.failures import Failures
+from launchpad_py.launchers.stopping import Stopping
+from launchpad_py.launchers.worker_api import (ENDED, Events, FailureReport, NodeState,
+                                               NodeStatus, Worker)
 
 _log = logging.getLogger(__name__)
-_ENDED = (NodeState.FINISHED, NodeState.STOPPED, NodeState.FAILED, NodeState.KILLED)
+_ENDED = ENDED
 
 
-class ProgramController(Observability):
-    """Handle on a launched program: ``wait``, ``stop``, ``statuses``."""
+class ProgramController(Observability, Stopping, Failures, ElasticGroups):
+    """Handle on a launched program: ``wait``, ``stop``, ``statuses``, ``add_nodes``."""
 
     def __init__(self, name: str, launch_type: str, grace: float, keep_process_alive: bool,
-                 on_finish=None):
+                 on_finish=None, failure_policy: dict | None = None, groups: Groups | None = None):
         self.name = name
         self.launch_type = launch_type
         self.events = Events()
@@ -54,7 +58,13 @@ class ProgramController(Observability):
         self._killed: list[str] = []
         self._stuck: dict[str, str] = {}  # Name -> Python stack of what could not be killed.
         self._handlers: threading.Thread | None = None
+        #: Moments the supervisor waits for besides events: restarts, removals' grace.
+        self._deadlines = failure_policy_module.Deadlines()
+        #: Notified after every event the supervisor handled (add_nodes waits on it).
+        self._changed = threading.Condition()
         self._init_observability()
+        self._init_failures(failure_policy or {})
+        self._init_elastic(groups)
         # A non-daemon supervisor keeps the launching script alive while the program
         # runs, as a script ending with lp.launch(p) expects.
         self._thread = threading.Thread(target=self._supervise, name=f'lp-supervisor-{name}',
@@ -65,6 +75,12 @@ class ProgramController(Observability):
     def start(self, workers: list[Worker], ready_timeout: float | None = None) -> 'ProgramController':
         """Starts ``workers``; returns once all report ready, else raises LaunchError."""
         self._workers = list(workers)
+        problem = self._unsupported_restarts() or self._unsupported_growth()
+        if problem:
+            if self._on_finish:
+                self._on_finish()
+            raise errors.ProgramError(problem)
+        self._publish_members()
         runtime.activate(self._scope)
         _running.add(self)
         # Before the supervisor, which closes it when the nodes end: with none (a dry run) at once.
@@ -93,15 +109,17 @@ class ProgramController(Observability):
         if self._startup_failure is not None:
             interruptible.wait(self._done)
             self._failure_seen = True
-            worker = self._startup_failure
-            tail = worker.output_tail()
-            details = (f'--- output tail of {worker.name} ---\n{tail}'
-                       if worker.failure.traceback.strip() in tail else
-                       f'{worker.failure.traceback}\n--- output tail of {worker.name} ---\n{tail}')
-            raise errors.LaunchError(
-                f'node {worker.label!r} (index {worker.index}, {worker.description}) of program '
-                f'{self.name!r} failed to start: {worker.failure.summary}\n{details}')
+            raise self._startup_error(self._startup_failure)
         return self
+
+    def _startup_error(self, worker: Worker) -> errors.LaunchError:
+        tail = worker.output_tail()
+        details = (f'--- output tail of {worker.name} ---\n{tail}'
+                   if worker.failure.traceback.strip() in tail else
+                   f'{worker.failure.traceback}\n--- output tail of {worker.name} ---\n{tail}')
+        return errors.LaunchError(
+            f'node {worker.label!r} (index {worker.index}, {worker.description}) of program '
+            f'{self.name!r} failed to start: {worker.failure.summary}\n{details}')
 
     # -- public API ---------------------------------------------------------------
 
@@ -114,19 +132,6 @@ class ProgramController(Observability):
             raise TimeoutError(f'program {self.name!r} still running after {timeout}s')
         self._raise_failure()
         self._raise_stuck()
-
-    def stop(self, grace: float | None = None, timeout: float | None = None) -> None:
-        """Stops the program and waits until every node is gone."""
-        self.request_stop(grace)
-        if not interruptible.wait(self._done, timeout):
-            raise TimeoutError(f'program {self.name!r} did not stop within {timeout}s')
-        self._raise_stuck()
-
-    def request_stop(self, grace: float | None = None) -> None:
-        """Starts stopping the program; returns at once."""
-        if grace is not None:
-            self._grace = grace
-        self._events.stop_requested()
 
     @property
     def keeps_process_alive(self) -> bool:
@@ -142,13 +147,8 @@ class ProgramController(Observability):
         return not self._done.is_set()
 
     def statuses(self) -> list[NodeStatus]:
-        return [NodeStatus(w.label, w.index, w.state, w.pid, w.exit_code, host=w.host)
-                for w in self._workers]
-
-    @property
-    def killed_nodes(self) -> list[str]:
-        """Nodes killed because they ignored the stop request for the grace period."""
-        return list(self._killed)
+        return [NodeStatus(w.label, w.index, w.state, w.pid, w.exit_code, restarts=w.restarts,
+                           host=w.host) for w in list(self._workers)]
 
     def __enter__(self) -> 'ProgramController':
         return self
@@ -165,24 +165,12 @@ class ProgramController(Observability):
 
     # -- supervision --------------------------------------------------------------
 
-    def _raise_failure(self) -> None:
-        worker = self._failed
-        if worker is None:
-            return
-        self._failure_seen = True
-        failure = worker.failure
-        error = errors.NodeFailedError(worker.label, worker.index, failure.traceback, failure.summary)
-        raise error from failure.exception
-
-    def _raise_stuck(self) -> None:
-        """Only where the process was not ended for them (test_mt): see ``stuck``."""
-        if self._stuck:
-            raise stuck.error(self.name, self._grace, self._stuck)
-
     def _supervise(self) -> None:
         try:
             while not all(w.state in _ENDED for w in self._workers):
                 self._handle(self._next_event())
+                with self._changed:
+                    self._changed.notify_all()
         except BaseException:  # A supervisor bug must not leave processes behind.
             _log.exception('supervisor of program %r failed; killing its nodes', self.name)
             for worker in self._workers:
@@ -207,24 +195,39 @@ class ProgramController(Observability):
                 self._on_finish()
             self._ready.set()
             self._done.set()
+            with self._changed:
+                self._changed.notify_all()
 
     def _next_event(self):
         while True:
-            timeout = None
+            timeout = self._deadlines.wait_time()
             if self._stop_deadline is not None:
-                timeout = max(0.0, self._stop_deadline - time.monotonic())
+                left = max(0.0, self._stop_deadline - time.monotonic())
+                timeout = left if timeout is None else min(timeout, left)
             try:
                 return self._events.queue.get(timeout=timeout)
             except queue.Empty:
-                self._kill_stragglers()
+                self._on_deadlines()
+                if self._stop_deadline is not None and time.monotonic() >= self._stop_deadline:
+                    self._kill_stragglers()
                 if all(w.state in _ENDED for w in self._workers):
                     return ('noop', None, None)
 
+    def _on_deadlines(self) -> None:
+        for kind, worker in self._deadlines.pop_due():
+            if kind == 'restart':
+                self._restart_now(worker)
+            elif kind == 'remove' and worker.state not in _ENDED:
+                worker.kill()  # Removed, and it ignored the stop for the grace period.
+
     def _handle(self, event) -> None:
         kind, worker, payload = event
+        if worker is not None and worker.retired:
+            return  # A node's earlier worker, replaced by its restart.
         if kind == 'ready' and worker.state == NodeState.STARTING:
             worker.state = NodeState.RUNNING
-            if all(w.state != NodeState.STARTING for w in self._workers):
+            self._publish_members()
+            if self._all_started():
                 self._ready.set()
         elif kind == 'exited':
             self._on_exit(worker, *payload)
@@ -236,6 +239,12 @@ class ProgramController(Observability):
             self._abort_launch()
         elif kind == 'process_died':
             self._on_process_died(payload)
+        elif kind in ('grow', 'shrink'):
+            self._change_group(kind, payload)
+
+    def _all_started(self) -> bool:
+        return all(w.state not in (NodeState.STARTING, NodeState.RESTARTING)
+                   for w in self._workers)
 
     def _on_process_died(self, reason: str) -> None:
         if self._ready.is_set() or self._stopping:
@@ -257,88 +266,21 @@ class ProgramController(Observability):
         if worker.state in _ENDED:
             return
         worker.exit_code, worker.ended_at = exit_code, time.time()
-        if failure is not None and not self._stopping:
-            if worker.state == NodeState.STARTING:  # Failed before it was ready.
-                self._startup_failure = worker
-            worker.state, worker.failure = NodeState.FAILED, failure
-            self._failed = worker
-            _log.error('node %s of program %r failed: %s', worker.name, self.name, failure.summary)
-            if self._startup_failure is worker:
-                self._abort_launch()
-            else:
-                self._begin_stop()
-        elif failure is not None and self._is_the_cause(failure):
-            # The first failure only lost a peer, or the program stopped because the scheduler
-            # ended it: this failure is why, so it is what wait() raises.
-            _log.error('node %s of program %r failed: %s', worker.name, self.name, failure.summary)
-            worker.state, worker.failure, self._failed = NodeState.FAILED, failure, worker
-        elif failure is not None:
+        self._deadlines.cancel(('remove', worker))
+        if worker.removing:  # Removed from its elastic group: however it ended, it stopped.
             worker.state = NodeState.STOPPED
-            _log.debug('node %s raised while the program stopped: %s', worker.name, failure.summary)
+        elif failure is not None:
+            self._on_failure(worker, failure)
         else:
             worker.state = NodeState.STOPPED if self._stopping else NodeState.FINISHED
-        if self._startup_failure is not None or all(
-                w.state != NodeState.STARTING for w in self._workers):
+        self._publish_members()
+        if self._startup_failure is not None or self._all_started():
             self._ready.set()
-
-    def _is_the_cause(self, failure: FailureReport) -> bool:
-        first = self._failed
-        if failure.by_scheduler:  # Its stop requests (SIGTERM) come before the nodes end.
-            return first is None or not first.failure.by_scheduler
-        return (first is not None and first.failure.follows_from_a_peer
-                and not failure.follows_from_a_peer)
-
-    def _begin_stop(self) -> None:
-        if self._stopping:  # A new request may shorten the grace (a second Ctrl-C: none).
-            if self._stop_deadline is not None:
-                self._stop_deadline = min(self._stop_deadline, time.monotonic() + self._grace)
-            return
-        self._stopping = True
-        self._stop_deadline = time.monotonic() + self._grace
-        # Stop handlers may block; the supervisor must stay free to enforce the deadline.
-        self._handlers = threading.Thread(target=self._run_stop_handlers, daemon=True,
-                                          name=f'lp-stop-handlers-{self.name}')
-        self._handlers.start()
-        for worker in self._workers:
-            if worker.state not in _ENDED:
-                worker.request_stop()
-
-    def _run_stop_handlers(self) -> None:
-        runtime.bind_thread(self._scope)
-        self._scope.handle_stop()
-
-    def _kill_stragglers(self) -> None:
-        for worker in self._workers:
-            if worker.state in _ENDED:
-                continue
-            worker.ended_at = time.time()
-            if worker.kill():
-                worker.state = NodeState.KILLED
-                self._killed.append(worker.name)
-            else:
-                # A thread cannot be killed: see stuck.py for what happens instead.
-                worker.state = NodeState.KILLED
-                self._killed.append(f'{worker.name} (thread left running)')
-                stack = worker.stack()
-                if stack:  # Only threads have one; a process that was never started has not.
-                    self._stuck[worker.name] = stack
-        if self._stuck and self._handlers is not None and self._handlers.is_alive():
-            self._stuck['the stop handlers'] = stuck.thread_stack(self._handlers)
-        self._stop_deadline = None
 
     def _tails(self, names: list[str]) -> str:
         return '\n'.join(f'--- {w.name} ---\n{w.output_tail()}'
                          for w in self._workers if w.name in names)
 
-    def _report_unseen_failure(self) -> None:
-        """At interpreter exit: a failure nobody waited for still fails the script."""
-        if self._failed is not None and not self._failure_seen:
-            worker = self._failed
-            sys.stderr.write(f'launchpad_py: node {worker.label!r} (index {worker.index}) of '
-                             f'program {self.name!r} failed:\n{worker.failure.traceback}\n')
-            sys.stderr.flush()
-            sys.stdout.flush()
-            os._exit(1)
 
 
 _running: set[ProgramController] = set()

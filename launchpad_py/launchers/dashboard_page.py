@@ -114,6 +114,7 @@ border-radius:8px;padding:8px;margin-bottom:12px;overflow:auto}
 .edges line{stroke:#777;stroke-width:1.2}marker path{fill:#777}
 .state-starting rect,.state.state-starting{fill:#f5d76e;background:#f5d76e}
 .state-running rect,.state.state-running{fill:#7bd389;background:#7bd389}
+.state-restarting rect,.state.state-restarting{fill:#f7b267;background:#f7b267}
 .state-finished rect,.state.state-finished{fill:#9ecbf0;background:#9ecbf0}
 .state-stopped rect,.state.state-stopped{fill:#cfcfcf;background:#cfcfcf}
 .state-failed rect,.state.state-failed{fill:#f28b82;background:#f28b82}

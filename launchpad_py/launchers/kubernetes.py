@@ -108,6 +108,8 @@ def launch_kubernetes(program: Program, options: LaunchOptions) -> ProgramContro
     if options.serialize_py_nodes is False:
         raise errors.ProgramError('kubernetes always serializes nodes to ship them to their pods; '
                                   'leave serialize_py_nodes unset')
+    # A pod's node cannot be started again, nor a pod placed for a node added later (yet).
+    options.reject_for('kubernetes', restarts=True, elastic_groups=program.elastic_groups)
     k8s = kubernetes_options(options)
     resources = resources_of_groups(list(program.groups), options.local_resources or {},
                                     flags.value_or_default(flags.K8S_IMAGE))

@@ -18,7 +18,8 @@ def launch(programs: Program | Sequence[Program], launch_type=None, xm_resources
            terminal: str | None = None, *, serialize_py_nodes: bool | None = None,
            resources: Mapping[str, Any] | None = None, dashboard: bool | None = None,
            kubernetes_options: Mapping[str, Any] | None = None,
-           slurm_options: Mapping[str, Any] | None = None):
+           slurm_options: Mapping[str, Any] | None = None,
+           failure_policy: Mapping[str, Any] | None = None):
     """Launches one program (returns its controller) or several (returns a list).
 
     ``launch_type`` is a ``LaunchType`` or its name; by default the value of
@@ -28,9 +29,13 @@ def launch(programs: Program | Sequence[Program], launch_type=None, xm_resources
     ``dashboard=True`` (default: ``--lp_dashboard``) serves a web dashboard on loopback
     (see docs/observability.md). ``kubernetes_options`` and ``slurm_options`` are those
     launchers' own (namespace, dry run, ...; time limit, account, ...; see
-    docs/launchers.md). Returns once every courier server is listening.
+    docs/launchers.md). ``failure_policy`` maps group labels to ``lp.Restart(...)`` (failed
+    nodes are restarted, keeping their address) or ``lp.StopProgram()`` (the default: a
+    failure stops the program; see docs/reliability.md). Returns once every courier server
+    is listening.
 
-        controller = lp.launch(p, launch_type='local_mp')
+        controller = lp.launch(p, launch_type='local_mp',
+                               failure_policy={'actor': lp.Restart(max_restarts=10)})
         controller.wait()
     """
     del xm_resources  # Accepted for compatibility with DeepMind Launchpad; unused locally.
@@ -49,11 +54,12 @@ def launch(programs: Program | Sequence[Program], launch_type=None, xm_resources
             raise errors.ProgramError(f'lp.launch expects lp.Program objects (got {program!r})')
     options = LaunchOptions.from_flags(local_resources=local_resources, terminal=terminal,
                                        test_case=test_case, serialize_py_nodes=serialize_py_nodes,
-                                       dashboard=dashboard)
+                                       dashboard=dashboard, failure_policy=failure_policy)
     options.pick_launcher_options(name, kubernetes_options=kubernetes_options,
                                   slurm_options=slurm_options)
     for program in program_list:
         options.check_resource_groups(program)
+        options.check_failure_policy(program)
     signals.install_once()
     _register_exit_hook()
     controllers = []

@@ -25,24 +25,29 @@ import threading
 
 from launchpad_py import errors, flag_transfer, node_process
 from launchpad_py.courier import serialization
-from launchpad_py.launchers import (control, metrics_probe, output, process_starter,
+from launchpad_py.launchers import (control, elastic, metrics_probe, output, process_starter,
                                     program_secret, rundir, shipping)
 from launchpad_py.launchers.controller import ProgramController
 from launchpad_py.launchers.options import LaunchOptions
 from launchpad_py.launchers.resources import PythonProcess, apply_gpu_defaults
-from launchpad_py.launchers.worker_api import Events, FailureReport, Worker, relay_node_messages
+from launchpad_py.launchers.worker_api import (Events, FailureReport, MembersOverChannel, Worker,
+                                               relay_node_messages)
 from launchpad_py.program import Executable, Program
 
 _log = logging.getLogger(__name__)
 
 
-class ProcessWorker(Worker):
+class ProcessWorker(MembersOverChannel, Worker):
     """One node process, started directly or inside a tmux window."""
+
+    can_restart = True
 
     def __init__(self, executable: Executable, data: bytes, setup: '_ProgramSetup',
                  resources: PythonProcess, events: Events):
         super().__init__(executable.label, executable.index, executable.description, events)
         self.worker_id = f'{self.label}/{self.index}'
+        self._executable = executable
+        setup.workers[self.worker_id] = self  # Its control connection (tmux) comes to us now.
         self._setup = setup
         self._resources = resources
         self._data = data
@@ -61,6 +66,11 @@ class ProcessWorker(Worker):
     @property
     def pid(self) -> int | None:
         return self._pid
+
+    def restarted(self) -> 'ProcessWorker':
+        """The same node (pickle, address, resources) in a new process; its log goes on."""
+        return ProcessWorker(self._executable, self._data, self._setup, self._resources,
+                             self.events)
 
     # -- starting -------------------------------------------------------------------
 
@@ -137,7 +147,7 @@ class ProcessWorker(Worker):
                           if k.isidentifier())
         with open(os.open(script, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o700), 'w') as f:
             f.write(f'{exports}cd {shlex.quote(os.getcwd())}\n'
-                    f'{shlex.join(command)} 2>&1 | tee {shlex.quote(self._sink.log_path)}\n')
+                    f'{shlex.join(command)} 2>&1 | tee -a {shlex.quote(self._sink.log_path)}\n')
         # The window's shell leads its own process group, holding the node and its tee.
         self._pid = self._pgid = self._setup.tmux_window(self.name, script)
         threading.Thread(target=self._wait_for_exit, name=f'lp-wait-{self.name}',
@@ -149,6 +159,7 @@ class ProcessWorker(Worker):
         with self._lock:
             self._channel, self._pid, self._pgid = channel, pid, pgid
             stop_now = self._stop_pending
+            self._send_members_on_connect(channel)
         if stop_now:
             channel.send('stop')
         failure, self._finished = relay_node_messages(channel, self, self._probe)
@@ -222,11 +233,10 @@ def _wait_pid_gone(pid: int | None) -> None:
 class _ProgramSetup:
     """What all workers of one program share: control server, directory, terminal mode."""
 
-    def __init__(self, program: Program, mode: str, test: bool, secret: bytes,
-                 forget_secret):
+    def __init__(self, program: Program, mode: str, test: bool, issued: program_secret.Issued):
         self.program_name = program.name
-        self.secret = secret
-        self._forget_secret = forget_secret
+        self.secret = issued.secret
+        self.issued_secret = issued
         self.mode = mode
         self.test = test
         self.run_directory = rundir.LaunchDirectory()
@@ -278,7 +288,7 @@ class _ProgramSetup:
         return int(created.stdout.strip())
 
     def finish(self) -> None:
-        self._forget_secret()
+        self.issued_secret.forget()
         if self.control is not None:
             self.control.close()
         if self._fork_server is not None:
@@ -308,18 +318,20 @@ def _launch(program: Program, options: LaunchOptions, launch_type: str, test: bo
     resources, notes = apply_gpu_defaults(resources, counts, os.environ)
     for note in notes:
         _log.info('%s: %s', launch_type, note)
-    secret, forget_secret = program_secret.issue(e for e, _ in prepared)
-    setup = _ProgramSetup(program, mode, test, secret, forget_secret)
+
+    def new_worker(executable: Executable, data: bytes) -> ProcessWorker:
+        setup.issued_secret.cover([executable])
+        return ProcessWorker(executable, data, setup,
+                             resources.get(executable.label, PythonProcess()), controller.events)
+
+    groups = elastic.groups_of(program, new_worker)
+    setup = _ProgramSetup(program, mode, test, program_secret.issue([]))
     controller = ProgramController(program.name, launch_type, options.grace,
-                                   keep_process_alive=not test, on_finish=setup.finish)
+                                   keep_process_alive=not test, on_finish=setup.finish,
+                                   failure_policy=options.failure_policy, groups=groups)
     controller.scope.servers = shipping.server_addresses([e for e, _ in prepared])
     setup.events = controller.events
-    workers = []
-    for executable, data in prepared:
-        worker = ProcessWorker(executable, data, setup,
-                               resources.get(executable.label, PythonProcess()), controller.events)
-        setup.workers[worker.worker_id] = worker
-        workers.append(worker)
+    workers = [new_worker(executable, data) for executable, data in prepared]
     if mode == 'output_to_files':
         print(f'launchpad_py: node logs of {program.name!r}:', flush=True)
         for worker in workers:

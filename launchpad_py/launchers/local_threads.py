@@ -4,6 +4,8 @@ Node threads share one ``ProgramScope``, so a stop reaches all of them at
 once and each stop handler runs once. Threads cannot be killed: when a node
 ignores the stop for the grace period, ``local_mt`` ends the launching
 process with the stuck nodes' stacks and ``test_mt`` raises (see ``stuck``).
+A node that raised can be restarted (a new thread runs a fresh copy of it);
+one cannot be stopped alone, so groups here are not elastic.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import threading
 
 from launchpad_py import node_logging, node_metrics, runtime
 from launchpad_py.courier import serialization
-from launchpad_py.launchers import program_secret, rundir, shipping, stuck
+from launchpad_py.launchers import elastic, program_secret, rundir, shipping, stuck
 from launchpad_py.launchers.controller import ProgramController
 from launchpad_py.launchers.options import LaunchOptions
 from launchpad_py.launchers.worker_api import Events, FailureReport, Worker
@@ -21,9 +23,14 @@ from launchpad_py.program import ExecutionContext, Executable, Program
 
 
 class ThreadWorker(Worker):
-    def __init__(self, executable: Executable, scope: runtime.ProgramScope, events: Events):
+    can_restart = True
+    can_stop_alone = False
+
+    def __init__(self, executable: Executable, scope: runtime.ProgramScope, events: Events,
+                 data: bytes | None = None):
         super().__init__(executable.label, executable.index, executable.description, events)
         self._executable = executable
+        self._data = data  # The pickle it came from, so a restart runs a fresh copy.
         self._scope = scope
         self._thread = threading.Thread(target=self._run, name=f'lp-node-{self.name}', daemon=True)
 
@@ -41,6 +48,10 @@ class ThreadWorker(Worker):
             self.events.exited(self, 1, FailureReport.from_exception(exc))
         else:
             self.events.exited(self, 0, None)
+
+    def restarted(self) -> 'ThreadWorker':
+        executable = self._executable if self._data is None else serialization.loads(self._data)
+        return ThreadWorker(executable, self._scope, self.events, self._data)
 
     def request_stop(self) -> None:
         """Nothing to do: the controller stops the scope this thread shares with it."""
@@ -62,21 +73,28 @@ class ThreadWorker(Worker):
 
 
 def _launch(program: Program, options: LaunchOptions, launch_type: str, test: bool):
-    options.reject_for(launch_type, local_resources=True, terminal=True)
+    # A node thread cannot be stopped alone, so groups cannot shrink.
+    options.reject_for(launch_type, local_resources=True, terminal=True,
+                       elastic_groups=program.elastic_groups)
     if options.serialize_py_nodes is False:
-        executables = [e for e, _ in shipping.prepare(program, serialize=False)]
+        prepared = shipping.prepare(program, serialize=False)
+        executables = [e for e, _ in prepared]
     else:
         # Each node gets its own copy of its arguments, as it would in a process;
         # this also reports unpicklable arguments as early as local_mp would.
-        executables = [serialization.loads(data) for _, data in shipping.prepare(program)]
+        prepared = shipping.prepare(program)
+        executables = [serialization.loads(data) for _, data in prepared]
+    groups = elastic.groups_of(program, new_worker=None)
     node_logging.configure_launcher()
     rundir.sweep()  # Sockets a killed launcher's nodes left; ours are made after this.
-    secret, forget_secret = program_secret.issue(executables)
+    issued = program_secret.issue(executables)
     controller = ProgramController(program.name, launch_type, options.grace,
-                                   keep_process_alive=not test, on_finish=forget_secret)
+                                   keep_process_alive=not test, on_finish=issued.forget,
+                                   failure_policy=options.failure_policy, groups=groups)
     controller.scope.servers = shipping.server_addresses(executables)
-    controller.scope.secret = secret
-    workers = [ThreadWorker(e, controller.scope, controller.events) for e in executables]
+    controller.scope.secret = issued.secret
+    workers = [ThreadWorker(e, controller.scope, controller.events, data)
+               for e, (_, data) in zip(executables, prepared)]
     return controller.start(workers, options.ready_timeout)
 
 

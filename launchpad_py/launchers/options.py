@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Mapping
 
-from launchpad_py import errors, flags
+from launchpad_py import errors, failure_policy, flags
 from launchpad_py.program import Program
 
 
@@ -19,6 +19,8 @@ class LaunchOptions:
     ready_timeout: float | None = 300.0
     dashboard: bool = False
     dashboard_port: int = 0
+    #: Group label -> lp.Restart(...) or lp.StopProgram(); groups not named stop the program.
+    failure_policy: Mapping[str, Any] | None = None
     #: The chosen launcher's own options (``kubernetes_options=`` of lp.launch); see ``pick``.
     launcher_options: Mapping[str, Any] | None = None
 
@@ -31,8 +33,24 @@ class LaunchOptions:
         return cls(grace=grace, dashboard_port=port, **kwargs)
 
     def reject_for(self, launch_type: str, *, local_resources: bool = False,
-                   terminal: bool = False) -> None:
-        """Raises for each option the launcher cannot use, instead of ignoring it."""
+                   terminal: bool = False, restarts: bool = False,
+                   elastic_groups: set[str] | frozenset = frozenset()) -> None:
+        """Raises for each option the launcher cannot use, instead of ignoring it.
+
+        ``restarts``: the launcher cannot restart nodes; ``elastic_groups``: the program's
+        elastic groups, where the launcher cannot add or remove nodes while it runs.
+        """
+        restarted = sorted(group for group, policy in (self.failure_policy or {}).items()
+                           if isinstance(policy, failure_policy.Restart))
+        if restarts and restarted:
+            raise errors.ProgramError(
+                f'{launch_type} cannot restart nodes, but failure_policy gives lp.Restart to '
+                f'groups {restarted}; give them lp.StopProgram() or launch with local_mp or ssh')
+        if elastic_groups:
+            raise errors.ProgramError(
+                f'{launch_type} cannot add or remove nodes while a program runs, so groups '
+                f'{sorted(elastic_groups)} cannot be elastic; launch with local_mp or ssh, or '
+                'declare them with program.group(label) instead')
         if local_resources and self.local_resources:
             raise errors.ResourcesError(
                 f'{launch_type} runs every node in this process and cannot apply local_resources '
@@ -41,6 +59,10 @@ class LaunchOptions:
             raise errors.ProgramError(
                 f'{launch_type} does not take a terminal (got {self.terminal!r}); '
                 'terminal modes belong to local_mp')
+
+    def check_failure_policy(self, program: Program) -> None:
+        """Every group the policies name exists, and every policy is one."""
+        failure_policy.check(self.failure_policy, program.groups, program.name)
 
     def pick_launcher_options(self, launch_type: str, **by_keyword) -> None:
         """Keeps the ``<launch_type>_options=`` keyword's value; another launcher's is an error.

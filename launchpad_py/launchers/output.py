@@ -68,7 +68,7 @@ class FileSink(Sink):
     _thread: threading.Thread | None = None
 
     def popen_streams(self) -> dict:
-        self._file = open(self.log_path, 'wb')
+        self._file = open(self.log_path, 'ab')  # A restarted node's log goes on.
         return {'stdout': self._file, 'stderr': subprocess.STDOUT}
 
     def follow(self, stream) -> None:

@@ -12,21 +12,33 @@ make it their process default.
 from __future__ import annotations
 
 import secrets
-from typing import Callable, Iterable
+from typing import Iterable
 
 from launchpad_py import courier
 from launchpad_py.program import Executable
 
 
-def issue(executables: Iterable[Executable]) -> tuple[bytes, Callable[[], None]]:
-    """A fresh secret registered for every address of ``executables``, and its undoing."""
-    secret = secrets.token_bytes(32)
-    addresses = [a.resolve() for e in executables for a in e.addresses]
-    for address in addresses:
-        courier.register_secret(address, secret)
+class Issued:
+    """A program's secret and the addresses it is registered for in this process."""
 
-    def forget() -> None:
-        for address in addresses:
+    def __init__(self, secret: bytes):
+        self.secret = secret
+        self._addresses: list[str] = []
+
+    def cover(self, executables: Iterable[Executable]) -> None:
+        """Registers the secret for the addresses of ``executables`` (nodes added later too)."""
+        for executable in executables:
+            for address in executable.addresses:
+                courier.register_secret(address.resolve(), self.secret)
+                self._addresses.append(address.resolve())
+
+    def forget(self) -> None:
+        for address in self._addresses:
             courier.forget_secret(address)
 
-    return secret, forget
+
+def issue(executables: Iterable[Executable]) -> Issued:
+    """A fresh secret registered for every address of ``executables``."""
+    issued = Issued(secrets.token_bytes(32))
+    issued.cover(executables)
+    return issued

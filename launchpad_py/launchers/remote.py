@@ -17,6 +17,10 @@ everything after the start lives here:
 3. Logs come back through the starter (ssh's stdout, a pod's log). The launcher sends a
    heartbeat every second; a node whose channel, heartbeat or stdin ends
    kills its own process group.
+
+A node that joins later (a restart, or a new member of an elastic group)
+goes through the same steps alone: its addresses are filled in as it
+reports them, and it runs at once.
 """
 
 from __future__ import annotations
@@ -31,7 +35,7 @@ import threading
 from typing import Callable
 
 from launchpad_py import courier, errors, flag_transfer
-from launchpad_py.launchers import control, output, shipping
+from launchpad_py.launchers import control, elastic, output, shipping
 from launchpad_py.launchers.controller import ProgramController
 from launchpad_py.launchers.options import LaunchOptions
 from launchpad_py.launchers.remote_worker import (HEARTBEAT_S, HEARTBEAT_TIMEOUT_S,
@@ -81,9 +85,13 @@ class RemoteSetup:
     def bound(self, worker: RemoteWorker) -> None:
         """Called as each node reports its addresses; the last one completes the table."""
         with self._lock:
-            if self._distributed or any(w.addresses is None for w in self.workers.values()):
+            late = self._distributed
+            if not late and any(w.addresses is None for w in self.workers.values()):
                 return
             self._distributed = True
+        if late:
+            self._run_late(worker)
+            return
         workers = list(self.workers.values())
         for each in workers:
             for address, value in zip(each.executable.addresses, each.addresses):
@@ -102,6 +110,22 @@ class RemoteSetup:
                 each.run(self.program_name, self.flags)
             except Exception as exc:  # Checked before the start, so only a surprise lands here.
                 each.fail_before_run(f'cannot ship node {each.name}: {type(exc).__name__}: {exc}')
+
+    def _run_late(self, worker: RemoteWorker) -> None:
+        """A node that joined a running program (restarted, or added): it runs at once."""
+        for address, value in zip(worker.executable.addresses, worker.addresses):
+            if worker.bind is None:
+                address.assign(value)
+            elif address.resolve() != value:
+                worker.fail_before_run(f'restarted node {worker.name} reported {value} instead of '
+                                       f'its address {address.resolve()}')
+                return
+            courier.register_secret(value, self.secret)
+            self._registered.append(value)
+        try:
+            worker.run(self.program_name, self.flags)
+        except Exception as exc:  # Checked when it was made, so only a surprise lands here.
+            worker.fail_before_run(f'cannot ship node {worker.name}: {type(exc).__name__}: {exc}')
 
     def heartbeat(self) -> None:
         while not self._closed.wait(HEARTBEAT_S):
@@ -134,15 +158,17 @@ def _loopback_in_multi_host(workers: list[RemoteWorker]) -> str | None:
 
 def launch(program: Program, options: LaunchOptions, launch_type: str,
            placements: dict[tuple[str, int], Placement],
+           place_new: Callable[[str, int], Placement] | None = None,
            on_finish: Callable[[], None] | None = None, *,
            log_dir: str | None = None) -> ProgramController:
     """Starts every executable where ``placements[(label, index)]`` says; returns when all serve.
 
-    ``on_finish`` runs once every node has ended (e.g. to delete what the
-    scheduler still holds for the program, or give a Slurm allocation back).
-    ``log_dir``: a directory where each node's output is kept in a file too
-    (Slurm: the job's output directory); by default logs live in a temporary
-    directory kept only with ``terminal='output_to_files'``.
+    ``place_new(label, index)`` places a node added to an elastic group while the
+    program runs (None: this launcher cannot add nodes). ``on_finish`` runs once every
+    node has ended (e.g. to delete what the scheduler still holds for the program, or
+    give a Slurm allocation back). ``log_dir``: a directory where each node's output is
+    kept in a file too (Slurm: the job's output directory); by default logs live in a
+    temporary directory kept only with ``terminal='output_to_files'``.
     """
     mode = output.check_mode(options.terminal)
     if mode == 'tmux_session':
@@ -153,6 +179,13 @@ def launch(program: Program, options: LaunchOptions, launch_type: str,
             address.unbind()
     shipping.assign_addresses(program, _Unbound())
     prepared = shipping.prepare(program)  # Checks that every node can be shipped, up front.
+
+    def new_worker(executable, data: bytes) -> RemoteWorker:
+        del data  # Shipped when the node has reported its addresses.
+        return RemoteWorker(executable, place_new(executable.label, executable.index), setup,
+                            controller.events)
+
+    groups = elastic.groups_of(program, new_worker if place_new else None, _Unbound())
     keep_logs = log_dir is not None
     log_dir = log_dir or tempfile.mkdtemp(prefix=f'launchpad_{program.name}_')
     setup = RemoteSetup(program, mode, False, log_dir, keep_logs)
@@ -165,13 +198,10 @@ def launch(program: Program, options: LaunchOptions, launch_type: str,
             on_finish()
 
     controller = ProgramController(program.name, launch_type, options.grace,
-                                   keep_process_alive=True, on_finish=finish)
-    workers = []
-    for executable, _ in prepared:
-        worker = RemoteWorker(executable, placements[executable.label, executable.index], setup,
-                              controller.events)
-        setup.workers[worker.worker_id] = worker
-        workers.append(worker)
+                                   keep_process_alive=True, on_finish=finish,
+                                   failure_policy=options.failure_policy, groups=groups)
+    workers = [RemoteWorker(executable, placements[executable.label, executable.index], setup,
+                            controller.events) for executable, _ in prepared]
     if mode == 'output_to_files':
         print(f'launchpad_py: node logs of {program.name!r}:', flush=True)
         for worker in workers:

@@ -2,15 +2,16 @@
 
 Whatever started it gives it one JSON object: the launcher's control address
 and key, the program secret, its worker id, how many addresses it must
-bind, and which environment variable names its host (``host_env``: a
-scheduler placed it; the name goes in its hello). ssh and srun write it as
-one line on stdin; a pod, which has no stdin from the launcher, reads it from
-the file that ``LAUNCHPAD_PY_BOOTSTRAP`` names (a mounted Kubernetes Secret).
-Secrets never appear on a command line.
+bind (or, for a restarted node, which ones), and which environment variable
+names its host (``host_env``: a scheduler placed it; the name goes in its
+hello). ssh and srun write it as one line on stdin; a pod, which has no stdin
+from the launcher, reads it from the file that ``LAUNCHPAD_PY_BOOTSTRAP``
+names (a mounted Kubernetes Secret). Secrets never appear on a command line.
 Then, over the authenticated control channel (see ``remote.py``)::
 
     node → launcher: ('hello', worker_id, pid, pgid, ['host:port', ...], host_name)
     launcher → node: ('run', program_name, executable_bytes, flags, args) | ('stop',)
+                     | ('members', table)  (group handles' live members, at any time)
     then the messages of ``node_process``, and ('ping',) from the launcher every second.
 
 The node ends its whole process group when the control channel closes, when
@@ -32,6 +33,7 @@ import threading
 
 from launchpad_py import flag_transfer, node_logging, node_process
 from launchpad_py.courier import serialization
+from launchpad_py.program import group_handle
 
 
 def _kill_own_group() -> None:
@@ -130,13 +132,16 @@ def main() -> int:
     channel = HeartbeatChannel(connection, boot['heartbeat_timeout'])
     bind_host = _local_ip(connection)
     host_env = boot.get('host_env')
-    ports = _hold_ports(bind_host, boot['addresses'])
+    # A restarted node serves where it did before, so its clients find it again.
+    ports = [] if boot.get('bind') else _hold_ports(bind_host, boot['addresses'])
     channel.send('hello', boot['worker_id'], os.getpid(), os.getpgrp(),
-                 [f'{bind_host}:{sock.getsockname()[1]}' for sock in ports],
+                 boot.get('bind') or [f'{bind_host}:{sock.getsockname()[1]}' for sock in ports],
                  (os.environ.get(host_env) or socket.gethostname()) if host_env else None)
     try:
         message = channel.recv()
-        while message[0] == 'ping':
+        while message[0] in ('ping', 'members'):
+            if message[0] == 'members':
+                group_handle.publish(message[1])
             message = channel.recv()
     except (EOFError, OSError):
         _kill_own_group()

@@ -18,7 +18,8 @@ from typing import TYPE_CHECKING
 from launchpad_py import errors, node_process
 from launchpad_py.courier import serialization
 from launchpad_py.launchers import metrics_probe, output
-from launchpad_py.launchers.worker_api import Events, FailureReport, Worker, relay_node_messages
+from launchpad_py.launchers.worker_api import (Events, FailureReport, MembersOverChannel, Worker,
+                                               relay_node_messages)
 from launchpad_py.program import Executable
 
 if TYPE_CHECKING:
@@ -127,20 +128,26 @@ class Placement:
     host_env: str | None = None
 
 
-class RemoteWorker(Worker):
-    """One node process on another host, seen from the launcher."""
+class RemoteWorker(MembersOverChannel, Worker):
+    """One node process on another host, seen from the launcher.
+
+    ``bind``: the addresses a restarted node must serve on again (its first
+    run picked them); None lets the node pick free ports.
+    """
 
     def __init__(self, executable: Executable, placement: Placement, setup: 'RemoteSetup',
-                 events: Events):
+                 events: Events, bind: list[str] | None = None):
         super().__init__(executable.label, executable.index, executable.description, events)
         self.worker_id = f'{self.label}/{self.index}'
         self.executable = executable
         self.placement = placement
         self.addresses: list[str] | None = None
+        self.bind = bind
         self._reported_host: str | None = None
         self._setup = setup
+        setup.workers[self.worker_id] = self  # Its hello comes to us from now on.
         self._sink = output.make_sink(setup.mode, self.name, setup.log_dir, setup.test,
-                                       keep_log=setup.keep_logs)
+                                      keep_log=setup.keep_logs)
         self._starter = placement.starter or CommandStarter(placement.argv)
         self._channel: node_process.Channel | None = None
         self._pid: int | None = None
@@ -164,7 +171,7 @@ class RemoteWorker(Worker):
         control = self._setup.control_for(self.placement.launcher_ip)
         return {'control': list(control.address), 'key': control.key.hex(),
                 'secret': self._setup.secret.hex(), 'worker_id': self.worker_id,
-                'addresses': len(self.executable.addresses),
+                'addresses': len(self.executable.addresses), 'bind': self.bind,
                 'heartbeat_timeout': HEARTBEAT_TIMEOUT_S, 'host_env': self.placement.host_env}
 
     def start(self) -> None:
@@ -183,6 +190,7 @@ class RemoteWorker(Worker):
             if self.placement.host_env and host:
                 self._reported_host = host
             stop_now = self._stop_requested
+            self._send_members_on_connect(channel)
         if stop_now:  # Stopped while it was starting: it ends without running.
             channel.send('stop')
         else:
@@ -192,6 +200,17 @@ class RemoteWorker(Worker):
         if failure is not None:
             self._failure = failure
         self._channel_closed.set()
+
+    @property
+    def can_restart(self) -> bool:
+        """A node started by a command (ssh, srun) can be started again by running it again;
+        a launcher with a starter of its own (a pod) would have to make a new one."""
+        return self.placement.starter is None
+
+    def restarted(self) -> 'RemoteWorker':
+        """The same node on the same host, serving on the addresses it had."""
+        return RemoteWorker(self.executable, self.placement, self._setup, self.events,
+                            bind=self.addresses or self.bind)
 
     def send(self, *message) -> None:
         channel = self._channel

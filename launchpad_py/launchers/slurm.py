@@ -80,6 +80,9 @@ def _check_options(options: LaunchOptions) -> None:
 
 def launch_slurm(program: Program, options: LaunchOptions) -> ProgramController:
     _check_options(options)
+    # A new srun step may land on another host of the allocation, where the node could not
+    # keep its address; nor is there a placement for a node added later (yet).
+    options.reject_for('slurm', restarts=True, elastic_groups=program.elastic_groups)
     slurm = SlurmOptions.from_flags(options.launcher_options)
     specs = resources_of_groups(program.groups, dict(options.local_resources or {}), slurm)
     counts = {label: len(nodes) for label, nodes in program.groups.items()}

@@ -59,10 +59,16 @@ def launch_ssh(program: Program, options: LaunchOptions) -> ProgramController:
     # A group's nodes go round-robin over its hosts; colocated nodes are one node, one host.
     chosen = {(label, node.index): group_hosts[node.index % len(group_hosts)]
               for label, group_hosts in hosts.items() for node in program.groups[label]}
-    launcher_ips = check_hosts(sorted(set(chosen.values()), key=repr))
-    hide_gpus = any(h.gpus is not None for h in chosen.values())
-    placements = {
-        key: remote.Placement(argv=host.ssh_argv(host.remote_command(_NODE_COMMAND, hide_gpus)),
-                              host=host.name, launcher_ip=launcher_ips[host])
-        for key, host in chosen.items()}
-    return remote.launch(program, options, 'ssh', placements)
+    # Nodes added to an elastic group later go round-robin over all its hosts: check them now.
+    growing = {host for label in program.elastic_groups for host in hosts.get(label, ())}
+    launcher_ips = check_hosts(sorted(set(chosen.values()) | growing, key=repr))
+    hide_gpus = any(h.gpus is not None for h in set(chosen.values()) | growing)
+
+    def place(label: str, index: int) -> remote.Placement:
+        host = hosts[label][index % len(hosts[label])]
+        return remote.Placement(argv=host.ssh_argv(host.remote_command(_NODE_COMMAND, hide_gpus)),
+                                host=host.name, launcher_ip=launcher_ips[host])
+
+    placements = {(label, node.index): place(label, node.index)
+                  for label in hosts for node in program.groups[label]}
+    return remote.launch(program, options, 'ssh', placements, place_new=place)

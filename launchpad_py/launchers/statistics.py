@@ -130,6 +130,8 @@ class Monitor:
         """``counters`` with rates added; kept as the node's latest, and in its history."""
         history = self._history.setdefault(name, collections.deque(maxlen=HISTORY))
         calls = sum(m['calls'] for m in counters['methods'].values())
+        if history and (calls < history[-1]['calls'] or counters['cpu_s'] < history[-1]['cpu_s']):
+            history.clear()  # A new process (a restart): rates start again from its start.
         point = {'t': counters['time'], 'calls': calls, 'cpu_s': counters['cpu_s']}
         base = _base(history, point['t'], started)
         span = point['t'] - base['t']

@@ -28,10 +28,15 @@ _CONSEQUENCES = (CourierUnavailableError, PeerFailedError)
 class NodeState(str, enum.Enum):
     STARTING = 'starting'
     RUNNING = 'running'
+    RESTARTING = 'restarting'  # failed; waits out its backoff before it starts again
     FINISHED = 'finished'   # returned normally
     STOPPED = 'stopped'     # ended after a stop request
     FAILED = 'failed'       # raised, or crashed
     KILLED = 'killed'       # did not end within the grace period
+
+
+#: The states a node does not leave.
+ENDED = (NodeState.FINISHED, NodeState.STOPPED, NodeState.FAILED, NodeState.KILLED)
 
 
 @dataclasses.dataclass
@@ -104,7 +109,17 @@ class Events:
 
 
 class Worker(abc.ABC):
-    """One node's executable being run somewhere."""
+    """One node's executable being run somewhere.
+
+    A worker runs its node once. Where the launcher can run it again
+    (``can_restart``), ``restarted()`` returns a fresh worker for the same node
+    and address, which the controller starts in its place.
+    """
+
+    #: Whether ``restarted()`` works (a launcher that cannot restart rejects lp.Restart).
+    can_restart = False
+    #: Whether ``request_stop`` reaches this node alone (threads share one stop).
+    can_stop_alone = True
 
     def __init__(self, label: str, index: int, description: str, events: Events):
         self.label, self.index, self.description = label, index, description
@@ -115,6 +130,9 @@ class Worker(abc.ABC):
         # Set by the supervisor (time.time()), for uptimes in statistics.
         self.started_at: float | None = None
         self.ended_at: float | None = None
+        self.restarts = 0        # How many workers ran this node before this one.
+        self.removing = False    # Asked to stop alone (an elastic group shrinks).
+        self.retired = False     # Replaced by its restart: its late events are ignored.
 
     @property
     def name(self) -> str:
@@ -141,6 +159,13 @@ class Worker(abc.ABC):
     def kill(self) -> bool:
         """Ends the node at once; False where that is impossible (threads)."""
 
+    def restarted(self) -> 'Worker':
+        """A new, unstarted worker for the same node, address and placement."""
+        raise NotImplementedError(f'{type(self).__name__} cannot restart a node')
+
+    def send_members(self, table: dict) -> None:
+        """Passes the live members of the program's groups on to the node (see group_handle)."""
+
     def output_tail(self) -> str:
         return ''
 
@@ -154,6 +179,24 @@ class Worker(abc.ABC):
 
     def cleanup(self) -> None:
         """Releases what the worker holds once the program is over."""
+
+
+class MembersOverChannel:
+    """For workers whose node has a control channel (``_channel``, guarded by ``_lock``):
+    group-handle member tables go over it, the newest one again when the node connects."""
+
+    _members: dict | None = None
+
+    def send_members(self, table: dict) -> None:
+        with self._lock:
+            self._members = table
+            if self._channel is not None:
+                self._channel.send('members', table)
+
+    def _send_members_on_connect(self, channel) -> None:
+        """Call with ``_lock`` held, as ``channel`` becomes ``_channel``."""
+        if self._members is not None:
+            channel.send('members', self._members)
 
 
 def relay_node_messages(channel, worker: Worker, probe: MetricsProbe,

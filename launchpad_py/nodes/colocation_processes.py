@@ -5,8 +5,10 @@ like any node. It starts each child as ``python -m
 launchpad_py.nodes.colocation_child FD`` in its own process group (so a
 launcher that kills the group kills the children too), talks to it over a
 socket pair, reports ready once every child is ready, relays a child's
-``lp.stop()`` to the program, restarts a failed child up to the retry count,
-and stops every child when the program stops.
+``lp.stop()`` to the program, restarts a failed child up to the retry count
+(an ``lp.Restart`` policy with a short backoff, the launchers' own code),
+passes group handles' member tables on to the children, and stops every
+child when the program stops.
 """
 
 from __future__ import annotations
@@ -23,13 +25,17 @@ import sys
 import threading
 import time
 
-from launchpad_py import devices, errors, flag_transfer, flags, node_process, runtime
+from launchpad_py import (devices, errors, failure_policy, flag_transfer, flags, node_process,
+                          runtime)
 from launchpad_py.courier import serialization
 from launchpad_py.node_process import Channel
+from launchpad_py.program import group_handle
 from launchpad_py.program.node import ExecutionContext, Executable
 
 _log = logging.getLogger(__name__)
 _STOP_TIMEOUT_S = 10.0  # How long a failing colocation waits for its other children.
+# Children restart quickly (they are one node's parts), yet a crash loop still backs off.
+_BACKOFF_S = (0.05, 5.0)
 
 
 @dataclasses.dataclass
@@ -61,7 +67,9 @@ class _Supervisor:
     def __init__(self, children: list[Executable], retries: int, context: ExecutionContext,
                  scope: runtime.ProgramScope):
         self._children = [_Child(executable) for executable in children]
-        self._retries = retries
+        self._policy = failure_policy.Restart(max_restarts=retries, backoff=_BACKOFF_S)
+        self._restarts_due = failure_policy.Deadlines()
+        self._members: group_handle.Table = {}
         self._context = context
         self._scope = scope
         self._events: queue.Queue = queue.Queue()
@@ -80,25 +88,42 @@ class _Supervisor:
     def run(self) -> None:
         threading.Thread(target=self._watch_stop, daemon=True,
                          name=f'lp-colocation-{self._context.label}/{self._context.index}').start()
+        self._members = group_handle.subscribe(self._forward_members)
         try:
             for child in self._children:
                 self._start(child)
             while not all(child.ended for child in self._children):
                 self._handle(*self._next_event())
         finally:
+            group_handle.unsubscribe(self._forward_members)
             self._end_children()
 
+    def _forward_members(self, table: group_handle.Table) -> None:
+        """The launcher told us of new group members: so are the children."""
+        self._members = {**self._members, **table}
+        for child in self._children:
+            if child.channel is not None:
+                child.channel.send('members', table)
+
     def _next_event(self):
-        """The next event; once the children's grace after a stop ran out, kills them first."""
+        """The next event; restarts children that are due, and once the children's grace
+        after a stop ran out, kills them."""
         while True:
-            timeout = None if self._kill_at is None else max(0.0, self._kill_at - time.monotonic())
+            waits = [w for w in (self._restarts_due.wait_time(), None if self._kill_at is None
+                                 else max(0.0, self._kill_at - time.monotonic())) if w is not None]
             try:
-                return self._events.get(timeout=timeout)
+                return self._events.get(timeout=min(waits) if waits else None)
             except queue.Empty:
-                self._kill_at = None
-                for child in self._children:
-                    if child.process is not None and child.process.poll() is None:
-                        child.process.send_signal(signal.SIGKILL)
+                for child in self._restarts_due.pop_due():
+                    self._start(child)
+                if self._kill_at is not None and time.monotonic() >= self._kill_at:
+                    self._kill_at = None
+                    self._kill_running()
+
+    def _kill_running(self) -> None:
+        for child in self._children:
+            if child.process is not None and child.process.poll() is None:
+                child.process.send_signal(signal.SIGKILL)
 
     def _watch_stop(self) -> None:
         self._context.stop_event.wait()
@@ -115,6 +140,8 @@ class _Supervisor:
         child.generation += 1
         child.channel.send('start', child.data, self._context.bind_host, self._scope.name,
                            os.getpid(), self._setup, self._label_lines, self._scope.secret)
+        if self._members:
+            child.channel.send('members', self._members)
         threading.Thread(target=self._read, args=(child, child.generation, child.process,
                                                    child.channel),
                          name=f'lp-colocated-{child.executable.label}/{child.executable.index}',
@@ -145,7 +172,10 @@ class _Supervisor:
             self._stopping = True
             self._kill_at = time.monotonic() + _children_grace()
             for other in self._children:
-                if not other.ended:
+                if other in self._restarts_due:  # Not running: it ends here.
+                    self._restarts_due.cancel(other)
+                    other.ended = True
+                elif not other.ended:
                     other.channel.send('stop')
         elif kind == 'ready' and generation == child.generation:
             child.ready = True
@@ -163,11 +193,12 @@ class _Supervisor:
             child.ended = True
             self._report_ready_when_all_are()
             return
-        if child.restarts < self._retries:
+        if self._policy.allows(child.restarts):
+            delay = self._policy.delay(child.restarts)
             child.restarts += 1
-            _log.warning('%s failed (%s); restart %d of %d', child.executable.description,
-                         _summary(code, failure), child.restarts, self._retries)
-            self._start(child)
+            _log.warning('%s failed (%s); restart %d of %d in %.2fs', child.executable.description,
+                         _summary(code, failure), child.restarts, self._policy.max_restarts, delay)
+            self._restarts_due.set(child, time.monotonic() + delay)
             return
         child.ended = True
         raise self._failure_error(child, code, failure)

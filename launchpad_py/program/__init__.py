@@ -6,6 +6,8 @@ from launchpad_py.program.address import SimpleLocalAddressBuilder
 from launchpad_py.program.address import get_port_from_address
 from launchpad_py.program.deferred import Deferred
 from launchpad_py.program.deferred import maybe_dereference
+from launchpad_py.program.group_handle import GroupHandle
+from launchpad_py.program.group_handle import GroupMembers
 from launchpad_py.program.handle import Handle
 from launchpad_py.program.handle import dereference_all
 from launchpad_py.program.handle import find_handles

@@ -14,6 +14,7 @@ import dataclasses
 from typing import Any, Mapping
 
 from launchpad_py.program.address import Address
+from launchpad_py.program.group_handle import GroupHandle
 from launchpad_py.program.handle import Dereferenceable, find_handles
 
 
@@ -61,7 +62,10 @@ def structure(program) -> ProgramGraph:
             source = f'{label}/{node.index}'
             for argument, value in node.arguments():
                 for handle in find_handles(value):
-                    for target in _pointed_nodes(handle, owner):
+                    # A group handle reaches every member of its group.
+                    targets = (groups[handle.label] if isinstance(handle, GroupHandle)
+                               else _pointed_nodes(handle, owner))
+                    for target in targets:
                         edge = GraphEdge(source, target, argument)
                         if edge not in edges:
                             edges.append(edge)

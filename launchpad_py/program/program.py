@@ -4,15 +4,22 @@
     with p.group('actor'):
         for _ in range(4):
             p.add_node(lp.CourierNode(Actor, learner))
+
+An elastic group (``p.group('actor', elastic=True)``) can grow and shrink
+while the program runs (``controller.add_nodes('actor', 2)``); a group
+handle (``p.group_handle('evaluator')``) lets nodes find a group's live
+members at any moment.
 """
 
 from __future__ import annotations
 
 import contextlib
+import secrets
 from typing import Any, Iterator, Mapping
 
 from launchpad_py import errors
 from launchpad_py.program import graph
+from launchpad_py.program.group_handle import GroupHandle
 from launchpad_py.program.handle import Handle
 from launchpad_py.program.node import Node
 
@@ -32,6 +39,9 @@ class Program:
         self.name = _check_label(name, 'Program')
         self._groups: dict[str, list[Node]] = {}
         self._current_group: str | None = None
+        self._elastic: set[str] = set()
+        self._group_handles: dict[str, GroupHandle] = {}
+        self._uid = secrets.token_hex(8)  # Tells this program's groups from another's.
 
     @property
     def groups(self) -> dict[str, list[Node]]:
@@ -41,15 +51,34 @@ class Program:
     def get_all_nodes(self) -> list[Node]:
         return [node for nodes in self._groups.values() for node in nodes]
 
+    @property
+    def elastic_groups(self) -> set[str]:
+        """Labels of the groups declared with ``group(label, elastic=True)``."""
+        return set(self._elastic)
+
+    @property
+    def group_handles(self) -> dict[str, GroupHandle]:
+        """Label → the group handle made by ``group_handle``, for the launchers."""
+        return dict(self._group_handles)
+
     @contextlib.contextmanager
-    def group(self, label: str) -> Iterator[None]:
-        """Nodes added inside the block get ``label``; re-entering a label adds to it."""
+    def group(self, label: str, elastic: bool = False) -> Iterator[None]:
+        """Nodes added inside the block get ``label``; re-entering a label adds to it.
+
+        ``elastic=True``: nodes may be added to and removed from the group while
+        the program runs; new ones are copies of the group's first node.
+        """
         _check_label(label, f'a group of program {self.name!r}')
+        if not isinstance(elastic, bool):
+            raise errors.ProgramError(f'elastic must be True or False (got {elastic!r} for '
+                                      f'group {label!r} of program {self.name!r})')
         if self._current_group is not None:
             raise errors.ProgramError(
                 f'group {label!r} opened inside group {self._current_group!r} of program '
                 f'{self.name!r}: groups cannot nest; close the outer "with p.group(...)" first')
         self._current_group = label
+        if elastic:
+            self._elastic.add(label)
         try:
             yield
         finally:
@@ -83,6 +112,24 @@ class Program:
         node._on_added(label, len(nodes))
         nodes.append(node)
         return node.create_handle()
+
+    def group_handle(self, label: str) -> GroupHandle:
+        """A handle on group ``label`` that resolves to its live members, inside a node.
+
+            evaluators = p.group_handle('evaluator')
+            p.add_node(lp.PyClassNode(Evolver, evaluators), label='evolver')
+            # in Evolver: for client in evaluators.clients(): ...
+
+        Take it before the launch: the launcher keeps it up to date as members
+        start, fail, restart, join or leave.
+        """
+        if label not in self._groups:
+            raise errors.ProgramError(
+                f'program {self.name!r} has no group {label!r} to take a handle on; its groups '
+                f'are {sorted(self._groups)} (add the nodes first)')
+        if label not in self._group_handles:
+            self._group_handles[label] = GroupHandle(label, f'{self.name}/{label}/{self._uid}')
+        return self._group_handles[label]
 
     def to_dot(self, resources: Mapping[str, Any] | None = None) -> str:
         """The graph in Graphviz DOT: groups as clusters, an edge per handle passed to a node.

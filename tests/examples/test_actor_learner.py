@@ -8,6 +8,7 @@ import pytest
 
 import launchpad_py as lp
 from examples.actor_learner.program import Config, cpu_only_resources, make_program
+from conftest import wait_for
 
 # A uniformly random policy averages about 22 in CartPole-v1; 150 is far from chance.
 TARGET = 150.0
@@ -40,3 +41,31 @@ def test_stops_at_step_budget_as_threads(tmp_path):
     result = _run(tmp_path, 'test_mt', config, timeout=90)
     assert not result['reached_target']
     assert result['history'][-1]['env_steps'] >= 1000
+
+
+
+def test_actors_joining_and_leaving_lose_and_double_count_no_unroll(tmp_path):
+    """Actors join and leave while the learner trains (test_mp): the added actors' unrolls
+    arrive, and from every actor each numbered unroll arrives once, with no gap."""
+    config = Config(num_actors=2, batch_size=4, target_return=1e9, max_env_steps=10**9,
+                    eval_interval_s=60.0)
+    program = make_program(config, elastic=True)
+    learner = program.groups['learner'][0].create_handle()
+    with lp.launch(program, launch_type='test_mp',
+                   local_resources=cpu_only_resources()) as controller:
+        client = learner.dereference()
+
+        def unrolls_of(actor):
+            return client.progress()['unrolls'].get(actor, [0])[0]
+
+        controller.add_nodes('actor', 2)
+        wait_for(lambda: min(unrolls_of(2), unrolls_of(3)) >= 3, timeout=60,
+                 what='unrolls from the added actors')
+        controller.remove_nodes('actor', 3)
+        after_removal = unrolls_of(0)
+        wait_for(lambda: unrolls_of(0) >= after_removal + 3, timeout=60,
+                 what='actor 0 to go on alone')
+        unrolls = client.progress()['unrolls']
+    assert sorted(unrolls) == [0, 1, 2, 3]
+    for actor, (received, distinct, one_past_last) in unrolls.items():
+        assert received == distinct == one_past_last, (actor, unrolls)

@@ -1,0 +1,61 @@
+"""Nodes for the restart and elastic-group tests; importable from node processes."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+
+import launchpad_py as lp
+
+
+class Member:
+    """Says who it is; ``hold`` keeps a call in flight until the node dies."""
+
+    def who(self):
+        context = lp.get_node_context()
+        return {'name': f'{context.label}/{context.index}', 'pid': os.getpid()}
+
+    def hold(self):
+        threading.Event().wait()
+
+
+class Watcher:
+    """Reports what a group handle shows inside a node."""
+
+    def __init__(self, members):
+        self._members = members
+
+    def members(self):
+        return {'version': self._members.version, 'names': self._members.names(),
+                'answers': [client.who()['name'] for client in self._members.clients()]}
+
+    def wait_for_change(self, version, timeout):
+        return self._members.wait_for_change(version, timeout)
+
+
+def _record_start(path: str) -> int:
+    """Appends this start's monotonic time to ``path``; how many starts came before."""
+    with open(path, 'a') as log:
+        log.write(f'{time.monotonic()}\n')
+    with open(path) as log:
+        return len(log.read().split()) - 1
+
+
+def crash_first_times(path: str, crashes: int):
+    """Fails its first ``crashes`` runs (counted in ``path``), then waits for the stop."""
+    starts = _record_start(path)
+    if starts < crashes:
+        raise RuntimeError(f'crash {starts + 1} of {crashes}')
+    lp.wait_for_stop()
+
+
+def always_crash(path: str):
+    """Records the moment it started, then fails."""
+    _record_start(path)
+    raise ValueError('always fails')
+
+
+def ignore_stop():
+    """Never looks at the stop request."""
+    threading.Event().wait()

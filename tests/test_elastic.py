@@ -1,0 +1,169 @@
+"""Elastic groups: nodes join and leave a running program; group handles follow the members."""
+
+from __future__ import annotations
+
+import os
+import signal
+
+import pytest
+
+import launchpad_py as lp
+from conftest import needs_ssh_hosts, ssh_host, wait_for
+from restart_nodes import Member, Watcher, ignore_stop
+
+
+def _program(members=2, name='elastic'):
+    """An elastic group of Members and a Watcher that reads the group's handle."""
+    program = lp.Program(name)
+    with program.group('member', elastic=True):
+        for _ in range(members):
+            program.add_node(lp.CourierNode(Member))
+    members_handle = program.group_handle('member')
+    watcher = program.add_node(lp.CourierNode(Watcher, members_handle), label='watcher')
+    return program, members_handle, watcher
+
+
+def _live(controller, label='member'):
+    return sorted(s.index for s in controller.statuses()
+                  if s.label == label and s.state == lp.NodeState.RUNNING)
+
+
+def test_added_nodes_serve_and_the_group_handle_lists_them():
+    """add_nodes starts copies of the first node with new indices; a node's group handle,
+    and the launching process's, list them once they serve."""
+    program, members, watcher = _program()
+    with lp.launch(program, launch_type='test_mp') as controller:
+        seen = watcher.dereference()
+        before = seen.members()
+        added = controller.add_nodes('member', 2)
+        assert [(s.index, s.state) for s in added] == [(i, lp.NodeState.RUNNING) for i in (2, 3)]
+        assert _live(controller) == [0, 1, 2, 3]
+        version = seen.wait_for_change(before['version'], 30)
+        after = seen.members()
+        assert after['names'] == after['answers'] == [f'member/{i}' for i in range(4)]
+        assert after['version'] == version > before['version']
+        local = members.dereference()
+        assert [c.who()['pid'] for c in local.clients()] == [
+            s.pid for s in controller.statuses() if s.label == 'member']
+
+
+def test_removed_nodes_are_the_newest_and_stop_gracefully():
+    """remove_nodes stops the highest indices; they end STOPPED, out of the group handle."""
+    program, members, watcher = _program(members=3)
+    with lp.launch(program, launch_type='test_mp') as controller:
+        removed = controller.remove_nodes('member', 2)
+        assert [(s.index, s.state, s.exit_code) for s in removed] == [
+            (1, lp.NodeState.STOPPED, 0), (2, lp.NodeState.STOPPED, 0)]
+        assert members.dereference().names() == ['member/0']
+        assert watcher.dereference().members()['answers'] == ['member/0']
+        assert controller.is_running
+        controller.add_nodes('member', 1)  # Indices are not reused.
+        assert _live(controller) == [0, 3]
+
+
+def test_removed_node_that_ignores_the_stop_is_killed_after_the_grace_period():
+    """A leaving node that never stops is killed once the grace period is over."""
+    program = lp.Program('stubborn')
+    with program.group('member', elastic=True):
+        program.add_node(lp.PyNode(ignore_stop))
+    with lp.launch(program, launch_type='test_mp') as controller:
+        controller.add_nodes('member', 1)
+        (gone,) = controller.remove_nodes('member', 1, grace=0.5, timeout=30)
+        assert gone.state == lp.NodeState.STOPPED and gone.exit_code == -signal.SIGKILL
+        controller.stop(grace=0.5)  # member/0 ignores the stop too.
+
+
+def test_group_handle_drops_a_restarting_member_and_takes_it_back():
+    """A member in its restart backoff is not live; it is listed again once it serves."""
+    program, members, _ = _program()
+    policy = lp.Restart(max_restarts=2, backoff=(0.5, 0.5))
+    with lp.launch(program, launch_type='test_mp', failure_policy={'member': policy}) as controller:
+        live = members.dereference()
+        version = live.version
+        os.kill(live.clients()[1].who()['pid'], signal.SIGKILL)
+        live.wait_for_change(version, 30)
+        assert live.names() == ['member/0']
+        live.wait_for_change(live.version, 30)
+        assert live.names() == ['member/0', 'member/1']
+        assert [s.restarts for s in controller.statuses() if s.label == 'member'] == [0, 1]
+
+
+def test_colocated_children_follow_the_group_handle():
+    """A node running as a child of a MultiProcessingColocation sees members join too."""
+    program = lp.Program('colocated_watcher')
+    with program.group('member', elastic=True):
+        program.add_node(lp.CourierNode(Member))
+    watcher_node = lp.CourierNode(Watcher, program.group_handle('member'))
+    watcher = watcher_node.create_handle()
+    program.add_node(lp.MultiProcessingColocation([watcher_node]), label='watcher')
+    with lp.launch(program, launch_type='test_mp') as controller:
+        seen = watcher.dereference()
+        version = seen.members()['version']
+        controller.add_nodes('member', 1)
+        seen.wait_for_change(version, 30)
+        assert seen.members()['answers'] == ['member/0', 'member/1']
+
+
+def test_group_handle_works_under_local_threads():
+    """Under test_mt the group handle of a (non-elastic) group lists its members."""
+    program = lp.Program('threads_group')
+    with program.group('member'):
+        for _ in range(2):
+            program.add_node(lp.CourierNode(Member))
+    watcher = program.add_node(lp.CourierNode(Watcher, program.group_handle('member')),
+                               label='watcher')
+    with lp.launch(program, launch_type='test_mt'):
+        assert watcher.dereference().members()['answers'] == ['member/0', 'member/1']
+
+
+@pytest.mark.parametrize('call, match', [
+    (lambda c: c.add_nodes('watcher', 1), r"group 'watcher' .* is not elastic.*elastic=True"),
+    (lambda c: c.add_nodes('actor', 1), r"has no group 'actor'; its groups are \['member', "
+                                        r"'watcher'\]"),
+    (lambda c: c.add_nodes('member', 0), r'count must be an int >= 1 \(got 0'),
+    (lambda c: c.remove_nodes('member', 3), r"group 'member' .* has 2 live nodes: cannot remove 3"),
+])
+def test_bad_requests_name_the_group_and_the_value(call, match):
+    """Changing a group that is not elastic, unknown, or by a bad count is refused clearly."""
+    program, _, _ = _program()
+    with lp.launch(program, launch_type='test_mp') as controller:
+        with pytest.raises(lp.ProgramError, match=match):
+            call(controller)
+        assert _live(controller) == [0, 1]
+
+
+def test_elastic_groups_are_refused_where_nodes_are_threads():
+    """test_mt cannot stop one thread node alone, so an elastic group fails the launch."""
+    program, _, _ = _program()
+    with pytest.raises(lp.ProgramError, match=r"test_mt cannot add or remove nodes .* groups "
+                                              r"\['member'\] cannot be elastic"):
+        lp.launch(program, launch_type='test_mt')
+
+
+def test_setup_errors_name_the_group():
+    """A group handle on a missing group, or an elastic group without nodes, is refused."""
+    program = lp.Program('setup_errors')
+    with pytest.raises(lp.ProgramError, match=r"no group 'member' to take a handle on"):
+        program.group_handle('member')
+    with program.group('member', elastic=True):
+        pass
+    program.add_node(lp.CourierNode(Member), label='other')
+    with pytest.raises(lp.ProgramError, match=r"elastic groups \['member'\] .* have no nodes"):
+        lp.launch(program, launch_type='test_mp')
+    with pytest.raises(lp.ProgramError, match='elastic must be True or False'):
+        with program.group('x', elastic='yes'):
+            pass
+
+
+@needs_ssh_hosts
+def test_nodes_join_and_leave_across_hosts():
+    """Under ssh added nodes go round-robin over the group's hosts and the handle follows."""
+    program, members, watcher = _program(members=1, name='elastic_ssh')
+    resources = {'member': [ssh_host('h1'), ssh_host('h2')], 'watcher': ssh_host('h3')}
+    with lp.launch(program, launch_type='ssh', resources=resources) as controller:
+        added = controller.add_nodes('member', 2)
+        assert [s.host for s in added] == ['h2', 'h1']
+        wait_for(lambda: len(watcher.dereference().members()['answers']) == 3,
+                 what='the watcher to see 3 members')
+        controller.remove_nodes('member', 1)
+        assert watcher.dereference().members()['answers'] == ['member/0', 'member/1']
