@@ -17,9 +17,11 @@ back as JAX arrays.
 
 from __future__ import annotations
 
+import collections
 import io
 import pickle
 import threading
+import types
 from typing import Any
 
 import cloudpickle
@@ -35,14 +37,39 @@ _STACK_GLOBAL = pickle.STACK_GLOBAL  # How protocol 5 refers to a module's name.
 
 def dumps(obj: Any) -> bytes:
     """One self-contained ``bytes`` (for files and the control channel)."""
-    return cloudpickle.dumps(obj, protocol=PROTOCOL)
+    stream = io.BytesIO()
+    _KeepFilenames(stream, protocol=PROTOCOL).dump(obj)
+    return stream.getvalue()
 
 
 def loads(data: bytes | memoryview) -> Any:
     return pickle.loads(data)
 
 
-class _Pickler(cloudpickle.Pickler):
+def _code_keeping_its_filename(code: types.CodeType):
+    """cloudpickle's reduction of a code object, with the file it came from.
+
+    cloudpickle 3.1.3 names every function it sends by value ``<dynamic-code>``,
+    so a node's log lines and tracebacks lost the script and line they point at.
+    """
+    rebuild, args = _CLOUDPICKLE_CODE_REDUCE(code)
+    if _DYNAMIC_FILENAME in args and code.co_filename != _DYNAMIC_FILENAME:
+        args = tuple(code.co_filename if arg == _DYNAMIC_FILENAME else arg for arg in args)
+    return rebuild, args
+
+
+_DYNAMIC_FILENAME = '<dynamic-code>'
+_CLOUDPICKLE_CODE_REDUCE = cloudpickle.Pickler.dispatch_table[types.CodeType]
+
+
+class _KeepFilenames(cloudpickle.Pickler):
+    """cloudpickle whose functions sent by value keep their file name."""
+
+    dispatch_table = collections.ChainMap({types.CodeType: _code_keeping_its_filename},
+                                          cloudpickle.Pickler.dispatch_table)
+
+
+class _Pickler(_KeepFilenames):
     """cloudpickle that sends JAX arrays as numpy arrays."""
 
     def reducer_override(self, obj):
