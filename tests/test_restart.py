@@ -269,18 +269,21 @@ def test_node_on_another_host_restarts_at_its_address():
         assert handle.address.resolve() == address and _state(controller).host == 'h2'
 
 
-@pytest.mark.parametrize('launch_type', ['slurm', 'kubernetes'])
-@pytest.mark.parametrize('what, match', [
-    ('restart', r"{} cannot restart nodes, but failure_policy gives lp.Restart to groups "
-                r"\['member'\]"),
-    ('elastic', r"{} cannot add or remove nodes .* groups \['member'\] cannot be elastic"),
+@pytest.mark.parametrize('launch_type, what, match', [
+    ('kubernetes', 'restart', r"kubernetes cannot restart nodes, but failure_policy gives "
+                              r"lp.Restart to groups \['member'\]"),
+    ('kubernetes', 'elastic', r"kubernetes cannot add or remove nodes .* groups \['member'\] "
+                              r"cannot be elastic"),
+    ('slurm', 'elastic', r"slurm cannot add or remove nodes .* groups \['member'\] "
+                         r"cannot be elastic"),
 ])
-def test_schedulers_refuse_restarts_and_elastic_groups_up_front(launch_type, what, match):
-    """slurm and kubernetes cannot restart a node where it ran nor place a new one: the launch
-    fails naming the groups before anything is asked of a scheduler (none runs here)."""
+def test_schedulers_refuse_what_they_cannot_do_up_front(launch_type, what, match):
+    """kubernetes cannot restart a node where it ran, and neither it nor slurm can place a node
+    added later: the launch fails naming the groups before anything is asked of a scheduler
+    (none runs here). (slurm restarts: tests/test_slurm.py.)"""
     program = lp.Program('refused')
     with program.group('member', elastic=what == 'elastic'):
         program.add_node(lp.CourierNode(Member))
     policies = {'member': _QUICK} if what == 'restart' else None
-    with pytest.raises(lp.ProgramError, match=match.format(launch_type)):
+    with pytest.raises(lp.ProgramError, match=match):
         lp.launch(program, launch_type=launch_type, failure_policy=policies)

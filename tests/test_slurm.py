@@ -23,11 +23,13 @@ import launchpad_py as lp
 from conftest import (REPO, SLURM_LOGS, launch, launcher_report, marked_processes, needs_slurm,
                       slow, slurm_cluster, wait_for, wait_for_node_line)
 from nodes_for_tests import Pinger, crash, serve_forever
+from restart_nodes import Member
 from ssh_nodes import BIG, print_gpus, store_program
 from test_ssh import _alive, _wait_until_gone
 
 pytestmark = needs_slurm
 _HOSTS = {'h1', 'h2', 'h3'}
+_QUICK_RESTART = lp.Restart(max_restarts=3, backoff=(0.05, 0.2))
 
 
 @pytest.fixture(autouse=True)
@@ -172,12 +174,15 @@ def test_pending_job_is_reported_with_its_reason_then_given_up(capsys):
     assert wait_for(lambda: _job_ended(job), timeout=30, what='the job to go') == 'CANCELLED'
 
 
-def test_scancel_ends_the_program_and_wait_reports_it():
-    """scancel of the program's job ends every node; wait() says the job was cancelled."""
+@pytest.mark.parametrize('policy', [None, _QUICK_RESTART], ids=['default', 'restart'])
+def test_scancel_ends_the_program_and_wait_reports_it(policy):
+    """scancel of the program's job ends every node; wait() says the job was cancelled. Nodes
+    with lp.Restart are not started again: what the scheduler took away stays away."""
     program = lp.Program('cancelled')
     program.add_node(lp.CourierNode(Pinger), label='pinger')
     program.add_node(lp.PyNode(serve_forever), label='waiter')
-    running = launch(program, 'slurm')
+    running = launch(program, 'slurm', failure_policy=policy and {'pinger': policy,
+                                                                  'waiter': policy})
     pids = [s.pid for s in running.statuses()]
     job = _job_of(pids[0])
     subprocess.run(['scancel', job], check=True, timeout=30)
@@ -185,6 +190,26 @@ def test_scancel_ends_the_program_and_wait_reports_it():
         running.wait(timeout=60)
     assert not any(map(_alive, pids))
     assert _job_state(job) == 'CANCELLED'
+    assert all(status.restarts == 0 for status in running.statuses())
+
+
+def test_killed_node_restarts_as_a_step_on_its_host_at_its_address():
+    """lp.Restart under slurm: a SIGKILLed node comes back as a new job step pinned to the host
+    it ran on, serving on its old host:port, with its restart counted."""
+    program = lp.Program('slurm_restarts')
+    handle = program.add_node(lp.CourierNode(Member), label='member')
+    with launch(program, 'slurm', failure_policy={'member': _QUICK_RESTART}) as running:
+        client = handle.dereference()
+        address, (before,) = handle.address.resolve(), running.statuses()
+        old = client.who()['pid']
+        job = _job_of(old)
+        os.kill(old, signal.SIGKILL)
+        wait_for(lambda: running.statuses()[0].restarts == 1, timeout=60, what='the restart')
+        new = client.who()['pid']
+        (after,) = running.statuses()
+        assert new != old and handle.address.resolve() == address
+        assert (after.state, after.host, after.pid) == (lp.NodeState.RUNNING, before.host, new)
+        assert _job_of(new) == job  # A step of the program's job, not a job of its own.
 
 
 def _start_launcher(*args: str) -> subprocess.Popen:

@@ -64,6 +64,11 @@ class Starter(abc.ABC):
         (SIGTERM) reached the launcher first; None if it did not."""
         return None
 
+    def again(self, host: str | None) -> 'Starter | None':
+        """A fresh starter for a restart of the same node on the same host (``host``: the one
+        it reported, None if it never did), or None where the launcher cannot put it there."""
+        return None
+
 
 class CommandStarter(Starter):
     """A local command (ssh, srun) whose stdin carries the bootstrap and whose stdout the output.
@@ -86,6 +91,9 @@ class CommandStarter(Starter):
             self._process.stdin.flush()
         except OSError:
             pass  # The starter died at once; the worker reports it with its output.
+
+    def again(self, host: str | None) -> 'CommandStarter':
+        return CommandStarter(self.argv)  # The command names the host (ssh) or none (tests).
 
     def wait(self) -> int | None:
         return self._process.wait()
@@ -203,13 +211,15 @@ class RemoteWorker(MembersOverChannel, Worker):
 
     @property
     def can_restart(self) -> bool:
-        """A node started by a command (ssh, srun) can be started again by running it again;
-        a launcher with a starter of its own (a pod) would have to make a new one."""
-        return self.placement.starter is None
+        """Whether its starter can start the node again on the same host (ssh and srun can;
+        a pod could not keep its address)."""
+        return self._starter.again(None) is not None
 
     def restarted(self) -> 'RemoteWorker':
         """The same node on the same host, serving on the addresses it had."""
-        return RemoteWorker(self.executable, self.placement, self._setup, self.events,
+        placement = dataclasses.replace(self.placement,
+                                        starter=self._starter.again(self._reported_host))
+        return RemoteWorker(self.executable, placement, self._setup, self.events,
                             bind=self.addresses or self.bind)
 
     def send(self, *message) -> None:

@@ -31,20 +31,28 @@ from launchpad_py.program import Program
 _NODE_COMMAND = ['-m', 'launchpad_py.launchers.remote_node']
 
 
-def _node_argv(job: Job, component: int | None, spec: SlurmResources, name: str) -> list[str]:
+def _node_command(spec: SlurmResources) -> list[str]:
+    """What each node's srun runs: the node process, with the group's environment."""
     env = {**remote.node_environment(), **(spec.env or {})}
     if not spec.gpus:  # Slurm leaves the launcher's CUDA_VISIBLE_DEVICES to a step without GPUs.
         env['CUDA_VISIBLE_DEVICES'] = ''
-    return [*job.srun(component), *step_args(spec), f'--job-name={name}',
-            'env', *(f'{k}={v}' for k, v in env.items()), sys.executable, *_NODE_COMMAND]
+    return ['env', *(f'{k}={v}' for k, v in env.items()), sys.executable, *_NODE_COMMAND]
 
 
 class SlurmStep(remote.CommandStarter):
-    """A node's srun job step; when Slurm ends the job (scancel, time limit, preemption), says so."""
+    """A node's srun job step; when Slurm ends the job (scancel, time limit, preemption), says so.
 
-    def __init__(self, argv: list[str], job: Job):
-        super().__init__(argv)
-        self._job = job
+    A restart is a new step pinned to the host the node reported (``--nodelist``), so that it
+    serves on its old address; the failed step's CPUs and memory there are free again.
+    """
+
+    def __init__(self, srun_args: list[str], command: list[str], job: Job,
+                 host: str | None = None):
+        super().__init__([*srun_args, *([f'--nodelist={host}'] if host else []), *command])
+        self._srun_args, self._command, self._job, self._host = srun_args, command, job, host
+
+    def again(self, host: str | None) -> 'SlurmStep':
+        return SlurmStep(self._srun_args, self._command, self._job, host or self._host)
 
     def taken_away(self) -> str | None:
         return self._job.ended_by()
@@ -65,9 +73,11 @@ def _placements(program: Program, job: Job, components: list[Component],
     for label, nodes in program.groups.items():
         for node in nodes:
             name = f'{label}/{node.index}'
-            argv = _node_argv(job, component_of[label] if het else None, specs[label], name)
+            step = SlurmStep([*job.srun(component_of[label] if het else None),
+                              *step_args(specs[label]), f'--job-name={name}'],
+                             _node_command(specs[label]), job)
             placements[label, node.index] = remote.Placement(
-                argv, f'job {job.job_id}', launcher_ip, starter=SlurmStep(argv, job),
+                step.argv, f'job {job.job_id}', launcher_ip, starter=step,
                 host_env='SLURMD_NODENAME')
     return placements
 
@@ -80,9 +90,8 @@ def _check_options(options: LaunchOptions) -> None:
 
 def launch_slurm(program: Program, options: LaunchOptions) -> ProgramController:
     _check_options(options)
-    # A new srun step may land on another host of the allocation, where the node could not
-    # keep its address; nor is there a placement for a node added later (yet).
-    options.reject_for('slurm', restarts=True, elastic_groups=program.elastic_groups)
+    # A node added later would need room the job was not given when it was granted.
+    options.reject_for('slurm', elastic_groups=program.elastic_groups)
     slurm = SlurmOptions.from_flags(options.launcher_options)
     specs = resources_of_groups(program.groups, dict(options.local_resources or {}), slurm)
     counts = {label: len(nodes) for label, nodes in program.groups.items()}
