@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 import threading
 
-from launchpad_py.launchers.worker_api import Events
+from launchpad_py.supervision.worker import Events
 
 
 def _post_with_a_nested_post_at_step(step: int) -> tuple[bool, int, list]:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 import sys
 
-from launchpad_py.node_process import PRELOAD_ENV
+from launchpad_py.node_side.node_process import PRELOAD_ENV
 _ACTIVATE = 'launchpad_py.compat.activate'
 
 
