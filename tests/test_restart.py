@@ -245,7 +245,7 @@ def test_launcher_that_cannot_restart_rejects_a_restart_policy():
 
 def test_deadlines_pop_in_order_of_their_moments():
     """The supervisors' deadline list hands back due keys earliest first, and forgets them."""
-    deadlines = failure_policy.Deadlines()
+    deadlines = failure_policy.Alarms()
     assert deadlines.wait_time() is None
     now = time.monotonic()
     deadlines.set('late', now - 1)

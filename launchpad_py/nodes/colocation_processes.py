@@ -69,7 +69,7 @@ class _Supervisor:
                  scope: runtime.ProgramScope):
         self._children = [_Child(executable) for executable in children]
         self._policy = failure_policy.Restart(max_restarts=retries, backoff=_BACKOFF_S)
-        self._restarts_due = failure_policy.Deadlines()
+        self._restarts_due = failure_policy.Alarms()
         self._members: group_handle.Table = {}
         self._context = context
         self._scope = scope

@@ -8,7 +8,7 @@ backoff with jitter (so a crash loop costs little and many nodes that fail
 together do not come back in lockstep), keeping its address; once it has
 been restarted ``max_restarts`` times, its next failure stops the program.
 The launchers' controller and ``MultiProcessingColocation`` share this code
-(and ``Deadlines``, to run the restarts when they are due).
+(and ``Alarms``, to run the restarts when they are due).
 """
 
 from __future__ import annotations
@@ -90,12 +90,12 @@ def check(policies: Mapping[str, Policy] | None, groups, program_name: str) -> d
     return dict(policies)
 
 
-class Deadlines:
+class Alarms:
     """Keyed moments (``time.monotonic()``) for a supervisor loop to wait on.
 
-        deadlines.set(('restart', worker), time.monotonic() + 2.0)
-        queue.get(timeout=deadlines.wait_time())
-        for key in deadlines.pop_due(): ...
+        alarms.set(('restart', worker), time.monotonic() + 2.0)
+        queue.get(timeout=alarms.wait_time())
+        for key in alarms.pop_due(): ...
     """
 
     def __init__(self) -> None:

@@ -26,8 +26,9 @@ from launchpad_py.supervision.elastic import ElasticGroups, Groups
 from launchpad_py.supervision.observe import Observability
 from launchpad_py.supervision.failure_handling import Failures
 from launchpad_py.supervision.shutdown import Stopping
-from launchpad_py.supervision.worker import (ENDED, Events, FailureReport, NodeState, NodeStatus,
-                                             Worker)
+from launchpad_py.supervision.worker import (ENDED, Events, Exited, FailureReport, GroupChange,
+                                             LaunchAborted, NodeState, NodeStatus, ProcessDied,
+                                             Ready, StopRequested, Tick, Worker)
 
 _log = logging.getLogger(__name__)
 _ENDED = ENDED
@@ -60,7 +61,7 @@ class ProgramController(Observability, Stopping, Failures, ElasticGroups):
         self._stuck: dict[str, str] = {}  # Name -> Python stack of what could not be killed.
         self._handlers: threading.Thread | None = None
         #: Moments the supervisor waits for besides events: restarts, removals' grace.
-        self._deadlines = failure_policy_module.Deadlines()
+        self._deadlines = failure_policy_module.Alarms()
         #: Notified after every event the supervisor handled (add_nodes waits on it).
         self._changed = threading.Condition()
         self._init_observability()
@@ -94,7 +95,7 @@ class ProgramController(Observability, Stopping, Failures, ElasticGroups):
                 worker.start()
                 started += 1
         except BaseException:
-            self._events.queue.put(('abort', None, self._workers[started:]))
+            self._events.queue.put(LaunchAborted(tuple(self._workers[started:])))
             interruptible.wait(self._done)
             raise
         if not interruptible.wait(self._ready, ready_timeout):
@@ -212,7 +213,7 @@ class ProgramController(Observability, Stopping, Failures, ElasticGroups):
                 if self._stop_deadline is not None and time.monotonic() >= self._stop_deadline:
                     self._kill_stragglers()
                 if all(w.state in _ENDED for w in self._workers):
-                    return ('noop', None, None)
+                    return Tick()
 
     def _on_deadlines(self) -> None:
         for kind, worker in self._deadlines.pop_due():
@@ -222,26 +223,26 @@ class ProgramController(Observability, Stopping, Failures, ElasticGroups):
                 worker.kill()  # Removed, and it ignored the stop for the grace period.
 
     def _handle(self, event) -> None:
-        kind, worker, payload = event
+        worker = getattr(event, 'worker', None)
         if worker is not None and worker.retired:
             return  # A node's earlier worker, replaced by its restart.
-        if kind == 'ready' and worker.state == NodeState.STARTING:
+        if isinstance(event, Ready) and worker.state == NodeState.STARTING:
             worker.state = NodeState.RUNNING
             self._publish_members()
             if self._all_started():
                 self._ready.set()
-        elif kind == 'exited':
-            self._on_exit(worker, *payload)
-        elif kind == 'stop':
+        elif isinstance(event, Exited):
+            self._on_exit(worker, event.exit_code, event.failure)
+        elif isinstance(event, StopRequested):
             self._begin_stop()
-        elif kind == 'abort':  # Starting a node raised: the payload never started.
-            for unstarted in payload:
+        elif isinstance(event, LaunchAborted):
+            for unstarted in event.unstarted:
                 unstarted.state = NodeState.STOPPED
             self._abort_launch()
-        elif kind == 'process_died':
-            self._on_process_died(payload)
-        elif kind in ('grow', 'shrink'):
-            self._change_group(kind, payload)
+        elif isinstance(event, ProcessDied):
+            self._on_process_died(event.reason)
+        elif isinstance(event, GroupChange):
+            self._change_group(event)
 
     def _all_started(self) -> bool:
         return all(w.state not in (NodeState.STARTING, NodeState.RESTARTING)

@@ -23,7 +23,8 @@ from typing import Callable
 from launchpad_py import errors
 from launchpad_py.courier import serialization
 from launchpad_py.supervision.membership import Membership
-from launchpad_py.supervision.worker import ENDED as _ENDED, NodeState, NodeStatus, Worker
+from launchpad_py.supervision.worker import (ENDED as _ENDED, GroupChange, NodeState, NodeStatus,
+                                             Worker)
 from launchpad_py.program import (AbstractAddressBuilder, Executable, Node, Program,
                                   SimpleLocalAddressBuilder, group_handle)
 
@@ -118,7 +119,7 @@ class ElasticGroups:
         once each has ``settled``. ``what``: the count to add, or (count, grace) to remove."""
         self._check_elastic(label, what if kind == 'grow' else what[0])
         reply: concurrent.futures.Future = concurrent.futures.Future()
-        self._events.queue.put((kind, None, (label, what, reply)))
+        self._events.queue.put(GroupChange(kind == 'grow', label, what, reply))
         deadline = None if timeout is None else time.monotonic() + timeout
 
         def left() -> float | None:
@@ -164,15 +165,15 @@ class ElasticGroups:
                         'alone; run it with a launcher that can, or make the group not elastic')
         return None
 
-    def _change_group(self, kind: str, payload) -> None:
+    def _change_group(self, change: GroupChange) -> None:
         """On the supervisor thread: grows or shrinks a group and answers the request."""
-        label, what, reply = payload
+        label, what, reply = change.label, change.what, change.reply
         if self._stopping:
             reply.set_exception(errors.NotRunningError(
                 f'program {self.name!r} is stopping: cannot change group {label!r}'))
             return
         try:
-            chosen = self._grow(label, what) if kind == 'grow' else self._shrink(label, *what)
+            chosen = self._grow(label, what) if change.grow else self._shrink(label, *what)
         except Exception as exc:  # Reported to the caller; the program runs on.
             reply.set_exception(exc)
             return

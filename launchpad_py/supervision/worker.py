@@ -52,6 +52,54 @@ class FailureReport:
         return self.summary.split(':', 1)[0] in {kind.__name__ for kind in _CONSEQUENCES}
 
 
+# The supervisor's events: small records, each handled by one branch of the controller.
+
+@dataclasses.dataclass(frozen=True)
+class Ready:
+    """The node of ``worker`` serves (or, without a server, runs)."""
+    worker: 'Worker'
+
+
+@dataclasses.dataclass(frozen=True)
+class Exited:
+    """The node of ``worker`` ended: its exit code (None for threads) and why, if it failed."""
+    worker: 'Worker'
+    exit_code: int | None
+    failure: FailureReport | None
+
+
+@dataclasses.dataclass(frozen=True)
+class StopRequested:
+    """``lp.stop()`` in a node, ``controller.stop()`` or Ctrl-C."""
+
+
+@dataclasses.dataclass(frozen=True)
+class ProcessDied:
+    """A process of the program that runs no node (a fork server) died."""
+    reason: str
+
+
+@dataclasses.dataclass(frozen=True)
+class LaunchAborted:
+    """Starting a node raised: ``unstarted`` never started."""
+    unstarted: tuple
+
+
+@dataclasses.dataclass(frozen=True)
+class GroupChange:
+    """``add_nodes`` (``grow``: ``what`` is a count) or ``remove_nodes`` (``what``: (count,
+    grace)); ``reply`` gets the workers chosen, or the error."""
+    grow: bool
+    label: str
+    what: object
+    reply: concurrent.futures.Future
+
+
+@dataclasses.dataclass(frozen=True)
+class Tick:
+    """No event: a deadline came, or every node has ended."""
+
+
 class Events:
     """The supervisor's inbox; workers call these from any thread, and the Ctrl-C handler too.
 
@@ -65,20 +113,20 @@ class Events:
         self.queue: queue.SimpleQueue = queue.SimpleQueue()
 
     def ready(self, worker: 'Worker') -> None:
-        self.queue.put(('ready', worker, None))
+        self.queue.put(Ready(worker))
 
     def exited(self, worker: 'Worker', exit_code: int | None, failure: FailureReport | None) -> None:
-        self.queue.put(('exited', worker, (exit_code, failure)))
+        self.queue.put(Exited(worker, exit_code, failure))
 
     def stop_requested(self) -> None:
-        self.queue.put(('stop', None, None))
+        self.queue.put(StopRequested())
 
     def process_died(self, reason: str) -> None:
         """A process of the program that runs no node (a fork server) died: ``reason`` says how.
 
         Before every node is ready this fails the launch; afterwards it is only logged.
         """
-        self.queue.put(('process_died', None, reason))
+        self.queue.put(ProcessDied(reason))
 
 
 class Worker(abc.ABC):
