@@ -20,3 +20,10 @@ def test_import_contracts_hold():
                             timeout=120)
     assert result.returncode == 0, result.stdout + result.stderr
     assert 'Contracts: 7 kept, 0 broken.' in result.stdout, result.stdout
+
+
+def test_architecture_map_is_current():
+    """docs/architecture.md's folder table matches the imports (scripts/architecture.py)."""
+    result = subprocess.run([sys.executable, os.path.join(REPO, 'scripts', 'architecture.py'),
+                             '--check'], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
