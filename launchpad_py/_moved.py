@@ -17,8 +17,10 @@ import warnings
 
 def forward(name: str, old: str, new: str) -> None:
     """Makes module ``old`` (whose ``__name__`` is ``name``) an alias of ``new``, warning once."""
+    # Run as a command, the warning is the old module's (__main__: shown by default);
+    # imported, it is the importer's.
     warnings.warn(f'{old} moved to {new}; the old name will be removed in the next release',
-                  DeprecationWarning, stacklevel=3)
+                  DeprecationWarning, stacklevel=2 if name == '__main__' else 3)
     if name == '__main__':
         runpy.run_module(new, run_name='__main__', alter_sys=True)
     else:

@@ -1,4 +1,14 @@
-"""Launchers: run a program's executables somewhere, supervise them, stop them."""
+"""Launchers: run a program's executables somewhere, supervise them, stop them.
+
+``launch`` (``lp.launch``), ``registry`` (every backend: name, resources and options
+types, capabilities; plugins through the ``launchpad_py.launchers`` entry points),
+``options`` (the launch's options as one value) and ``signals`` (Ctrl-C). One folder per
+backend: ``local/``, ``remote/`` (shared by the multi-host ones), ``ssh/``, ``slurm/``,
+``kubernetes/``.
+
+May import everything below (``supervision``, ``observability``, ``nodes``, ``node_side``,
+``program``, ``courier``); a backend never imports another backend.
+"""
 
 from launchpad_py.supervision.controller import ProgramController
 from launchpad_py.launchers.launch import launch
