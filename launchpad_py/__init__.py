@@ -44,12 +44,12 @@ from launchpad_py.nodes import ReverbHandle
 from launchpad_py.nodes import ReverbNode
 
 # Inside a running node
-from launchpad_py.runtime import NodeContext
-from launchpad_py.runtime import get_node_context
+from launchpad_py.node_side.runtime import NodeContext
+from launchpad_py.node_side.runtime import get_node_context
 
 # Launch, and what happens when nodes fail
-from launchpad_py.failure_policy import Restart
-from launchpad_py.failure_policy import StopProgram
+from launchpad_py.program.failure_policy import Restart
+from launchpad_py.program.failure_policy import StopProgram
 from launchpad_py.launchers import LaunchType
 from launchpad_py.launchers import NodeState
 from launchpad_py.launchers import NodeStatus
@@ -63,12 +63,12 @@ from launchpad_py.launchers import is_local_launch_or_test
 from launchpad_py.launchers import launch
 
 # Stopping a program
-from launchpad_py.stop import make_program_stopper
-from launchpad_py.stop import register_stop_handler
-from launchpad_py.stop import stop
-from launchpad_py.stop import stop_event
-from launchpad_py.stop import unregister_stop_handler
-from launchpad_py.stop import wait_for_stop
+from launchpad_py.node_side.program_stop import make_program_stopper
+from launchpad_py.node_side.program_stop import register_stop_handler
+from launchpad_py.node_side.program_stop import stop
+from launchpad_py.node_side.program_stop import stop_event
+from launchpad_py.node_side.program_stop import unregister_stop_handler
+from launchpad_py.node_side.program_stop import wait_for_stop
 
 # Errors
 from launchpad_py.errors import LaunchError

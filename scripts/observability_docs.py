@@ -4,10 +4,10 @@
     .venv/bin/python scripts/observability_docs.py --graphs   # only the graph pictures
     .venv/bin/python scripts/observability_docs.py --overhead bench/observe_overhead.json
 
-Graphs come from ``python -m launchpad_py.graph`` run on each example's own
+Graphs come from ``python -m launchpad_py.cli.draw`` run on each example's own
 ``__main__`` (so they are what that command would launch); the live pictures
 come from the actor-learner example under ``local_mp`` with the dashboard on:
-the ``python -m launchpad_py.status`` table and a headless-Chromium screenshot
+the ``python -m launchpad_py.cli.status`` table and a headless-Chromium screenshot
 once the learner has served some calls, then a screenshot of a small program
 whose node fails. Needs graphviz, chromium, chromium-driver and selenium.
 ``--overhead`` only writes the numbers of ``bench/observe_overhead.py``'s JSON
@@ -102,11 +102,11 @@ def graphs() -> None:
             print(f'skipped graph_{name}: no {python} (set LP_REVERB_PYTHON)')
             continue
         out = os.path.join(IMAGES, f'graph_{name}.svg')
-        subprocess.run([python, '-m', 'launchpad_py.graph', '-o', out, '-m', module, *flags],
+        subprocess.run([python, '-m', 'launchpad_py.cli.draw', '-o', out, '-m', module, *flags],
                        cwd=REPO, check=True, timeout=300)
         print('wrote', out)
     png = os.path.join(IMAGES, 'graph_actor_learner.png')  # The PNG output, for observability.md.
-    subprocess.run([sys.executable, '-m', 'launchpad_py.graph', '-o', png, '-m',
+    subprocess.run([sys.executable, '-m', 'launchpad_py.cli.draw', '-o', png, '-m',
                     'examples.actor_learner', '--lp_launch_type=local_mp'], cwd=REPO, check=True,
                    timeout=300)
 
@@ -141,7 +141,7 @@ def actor_learner_live(driver) -> None:
             learner = next(n for n in controller.statistics() if n.name == 'learner/0')
             return (learner.calls or 0) > 300 and learner.uptime_s > 25
         _wait(learner_busy, 240, 'the learner to serve 300 calls')
-        table = subprocess.run([sys.executable, '-m', 'launchpad_py.status', 'actor_learner',
+        table = subprocess.run([sys.executable, '-m', 'launchpad_py.cli.status', 'actor_learner',
                                 '--once'], cwd=REPO, capture_output=True, text=True, check=True)
         uptime = round(max(n.uptime_s for n in controller.statistics()))
         print(table.stdout)

@@ -6,13 +6,13 @@ import multiprocessing.connection as mpc
 import queue
 import socket
 
-from launchpad_py.launchers import control
+from launchpad_py.node_side import control_channel
 
 
 def test_silent_tcp_peer_does_not_hold_up_workers():
     """A TCP peer that connects and says nothing does not delay a worker's hello."""
     hellos: queue.Queue = queue.Queue()
-    server = control.ControlServer(('127.0.0.1', 0), lambda hello, channel: hellos.put(hello),
+    server = control_channel.ControlServer(('127.0.0.1', 0), lambda hello, channel: hellos.put(hello),
                                    family='AF_INET')
     try:
         with socket.create_connection(server.address, timeout=5):
@@ -27,7 +27,7 @@ def test_silent_tcp_peer_does_not_hold_up_workers():
 def test_peer_without_the_key_is_refused():
     """A peer with the wrong key never reaches on_connect."""
     hellos: queue.Queue = queue.Queue()
-    server = control.ControlServer(('127.0.0.1', 0), lambda hello, channel: hellos.put(hello),
+    server = control_channel.ControlServer(('127.0.0.1', 0), lambda hello, channel: hellos.put(hello),
                                    family='AF_INET')
     try:
         try:

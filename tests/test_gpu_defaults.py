@@ -7,8 +7,8 @@ import logging
 import pytest
 
 import launchpad_py as lp
-from launchpad_py import devices
-from launchpad_py.launchers.resources import apply_gpu_defaults
+from launchpad_py.node_side import devices
+from launchpad_py.launchers.local.resources import apply_gpu_defaults
 from gpu_probe import JaxProbe
 from nodes_for_node_types import ContextReporter, reporter_program
 

@@ -1,4 +1,4 @@
-"""Program.to_dot() and ``python -m launchpad_py.graph``."""
+"""Program.to_dot() and ``python -m launchpad_py.cli.draw``."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ def _program():
 
 
 def _tool(*args, **kwargs):
-    return subprocess.run([sys.executable, '-m', 'launchpad_py.graph', *args], cwd=REPO,
+    return subprocess.run([sys.executable, '-m', 'launchpad_py.cli.draw', *args], cwd=REPO,
                           capture_output=True, timeout=120, **kwargs)
 
 

@@ -129,7 +129,7 @@ def test_kubectl_logs_shows_each_node_output(cluster):
 ])
 def test_pending_pod_is_reported_with_the_reason(cluster, fields, reason):
     """A pod that cannot start fails the launch with the scheduler's or kubelet's reason."""
-    from launchpad_py.launchers.kubernetes import launch_kubernetes
+    from launchpad_py.launchers.kubernetes.launch import launch_kubernetes
     from launchpad_py.launchers.options import LaunchOptions
     program = lp.Program('pending')
     program.add_node(lp.PyNode(serve_forever), label='learner')
@@ -273,7 +273,7 @@ def test_output_to_files_keeps_each_pod_log(cluster, capsys):
 @needs_ssh_hosts
 def test_launcher_address_defaults_to_the_route_to_the_api_server(tmp_path, monkeypatch):
     """Pods dial back to this machine's address on the route to the API server (here h2)."""
-    from launchpad_py.launchers.kubernetes_api import Cluster
+    from launchpad_py.launchers.kubernetes.api import Cluster
     kubeconfig = tmp_path / 'kubeconfig'
     kubeconfig.write_text(json.dumps({
         'apiVersion': 'v1', 'kind': 'Config', 'current-context': 'c',

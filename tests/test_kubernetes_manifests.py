@@ -11,8 +11,8 @@ import pytest
 
 import launchpad_py as lp
 from conftest import REPO
-from launchpad_py.launchers.kubernetes import Renderer
-from launchpad_py.launchers.kubernetes_resources import KubernetesOptions
+from launchpad_py.launchers.kubernetes.launch import Renderer
+from launchpad_py.launchers.kubernetes.resources import KubernetesOptions
 
 VERSIONS = ['1.29.0', '1.30.0', '1.31.0', '1.32.0', '1.33.0']
 IMAGE = 'registry.example/team/agent:1.2'

@@ -14,11 +14,11 @@ import pytest
 
 import launchpad_py as lp
 from conftest import wait_for
-from launchpad_py.launchers import controller as controller_module
-from launchpad_py.launchers import process_starter
+from launchpad_py.supervision import controller as controller_module
+from launchpad_py.launchers.local import process_starter
 from process_nodes import Describe, call_until_stopped
 
-_STARTER = 'launchpad_py.launchers.fork_server'
+_STARTER = 'launchpad_py.node_side.fork_server'
 _SLOW = {'slow': lp.PythonProcess(env={'LAUNCHPAD_PY_PRELOAD': 'slow_start'})}
 
 

@@ -17,7 +17,7 @@ import launchpad_py as lp
 from conftest import REPO, run_script
 from launchpad_py import courier
 from launchpad_py.courier import uds
-from launchpad_py.launchers import rundir
+from launchpad_py.supervision import rundir
 from process_nodes import Describe
 
 TERMINALS = ['current_terminal', 'output_to_files', pytest.param(

@@ -11,10 +11,11 @@ import time
 import pytest
 
 import launchpad_py as lp
-from launchpad_py import courier, failure_policy
+from launchpad_py import courier
+from launchpad_py.program import failure_policy
 from launchpad_py.launchers import registry
-from launchpad_py.launchers.controller import ProgramController
-from launchpad_py.launchers.local_threads import ThreadWorker
+from launchpad_py.supervision.controller import ProgramController
+from launchpad_py.launchers.local.threads import ThreadWorker
 from conftest import needs_ssh_hosts, ssh_host, wait_for
 from restart_nodes import Member, always_crash, crash_first_times
 
@@ -42,7 +43,7 @@ def _kill_and_wait_back(controller, client):
 def test_killed_node_comes_back_at_its_address_with_its_restart_counted(caplog):
     """SIGKILL of a Restart node: same address, new pid, restarts=1 in statuses and the log."""
     program, handle = _member_program()
-    caplog.set_level(logging.WARNING, logger='launchpad_py.launchers.controller')
+    caplog.set_level(logging.WARNING, logger='launchpad_py.supervision.controller')
     with lp.launch(program, launch_type='test_mp', failure_policy={'member': _QUICK}) as controller:
         client = handle.dereference()
         address = handle.address.resolve()
@@ -230,7 +231,7 @@ def test_launcher_that_cannot_restart_rejects_a_restart_policy():
     def launch_plain(program, options):
         controller = ProgramController(program.name, 'plain', options.grace, False,
                                        failure_policy=options.failure_policy)
-        from launchpad_py.launchers import shipping
+        from launchpad_py.supervision import shipping
         executables = [e for e, _ in shipping.prepare(program, serialize=False)]
         return controller.start([NoRestartWorker(e, controller.scope, controller.events)
                                  for e in executables])
@@ -244,7 +245,7 @@ def test_launcher_that_cannot_restart_rejects_a_restart_policy():
 
 def test_deadlines_pop_in_order_of_their_moments():
     """The supervisors' deadline list hands back due keys earliest first, and forgets them."""
-    deadlines = failure_policy.Deadlines()
+    deadlines = failure_policy.Alarms()
     assert deadlines.wait_time() is None
     now = time.monotonic()
     deadlines.set('late', now - 1)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 import threading
 
-from launchpad_py.launchers.worker_api import Events
+from launchpad_py.supervision.worker import Events, StopRequested
 
 
 def _post_with_a_nested_post_at_step(step: int) -> tuple[bool, int, list]:
@@ -56,5 +56,5 @@ def test_a_stop_request_nested_anywhere_inside_another_goes_through():
         assert finished, f'a stop request nested at step {step} of another deadlocked'
         if step > steps_taken:
             break
-        assert posted == [('stop', None, None)] * 2
+        assert posted == [StopRequested()] * 2
         step += 1

@@ -73,7 +73,7 @@ def test_status_shows_host_and_remote_pid():
         (status,) = controller.statuses()
         assert status.host == 'h3'
         process = psutil.Process(status.pid)
-        assert 'launchpad_py.launchers.remote_node' in ' '.join(process.cmdline())
+        assert 'launchpad_py.node_side.remote_node_main' in ' '.join(process.cmdline())
         assert os.path.basename(os.readlink(f'/proc/{status.pid}/ns/net')) != os.path.basename(
             os.readlink('/proc/self/ns/net')), 'the node should run in h3 network namespace'
 
@@ -219,7 +219,7 @@ def test_frozen_launcher_nodes_end_after_heartbeat_timeout():
 
     Its connections stay open, so only the heartbeat can tell.
     """
-    from launchpad_py.launchers.remote import HEARTBEAT_TIMEOUT_S
+    from launchpad_py.launchers.remote.launch import HEARTBEAT_TIMEOUT_S
     token = f'lp-frozen-{uuid.uuid4().hex}'
     launcher, nodes = _start_spread_launcher(token)
     launcher.send_signal(signal.SIGSTOP)
@@ -254,15 +254,15 @@ def test_node_lost_while_others_start_ends_them_without_waiting_for_grace():
     They are still waiting for the address table, so a stop must reach them
     there instead of the grace period running out.
     """
-    from launchpad_py.launchers import remote
+    from launchpad_py.launchers.remote import launch as remote
     from launchpad_py.launchers.options import LaunchOptions
-    from launchpad_py.launchers.ssh_host import check_hosts
+    from launchpad_py.launchers.ssh.host import check_hosts
     program = lp.Program('lost')
     program.add_node(lp.PyNode(serve_forever), label='healthy')
     program.add_node(lp.PyNode(serve_forever), label='lost')
     host = ssh_host('h1')
     (launcher_ip,) = check_hosts([host]).values()
-    argv = host.ssh_argv(host.remote_command(['-m', 'launchpad_py.launchers.remote_node']))
+    argv = host.ssh_argv(host.remote_command(['-m', 'launchpad_py.node_side.remote_node_main']))
     placements = {('healthy', 0): remote.Placement(argv, 'h1', launcher_ip),
                   ('lost', 0): remote.Placement(['sh', '-c', 'exit 7'], 'nowhere', launcher_ip)}
     start = time.monotonic()

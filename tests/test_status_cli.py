@@ -1,4 +1,4 @@
-"""The status handle file and ``python -m launchpad_py.status``."""
+"""The status handle file and ``python -m launchpad_py.cli.status``."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ import sys
 import pytest
 
 import launchpad_py as lp
-from launchpad_py import status
-from launchpad_py.launchers import status_endpoint
+from launchpad_py.cli import status
+from launchpad_py.observability import status_endpoint
 from tests.conftest import REPO
 from tests.observe_nodes import Counted
 
@@ -34,7 +34,7 @@ def _launch(name='watched', launch_type='local_mp'):
 
 def _status(*args, env_dir):
     env = dict(os.environ, **{status_endpoint.RUN_DIR_ENV: str(env_dir)})
-    return subprocess.run([sys.executable, '-m', 'launchpad_py.status', *args], cwd=REPO,
+    return subprocess.run([sys.executable, '-m', 'launchpad_py.cli.status', *args], cwd=REPO,
                           env=env, capture_output=True, text=True, timeout=60)
 
 

@@ -10,6 +10,8 @@ Both make ``import launchpad`` resolve to ``launchpad_py`` and ``import courier`
 to an original-style courier module, in this process and in every node
 process it starts. Nothing changes for code that does not opt in, so an
 environment with the original installed keeps working.
+
+The top floor: may import anything in the package; nothing imports it.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from __future__ import annotations
 import os
 import sys
 
-from launchpad_py.node_process import PRELOAD_ENV
+from launchpad_py.node_side.node_process import PRELOAD_ENV
 _ACTIVATE = 'launchpad_py.compat.activate'
 
 

@@ -6,6 +6,9 @@ Usable alone::
     with courier.Server(Counter()) as server:
         client = courier.Client(server.address)
         client.increment()
+
+The bottom layer: imports nothing else of ``launchpad_py`` (not even ``errors``), so
+it can be used, tested and moved on its own.
 """
 
 import os as _os

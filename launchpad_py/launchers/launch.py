@@ -7,7 +7,8 @@ import threading
 from typing import Any, Mapping, Sequence
 
 from launchpad_py import errors, flags
-from launchpad_py.launchers import controller, registry, signals
+from launchpad_py.supervision import controller
+from launchpad_py.launchers import registry, signals
 from launchpad_py.launchers.options import LaunchOptions
 from launchpad_py.program import Program
 from launchpad_py.program import graph as program_graph
@@ -41,7 +42,8 @@ def launch(programs: Program | Sequence[Program], launch_type=None, xm_resources
     del xm_resources  # Accepted for compatibility with DeepMind Launchpad; unused locally.
     if launch_type is None:
         launch_type = flags.value_or_default(flags.LAUNCH_TYPE)
-    name, launcher = registry.lookup(launch_type)
+    backend = registry.backend(launch_type)
+    name, launcher = backend.name, backend.load_launcher()
     if resources is not None and local_resources is not None:
         raise errors.ResourcesError('pass resources= or local_resources= (its older name), '
                                     'not both')
@@ -60,6 +62,7 @@ def launch(programs: Program | Sequence[Program], launch_type=None, xm_resources
     for program in program_list:
         options.check_resource_groups(program)
         options.check_failure_policy(program)
+        backend.check(options, program)
     signals.install_once()
     _register_exit_hook()
     controllers = []

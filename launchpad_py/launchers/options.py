@@ -1,11 +1,12 @@
-"""The options of ``lp.launch`` as one value, checked against what each launcher supports."""
+"""The options of ``lp.launch`` as one value (what each launcher supports: ``registry``)."""
 
 from __future__ import annotations
 
 import dataclasses
 from typing import Any, Mapping
 
-from launchpad_py import errors, failure_policy, flags
+from launchpad_py import errors, flags
+from launchpad_py.program import failure_policy
 from launchpad_py.program import Program
 
 
@@ -31,34 +32,6 @@ class LaunchOptions:
             kwargs['dashboard'] = bool(flags.value_or_default(flags.DASHBOARD))
         port = int(flags.value_or_default(flags.DASHBOARD_PORT))
         return cls(grace=grace, dashboard_port=port, **kwargs)
-
-    def reject_for(self, launch_type: str, *, local_resources: bool = False,
-                   terminal: bool = False, restarts: bool = False,
-                   elastic_groups: set[str] | frozenset = frozenset()) -> None:
-        """Raises for each option the launcher cannot use, instead of ignoring it.
-
-        ``restarts``: the launcher cannot restart nodes; ``elastic_groups``: the program's
-        elastic groups, where the launcher cannot add or remove nodes while it runs.
-        """
-        restarted = sorted(group for group, policy in (self.failure_policy or {}).items()
-                           if isinstance(policy, failure_policy.Restart))
-        if restarts and restarted:
-            raise errors.ProgramError(
-                f'{launch_type} cannot restart nodes, but failure_policy gives lp.Restart to '
-                f'groups {restarted}; give them lp.StopProgram() or launch with local_mp or ssh')
-        if elastic_groups:
-            raise errors.ProgramError(
-                f'{launch_type} cannot add or remove nodes while a program runs, so groups '
-                f'{sorted(elastic_groups)} cannot be elastic; launch with local_mp or ssh, or '
-                'declare them with program.group(label) instead')
-        if local_resources and self.local_resources:
-            raise errors.ResourcesError(
-                f'{launch_type} runs every node in this process and cannot apply local_resources '
-                f'(got groups {sorted(self.local_resources)}); use launch_type="local_mp"')
-        if terminal and self.terminal:
-            raise errors.ProgramError(
-                f'{launch_type} does not take a terminal (got {self.terminal!r}); '
-                'terminal modes belong to local_mp')
 
     def check_failure_policy(self, program: Program) -> None:
         """Every group the policies name exists, and every policy is one."""

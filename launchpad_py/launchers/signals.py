@@ -7,7 +7,7 @@ import signal
 import threading
 import weakref
 
-from launchpad_py.launchers import controller
+from launchpad_py.supervision import controller
 
 _log = logging.getLogger(__name__)
 _installed = False

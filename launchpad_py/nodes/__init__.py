@@ -1,4 +1,9 @@
-"""Node types: one module each, holding the node, its handle and its executable."""
+"""Node types: one module each, holding the node, its handle and its executable.
+
+May import: ``courier``, ``program``, ``node_side`` (the running node's context and stop)
+and the package root. Never ``supervision`` or ``launchers``: a node describes what to
+run and never asks which launcher runs it.
+"""
 
 from launchpad_py.nodes.cacher import CacherHandle
 from launchpad_py.nodes.cacher import CacherNode

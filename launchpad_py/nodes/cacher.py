@@ -18,7 +18,8 @@ import threading
 import time
 from typing import Any, Iterator
 
-from launchpad_py import courier, runtime
+from launchpad_py import courier
+from launchpad_py.node_side import runtime
 from launchpad_py.courier import serialization
 from launchpad_py.errors import NotRunningError
 from launchpad_py.nodes.courier_node import CourierHandle

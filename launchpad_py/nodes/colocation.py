@@ -17,7 +17,8 @@ import queue
 import threading
 from typing import Any, Iterator, Sequence
 
-from launchpad_py import errors, runtime
+from launchpad_py import errors
+from launchpad_py.node_side import runtime
 from launchpad_py.nodes.colocation_processes import RunProcesses
 from launchpad_py.program.address import Address
 from launchpad_py.program.handle import Handle

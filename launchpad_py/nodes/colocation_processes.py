@@ -25,10 +25,11 @@ import sys
 import threading
 import time
 
-from launchpad_py import (devices, errors, failure_policy, flag_transfer, flags, node_process,
-                          runtime)
+from launchpad_py.node_side import devices, flag_transfer, node_process, runtime
+from launchpad_py import errors, flags
+from launchpad_py.program import failure_policy
 from launchpad_py.courier import serialization
-from launchpad_py.node_process import Channel
+from launchpad_py.node_side.node_process import Channel
 from launchpad_py.program import group_handle
 from launchpad_py.program.node import ExecutionContext, Executable
 
@@ -68,7 +69,7 @@ class _Supervisor:
                  scope: runtime.ProgramScope):
         self._children = [_Child(executable) for executable in children]
         self._policy = failure_policy.Restart(max_restarts=retries, backoff=_BACKOFF_S)
-        self._restarts_due = failure_policy.Deadlines()
+        self._restarts_due = failure_policy.Alarms()
         self._members: group_handle.Table = {}
         self._context = context
         self._scope = scope

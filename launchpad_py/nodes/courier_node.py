@@ -11,7 +11,8 @@ import inspect
 import threading
 from typing import Any, Callable, Generic, Iterator, TypeVar
 
-from launchpad_py import courier, errors, runtime
+from launchpad_py import courier, errors
+from launchpad_py.node_side import runtime
 from launchpad_py.nodes.deferred_call import DeferredCall, target_name
 from launchpad_py.program.address import Address, get_port_from_address
 from launchpad_py.program.handle import Handle

@@ -1,4 +1,12 @@
-"""The program graph: ``Program``, nodes, handles and address placeholders."""
+"""The program graph: ``Program``, nodes, handles and address placeholders.
+
+Also the failure policies as the user declares them (``failure_policy``: ``lp.Restart``,
+``lp.StopProgram``) and the graph's structure for pictures (``graph``).
+
+May import: ``courier`` (serialization) and the package root's ``errors``. Never a node
+type, the node side, supervision or a launcher: the graph only knows the ``Node`` and
+``Handle`` interfaces.
+"""
 
 from launchpad_py.program.address import AbstractAddressBuilder
 from launchpad_py.program.address import Address

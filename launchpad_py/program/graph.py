@@ -4,7 +4,7 @@
 node receives among its arguments, from that node to the node it can call);
 ``to_dot`` writes it in Graphviz's DOT language, one cluster per group::
 
-    print(program.to_dot())                      # or: python -m launchpad_py.graph script.py
+    print(program.to_dot())                      # or: python -m launchpad_py.cli.draw script.py
     dot -Tsvg -o program.svg <<< "$(...)"
 """
 

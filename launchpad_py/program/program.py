@@ -135,7 +135,7 @@ class Program:
         """The graph in Graphviz DOT: groups as clusters, an edge per handle passed to a node.
 
         ``resources`` (as given to ``lp.launch``) are written on each node of their group.
-        Render with ``dot -Tsvg``, or use ``python -m launchpad_py.graph``.
+        Render with ``dot -Tsvg``, or use ``python -m launchpad_py.cli.draw``.
         """
         return graph.to_dot(self, resources)
 

@@ -20,7 +20,7 @@ import time
 from absl import app
 
 import launchpad_py as lp
-from launchpad_py.launchers import controller as controller_module
+from launchpad_py.supervision import controller as controller_module
 import fault_nodes
 
 

@@ -1,0 +1,143 @@
+"""The Kubernetes objects of one launch, as plain dicts (what ``kubectl apply`` would take).
+
+Per launch: one root Job, the program's *lease*, and per node a Pod and a
+Secret holding its bootstrap. Every object carries the label
+``launchpad-py/program=<name>-<id>`` and, once the root exists, an owner
+reference to it, so deleting the root deletes everything.
+
+The root Job runs nothing (``parallelism: 0``); it exists to be the owner and
+to end the program when its launcher is gone: its ``activeDeadlineSeconds``
+is the lease, which the launcher keeps extending. When the launcher dies the
+deadline passes, the Job fails, ``ttlSecondsAfterFinished: 0`` deletes it and
+the garbage collector deletes the Pods and Secrets it owns.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import secrets
+
+from launchpad_py.launchers.kubernetes.resources import KubernetesOptions, KubernetesResources
+
+#: On every object of a launch; its value names the launch (``<name>-<id>``).
+PROGRAM_LABEL = 'launchpad-py/program'
+#: On each pod: which node it runs (``<label>-<index>``).
+NODE_LABEL = 'launchpad-py/node'
+BOOT_DIR = '/var/run/launchpad-py'
+BOOT_FILE = 'bootstrap.json'
+BOOT_ENV = 'LAUNCHPAD_PY_BOOTSTRAP'
+_NODE_MODULE = 'launchpad_py.node_side.remote_node_main'
+
+
+def _dns_label(text: str, limit: int) -> str:
+    """``text`` as a DNS label part: lower case letters, digits and '-', at most ``limit`` long."""
+    cleaned = re.sub(r'[^a-z0-9]+', '-', text.lower()).strip('-')[:limit].strip('-')
+    return cleaned or 'x'
+
+
+class Names:
+    """The names of one launch's objects, all valid DNS labels of at most 63 characters."""
+
+    def __init__(self, program_name: str, nodes: list[tuple[str, int]], launch_id: str | None = None):
+        self.launch_id = launch_id or secrets.token_hex(3)
+        #: The program label's value and the root Job's name.
+        self.program = f'{_dns_label(program_name, 28)}-{self.launch_id}'
+        short = {label: _dns_label(label, 20) for label, _ in nodes}
+        clashing = {s for s in short.values() if list(short.values()).count(s) > 1}
+        for label, value in short.items():  # Labels that clean up alike get a hash each.
+            if value in clashing:
+                short[label] = f'{value[:14]}-{hashlib.sha1(label.encode()).hexdigest()[:5]}'
+        self._short = short
+
+    def pod(self, label: str, index: int) -> str:
+        return f'{self.program}-{self._short[label]}-{index}'
+
+    def node_value(self, label: str, index: int) -> str:
+        return f'{self._short[label]}-{index}'
+
+    def secret(self, label: str, index: int) -> str:
+        return f'{self.pod(label, index)}-boot'
+
+
+def _metadata(name: str, namespace: str, names: Names, owner: dict | None, **labels) -> dict:
+    metadata = {'name': name, 'namespace': namespace,
+                'labels': {PROGRAM_LABEL: names.program, **labels}}
+    if owner is not None:
+        metadata['ownerReferences'] = [owner]
+    return metadata
+
+
+def owner_reference(root: dict) -> dict:
+    """Makes an object a dependent of the created root Job (``root`` as the API returned it)."""
+    return {'apiVersion': 'batch/v1', 'kind': 'Job', 'name': root['metadata']['name'],
+            'uid': root['metadata']['uid']}
+
+
+def root_job(names: Names, options: KubernetesOptions, image: str) -> dict:
+    """The lease: a Job that runs no pod and fails when ``activeDeadlineSeconds`` passes."""
+    return {
+        'apiVersion': 'batch/v1', 'kind': 'Job',
+        'metadata': _metadata(names.program, options.namespace, names, None),
+        'spec': {
+            'parallelism': 0, 'completions': 1, 'backoffLimit': 0,
+            'activeDeadlineSeconds': options.lease_seconds, 'ttlSecondsAfterFinished': 0,
+            'template': {
+                'metadata': {'labels': {PROGRAM_LABEL: names.program}},
+                'spec': {'restartPolicy': 'Never', 'automountServiceAccountToken': False,
+                         'containers': [{'name': 'lease', 'image': image, 'command': ['true']}]},
+            },
+        },
+    }
+
+
+def boot_secret(names: Names, options: KubernetesOptions, label: str, index: int,
+                owner: dict | None, boot: dict | None) -> dict:
+    """One node's bootstrap (control address and key, program secret); None: a placeholder."""
+    text = json.dumps(boot) if boot is not None else '(made when the program is launched)'
+    return {'apiVersion': 'v1', 'kind': 'Secret', 'type': 'Opaque',
+            'metadata': _metadata(names.secret(label, index), options.namespace, names, owner,
+                                  **{NODE_LABEL: names.node_value(label, index)}),
+            'stringData': {BOOT_FILE: text}}
+
+
+def _container(spec: KubernetesResources, hide_gpus: bool) -> dict:
+    env = {BOOT_ENV: f'{BOOT_DIR}/{BOOT_FILE}', 'PYTHONUNBUFFERED': '1', **(spec.env or {})}
+    if hide_gpus and not spec.gpus:  # As under local_mp and ssh: GPUs go only where named.
+        env.setdefault('CUDA_VISIBLE_DEVICES', '')
+    container = {'name': 'node', 'image': spec.image,
+                 'command': [spec.python, '-m', _NODE_MODULE],
+                 'env': [{'name': k, 'value': v} for k, v in env.items()],
+                 'volumeMounts': [{'name': 'bootstrap', 'mountPath': BOOT_DIR, 'readOnly': True}]}
+    if spec.workdir:
+        container['workingDir'] = spec.workdir
+    resources = spec.container_resources()
+    if resources:
+        container['resources'] = resources
+    return container
+
+
+def pod(names: Names, options: KubernetesOptions, label: str, index: int,
+        spec: KubernetesResources, owner: dict | None, grace: float, hide_gpus: bool) -> dict:
+    """The pod of node ``label/index``: ``python -m ...remote_node_main`` with its Secret mounted."""
+    pod_spec = {
+        'restartPolicy': 'Never',
+        'terminationGracePeriodSeconds': int(grace) + 5,
+        'enableServiceLinks': False,
+        'automountServiceAccountToken': options.service_account is not None,
+        'containers': [_container(spec, hide_gpus)],
+        # optional: false is the default; written out because podman 4.3 needs it set.
+        'volumes': [{'name': 'bootstrap', 'secret': {'secretName': names.secret(label, index),
+                                                     'defaultMode': 0o400, 'optional': False}}],
+    }
+    if options.service_account:
+        pod_spec['serviceAccountName'] = options.service_account
+    if spec.node_selector:
+        pod_spec['nodeSelector'] = dict(spec.node_selector)
+    if spec.tolerations:
+        pod_spec['tolerations'] = [dict(t) for t in spec.tolerations]
+    metadata = _metadata(names.pod(label, index), options.namespace, names, owner,
+                         **{NODE_LABEL: names.node_value(label, index)})
+    metadata['annotations'] = {'launchpad-py/node-name': f'{label}/{index}'}
+    return {'apiVersion': 'v1', 'kind': 'Pod', 'metadata': metadata, 'spec': pod_spec}

@@ -1,0 +1,195 @@
+"""The launcher's side of one launch on Kubernetes: its objects, and a ``Starter`` per pod.
+
+``Deployment`` creates the root Job (the lease) before any pod, keeps the
+lease alive, watches the launch's pods through the API and deletes the root
+when the program is over (the garbage collector deletes the rest).
+``PodStarter`` is how ``launchers/remote/`` starts one node: a Secret with the node's
+bootstrap, then its Pod; it follows the pod's log into the node's output,
+says why a pod waits (Unschedulable, ImagePullBackOff, ...) and tells the
+worker when the pod has ended, with its exit code.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+
+from launchpad_py.node_side import node_process
+from launchpad_py.launchers.kubernetes import manifests
+from launchpad_py.launchers.kubernetes.api import Cluster
+from launchpad_py.launchers.remote.worker import Starter
+
+_log = logging.getLogger(__name__)
+
+
+class Deployment:
+    """The Kubernetes objects of one launch, and the threads that look after them."""
+
+    def __init__(self, cluster: Cluster, names: manifests.Names, render, lease_seconds: int):
+        self.cluster, self.names = cluster, names
+        #: ``render(label, index, owner, boot) -> (secret, pod)`` manifests of one node.
+        self.render = render
+        self.owner: dict | None = None
+        self._lease_seconds = lease_seconds
+        self._starters: dict[str, PodStarter] = {}
+        self._finished = threading.Event()
+        self._lock = threading.Lock()
+        self._threads: list[threading.Thread] = []
+
+    def create_root(self, root: dict) -> None:
+        """Creates the lease Job that owns everything else; starts the lease and the pod watch."""
+        created_at = time.monotonic()
+        self.owner = manifests.owner_reference(self.cluster.create(root))
+        for target, name in ((self._keep_lease, 'lease'), (self._watch, 'watch')):
+            thread = threading.Thread(target=target, args=(created_at,) if name == 'lease' else (),
+                                      name=f'lp-k8s-{name}-{self.names.program}', daemon=True)
+            thread.start()
+            self._threads.append(thread)
+
+    def starter(self, label: str, index: int) -> 'PodStarter':
+        starter = PodStarter(self, label, index)
+        self._starters[self.names.pod(label, index)] = starter
+        return starter
+
+    def _keep_lease(self, created_at: float) -> None:
+        """Moves the root's deadline to ``lease_seconds`` from now, a few times per lease."""
+        period = self._lease_seconds / 3
+        while not self._finished.wait(period):
+            elapsed = int(time.monotonic() - created_at) + 1
+            try:
+                self.cluster.extend_deadline(self.names.program, elapsed + self._lease_seconds)
+            except Exception as exc:  # Retried next period; the lease covers a few misses.
+                _log.warning('cannot extend the lease of %s: %s', self.names.program, exc)
+
+    def _watch(self) -> None:
+        selector = f'{manifests.PROGRAM_LABEL}={self.names.program}'
+        self.cluster.watch_pods(selector, self._on_pod_event, self._finished)
+
+    def _on_pod_event(self, kind: str, pod: dict) -> None:
+        starter = self._starters.get(pod['metadata']['name'])
+        if starter is not None:
+            starter.observe(kind, pod)
+
+    def finish(self) -> None:
+        """Deletes the root (and with it every object of the launch); idempotent."""
+        with self._lock:
+            if self._finished.is_set():
+                return
+            self._finished.set()
+        for starter in self._starters.values():
+            starter.close()
+        if self.owner is not None:
+            self.cluster.delete_job(self.names.program)
+        self.cluster.close()
+        for thread in self._threads:
+            thread.join(10)
+
+
+def _waiting_reason(pod: dict) -> str | None:
+    """Why a pod is not running yet: the scheduler's or the kubelet's reason and message."""
+    status = pod.get('status') or {}
+    for container in status.get('containerStatuses') or ():
+        waiting = (container.get('state') or {}).get('waiting')
+        if waiting and waiting.get('reason') not in (None, 'ContainerCreating'):
+            return f"{waiting['reason']}: {waiting.get('message', '')}".rstrip(': ')
+    for condition in status.get('conditions') or ():
+        if condition.get('type') == 'PodScheduled' and condition.get('status') == 'False':
+            return f"{condition.get('reason')}: {condition.get('message', '')}".rstrip(': ')
+    return None
+
+
+def _terminated(pod: dict) -> dict | None:
+    for container in (pod.get('status') or {}).get('containerStatuses') or ():
+        state = container.get('state') or {}
+        if 'terminated' in state:
+            return state['terminated']
+    return None
+
+
+class PodStarter(Starter):
+    """One node as a Pod: created with its Secret, watched through the API, deleted to kill."""
+
+    def __init__(self, deployment: Deployment, label: str, index: int):
+        self._deployment, self._label, self._index = deployment, label, index
+        self.pod_name = deployment.names.pod(label, index)
+        self._sink = None
+        self._created = False
+        self._reason: str | None = None
+        self._log = None
+        self._log_lock = threading.Lock()
+        self._code: int | None = None
+        self._how: str | None = None
+        self._taken: str | None = None
+        self._terminating = False
+        self._ended = threading.Event()
+
+    def start(self, boot: dict, sink) -> None:
+        self._sink = sink
+        deployment = self._deployment
+        secret, pod = deployment.render(self._label, self._index, deployment.owner, boot)
+        deployment.cluster.create(secret)
+        deployment.cluster.create(pod)
+        self._created = True
+
+    def observe(self, kind: str, pod: dict) -> None:
+        """One watch event of our pod: report why it waits, follow its log, notice its end."""
+        phase = (pod.get('status') or {}).get('phase', 'Pending')
+        reason = _waiting_reason(pod)
+        if reason and reason != self._reason:
+            self._reason = reason
+            text = f'pod {self.pod_name} is {phase.lower()}: {reason}'
+            _log.warning('%s', text)
+            self._sink.note(text)
+        terminated = _terminated(pod)
+        running = phase in ('Running', 'Succeeded', 'Failed') or terminated is not None
+        if running:
+            self._follow_log()
+        if terminated is not None:
+            self._code = terminated.get('exitCode')
+            self._how = terminated.get('reason')
+        elif phase == 'Failed' or kind == 'DELETED':  # Evicted, or deleted by someone.
+            self._how = (pod.get('status') or {}).get('reason') or kind.lower()
+        deleting = kind == 'DELETED' or pod['metadata'].get('deletionTimestamp')
+        if deleting and not self._terminating and not self._deployment._finished.is_set():
+            self._taken = f'pod {self.pod_name} was deleted while the program ran'
+        if phase in ('Succeeded', 'Failed') or kind == 'DELETED':
+            self._ended.set()
+
+    def _follow_log(self) -> None:
+        with self._log_lock:
+            if self._log is not None or self._deployment._finished.is_set():
+                return
+            try:
+                self._log = self._deployment.cluster.follow_log(self.pod_name)
+            except Exception as exc:  # Its container never started: no log to follow.
+                _log.debug('no log of %s: %s', self.pod_name, exc)
+                self._log = False
+                return
+            self._sink.follow(self._log)
+
+    def wait(self) -> int | None:
+        self._ended.wait()
+        return self._code
+
+    def describe_exit(self, code: int | None) -> str:
+        if code is None:
+            return f'pod {self.pod_name} ended without an exit code: {self._how or "unknown"}'
+        how = node_process.describe_exit(code)
+        return f'{how}, {self._how}' if self._how and self._how not in ('Error', 'Completed') else how
+
+    def taken_away(self) -> str | None:
+        return self._taken
+
+    def terminate(self) -> bool:
+        self._terminating = True
+        if self._created and not self._ended.is_set():
+            self._deployment.cluster.delete_pod(self.pod_name)
+        return self._created
+
+    def close(self) -> None:
+        with self._log_lock:
+            log, self._log = self._log, False
+        if log:
+            log.close()
+        self._ended.set()  # Nothing more will be heard of it: the program is over.

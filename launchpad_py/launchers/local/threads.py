@@ -1,0 +1,104 @@
+"""``local_mt`` and ``test_mt``: every node is a thread of the launching process.
+
+Node threads share one ``ProgramScope``, so a stop reaches all of them at
+once and each stop handler runs once. Threads cannot be killed: when a node
+ignores the stop for the grace period, ``local_mt`` ends the launching
+process with the stuck nodes' stacks and ``test_mt`` raises (see ``stuck_threads``).
+A node that raised can be restarted (a new thread runs a fresh copy of it);
+one cannot be stopped alone, so groups here are not elastic.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import threading
+
+from launchpad_py.node_side import node_logging, node_metrics, runtime
+from launchpad_py.courier import serialization
+from launchpad_py.supervision import (elastic, program_secret, rundir, shipping,
+                                      stuck_threads)
+from launchpad_py.supervision.controller import ProgramController
+from launchpad_py.launchers.options import LaunchOptions
+from launchpad_py.supervision.worker import Events, FailureReport, Worker
+from launchpad_py.program import ExecutionContext, Executable, Program
+
+
+class ThreadWorker(Worker):
+    can_restart = True
+    can_stop_alone = False
+
+    def __init__(self, executable: Executable, scope: runtime.ProgramScope, events: Events,
+                 data: bytes | None = None):
+        super().__init__(executable.label, executable.index, executable.description, events)
+        self._executable = executable
+        self._data = data  # The pickle it came from, so a restart runs a fresh copy.
+        self._scope = scope
+        self._thread = threading.Thread(target=self._run, name=f'lp-node-{self.name}', daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def _run(self) -> None:
+        runtime.bind_thread(self._scope)
+        runtime.bind_node(runtime.NodeContext(self.label, self.index))
+        context = ExecutionContext(self.label, self.index, '127.0.0.1',
+                                   lambda: self.events.ready(self), self._scope.stop_event)
+        try:
+            self._executable.main(context)
+        except BaseException as exc:  # Reported to the supervisor, which decides.
+            self.events.exited(self, 1, FailureReport.from_exception(exc))
+        else:
+            self.events.exited(self, 0, None)
+
+    def restarted(self) -> 'ThreadWorker':
+        executable = self._executable if self._data is None else serialization.loads(self._data)
+        return ThreadWorker(executable, self._scope, self.events, self._data)
+
+    def request_stop(self) -> None:
+        """Nothing to do: the controller stops the scope this thread shares with it."""
+
+    def stack(self) -> str:
+        return stuck_threads.thread_stack(self._thread)
+
+    def kill(self) -> bool:
+        return False
+
+    def request_metrics(self) -> concurrent.futures.Future:
+        # Threads share the process: only this node's servers, but the process's RSS and CPU.
+        future: concurrent.futures.Future = concurrent.futures.Future()
+        future.set_result(node_metrics.collect(owner_thread=self._thread.ident))
+        return future
+
+    def join(self, timeout: float | None = None) -> None:
+        self._thread.join(timeout)
+
+
+def _launch(program: Program, options: LaunchOptions, launch_type: str, test: bool):
+    if options.serialize_py_nodes is False:
+        prepared = shipping.prepare(program, serialize=False)
+        executables = [e for e, _ in prepared]
+    else:
+        # Each node gets its own copy of its arguments, as it would in a process;
+        # this also reports unpicklable arguments as early as local_mp would.
+        prepared = shipping.prepare(program)
+        executables = [serialization.loads(data) for _, data in prepared]
+    groups = elastic.groups_of(program, new_worker=None)
+    node_logging.configure_launcher()
+    rundir.sweep()  # Sockets a killed launcher's nodes left; ours are made after this.
+    issued = program_secret.issue(executables)
+    controller = ProgramController(program.name, launch_type, options.grace,
+                                   keep_process_alive=not test, on_finish=issued.forget,
+                                   failure_policy=options.failure_policy, groups=groups)
+    controller.scope.servers = shipping.server_addresses(executables)
+    controller.scope.secret = issued.secret
+    workers = [ThreadWorker(e, controller.scope, controller.events, data)
+               for e, (_, data) in zip(executables, prepared)]
+    return controller.start(workers, options.ready_timeout)
+
+
+def launch_local(program: Program, options: LaunchOptions) -> ProgramController:
+    return _launch(program, options, 'local_mt', test=False)
+
+
+def launch_test(program: Program, options: LaunchOptions) -> ProgramController:
+    return _launch(program, options, 'test_mt', test=True)

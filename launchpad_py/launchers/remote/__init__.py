@@ -1,0 +1,9 @@
+"""What every multi-host backend shares: nodes that dial back, report their addresses,
+get the address table and their executable, stream logs and end with the launcher.
+
+``launch`` (the sequence), ``setup`` (what one launch's workers share), ``worker``
+(``RemoteWorker``, and ``Starter``/``Placement``: how a backend says where and how a
+node process starts). A backend (``ssh``, ``slurm``, ``kubernetes``) supplies placements.
+
+May import: everything below ``launchers`` and ``launchers.options``; not a backend.
+"""

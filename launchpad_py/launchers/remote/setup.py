@@ -1,0 +1,119 @@
+"""What the workers of one remote launch share: control listeners, the secret, the address table.
+
+Each ``RemoteWorker`` (``worker.py``) registers here and reports its node's
+addresses through ``bound``; the last report completes the table, which every
+node then receives with its executable (late binding, see ``launch.py``).
+Kept apart from ``worker.py`` so that the worker can name this type without an
+import cycle: this module only calls what workers offer, and never names their class.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import secrets
+import threading
+
+from launchpad_py import courier
+from launchpad_py.node_side import control_channel, flag_transfer
+from launchpad_py.program import Program
+
+HEARTBEAT_S = 1.0
+#: A node ends itself after this long without a word from the launcher.
+HEARTBEAT_TIMEOUT_S = 5.0
+
+
+class RemoteSetup:
+    """What the workers of one program share: control listeners, the secret, the address table."""
+
+    def __init__(self, program: Program, mode: str, test: bool, log_dir: str, keep_logs: bool):
+        self.program_name = program.name
+        self.mode, self.test, self.log_dir, self.keep_logs = mode, test, log_dir, keep_logs
+        self.secret = secrets.token_bytes(32)
+        self.flags = flag_transfer.capture()
+        self.workers: dict = {}  # worker id -> its RemoteWorker
+        self._controls: dict[str, control_channel.ControlServer] = {}
+        self._registered: list[str] = []
+        self._distributed = False
+        self._lock = threading.Lock()
+        self._closed = threading.Event()
+
+    def control_for(self, ip: str) -> control_channel.ControlServer:
+        """The control listener on our interface ``ip`` (one per interface the hosts reach)."""
+        with self._lock:
+            if ip not in self._controls:
+                self._controls[ip] = control_channel.ControlServer(
+                    (ip, 0), control_channel.hand_to_workers(self.workers, 6), family='AF_INET')
+            return self._controls[ip]
+
+    def bound(self, worker) -> None:
+        """Called as each node reports its addresses; the last one completes the table."""
+        with self._lock:
+            late = self._distributed
+            if not late and any(w.addresses is None for w in self.workers.values()):
+                return
+            self._distributed = True
+        if late:
+            self._run_late(worker)
+            return
+        workers = list(self.workers.values())
+        for each in workers:
+            for address, value in zip(each.executable.addresses, each.addresses):
+                address.assign(value)
+        unreachable = _loopback_in_multi_host(workers)
+        if unreachable:
+            for each in workers:
+                each.fail_before_run(unreachable)
+            return
+        for each in workers:
+            for value in each.addresses:
+                courier.register_secret(value, self.secret)
+                self._registered.append(value)
+        for each in workers:
+            try:
+                each.run(self.program_name, self.flags)
+            except Exception as exc:  # Checked before the start, so only a surprise lands here.
+                each.fail_before_run(f'cannot ship node {each.name}: {type(exc).__name__}: {exc}')
+
+    def _run_late(self, worker) -> None:
+        """A node that joined a running program (restarted, or added): it runs at once."""
+        for address, value in zip(worker.executable.addresses, worker.addresses):
+            if worker.bind is None:
+                address.assign(value)
+            elif address.resolve() != value:
+                worker.fail_before_run(f'restarted node {worker.name} reported {value} instead of '
+                                       f'its address {address.resolve()}')
+                return
+            courier.register_secret(value, self.secret)
+            self._registered.append(value)
+        try:
+            worker.run(self.program_name, self.flags)
+        except Exception as exc:  # Checked when it was made, so only a surprise lands here.
+            worker.fail_before_run(f'cannot ship node {worker.name}: {type(exc).__name__}: {exc}')
+
+    def heartbeat(self) -> None:
+        while not self._closed.wait(HEARTBEAT_S):
+            for worker in list(self.workers.values()):
+                worker.send('ping')
+
+    def finish(self) -> None:
+        self._closed.set()
+        for value in self._registered:
+            courier.forget_secret(value)
+        for server in self._controls.values():
+            server.close()
+
+
+def _loopback_in_multi_host(workers: list) -> str | None:
+    """A message when some node can only be reached on its own host, yet others run elsewhere."""
+    hosts = {w.host for w in workers}
+    if len(hosts) < 2:
+        return None
+    for worker in workers:
+        if worker.addresses and ipaddress.ip_address(
+                worker.addresses[0].rpartition(':')[0]).is_loopback:
+            others = sorted(hosts - {worker.host})
+            return (f'node {worker.name} on host {worker.host!r} would listen on '
+                    f'{worker.addresses[0]}, a loopback address that nodes on {others} cannot '
+                    f'reach: {worker.host!r} reaches the launcher through loopback. Name the host '
+                    'by an address the other hosts can reach too.')
+    return None

@@ -1,0 +1,278 @@
+"""The launcher's side of one node process on another host (see ``launch.py``).
+
+A ``RemoteWorker`` starts the node with its ``Placement``'s ``Starter`` (by
+default a local command such as ssh, which gets the bootstrap line on its
+stdin, kept open: its end tells the node the launcher is gone), reads the
+node's control channel, and turns what it hears into the supervisor's events.
+"""
+
+from __future__ import annotations
+
+import abc
+import dataclasses
+import json
+import subprocess
+import threading
+
+from launchpad_py import errors
+from launchpad_py.node_side import node_process
+from launchpad_py.courier import serialization
+from launchpad_py.supervision import metrics_probe, output
+from launchpad_py.supervision.worker import (Events, FailureReport, MembersOverChannel, Worker,
+                                             relay_node_messages)
+from launchpad_py.launchers.remote.setup import HEARTBEAT_TIMEOUT_S, RemoteSetup
+from launchpad_py.program import Executable
+
+
+class Starter(abc.ABC):
+    """How one node process gets started somewhere, and how the launcher learns that it ended.
+
+    ``CommandStarter`` runs a local command whose stdin and stdout reach the
+    node (ssh, srun); a launcher with no such command (Kubernetes: a pod)
+    brings its own.
+    """
+
+    @abc.abstractmethod
+    def start(self, boot: dict, sink: output.Sink) -> None:
+        """Starts the node with its bootstrap ``boot``; its output goes to ``sink``."""
+
+    @abc.abstractmethod
+    def wait(self) -> int | None:
+        """Blocks until the node's process has ended; its exit code (None: unknown)."""
+
+    @abc.abstractmethod
+    def terminate(self) -> bool:
+        """Ends the node's process from outside; False when nothing was started."""
+
+    def close(self) -> None:
+        """Releases what the starter holds once the program is over."""
+
+    def describe_exit(self, code: int | None) -> str:
+        """How the node's process ended, for failure messages (``'exited with code 3'``)."""
+        return node_process.describe_exit(code)
+
+    def taken_away(self) -> str | None:
+        """Why the scheduler ended the node though the launcher did not ask (a pod deleted,
+        evicted, preempted, a Slurm job cancelled or out of time), which fails it even if it
+        then ended cleanly, and is why the program ended even when the node's stop request
+        (SIGTERM) reached the launcher first; None if it did not."""
+        return None
+
+    def again(self, host: str | None) -> 'Starter | None':
+        """A fresh starter for a restart of the same node on the same host (``host``: the one
+        it reported, None if it never did), or None where the launcher cannot put it there."""
+        return None
+
+
+class CommandStarter(Starter):
+    """A local command (ssh, srun) whose stdin carries the bootstrap and whose stdout the output.
+
+    stdin stays open after the bootstrap line: its end tells the node its launcher is gone.
+    """
+
+    def __init__(self, argv: list[str]):
+        self.argv = argv
+        self._process: subprocess.Popen | None = None
+
+    def start(self, boot: dict, sink: output.Sink) -> None:
+        # A session of its own: Ctrl-C in the terminal goes to the launcher, which
+        # stops the nodes gracefully, instead of cutting their connections.
+        self._process = subprocess.Popen(self.argv, stdin=subprocess.PIPE, start_new_session=True,
+                                         **sink.popen_streams())
+        sink.attach(self._process)
+        try:
+            self._process.stdin.write(json.dumps(boot).encode() + b'\n')
+            self._process.stdin.flush()
+        except OSError:
+            pass  # The starter died at once; the worker reports it with its output.
+
+    def again(self, host: str | None) -> 'CommandStarter':
+        return CommandStarter(self.argv)  # The command names the host (ssh) or none (tests).
+
+    def wait(self) -> int | None:
+        return self._process.wait()
+
+    def terminate(self) -> bool:
+        process = self._process
+        if process is not None and process.poll() is None:
+            process.terminate()
+        return process is not None
+
+    def close(self) -> None:
+        if self._process is not None:
+            try:
+                self._process.stdin.close()
+            except OSError:
+                pass
+
+
+@dataclasses.dataclass
+class Placement:
+    """Where and how one node process starts.
+
+    ``argv``: a local command whose stdin/stdout reach the node process (ssh,
+    srun); ``host``: the name shown in statuses and messages;
+    ``launcher_ip``: the launcher's address as that host reaches it;
+    ``args``: extra absl flags for the node; ``starter``: how to start it
+    where no local command reaches it (then ``argv`` is unused).
+
+    Where a scheduler picks the host, the launcher cannot name it in advance:
+    ``host_env`` names the node's environment variable that holds its host's
+    name (Slurm's ``SLURMD_NODENAME``), which the node reports when it dials
+    back; until then ``host`` is shown.
+    """
+
+    argv: list[str]
+    host: str
+    launcher_ip: str
+    args: list[str] = dataclasses.field(default_factory=list)
+    starter: Starter | None = None
+    host_env: str | None = None
+
+
+class RemoteWorker(MembersOverChannel, Worker):
+    """One node process on another host, seen from the launcher.
+
+    ``bind``: the addresses a restarted node must serve on again (its first
+    run picked them); None lets the node pick free ports.
+    """
+
+    def __init__(self, executable: Executable, placement: Placement, setup: RemoteSetup,
+                 events: Events, bind: list[str] | None = None):
+        super().__init__(executable.label, executable.index, executable.description, events)
+        self.worker_id = f'{self.label}/{self.index}'
+        self.executable = executable
+        self.placement = placement
+        self.addresses: list[str] | None = None
+        self.bind = bind
+        self._reported_host: str | None = None
+        self._setup = setup
+        setup.workers[self.worker_id] = self  # Its hello comes to us from now on.
+        self._sink = output.make_sink(setup.mode, self.name, setup.log_dir, setup.test,
+                                      keep_log=setup.keep_logs)
+        self._starter = placement.starter or CommandStarter(placement.argv)
+        self._channel: node_process.Channel | None = None
+        self._pid: int | None = None
+        self._failure: FailureReport | None = None
+        self._finished = False
+        self._stop_requested = False
+        self._channel_closed = threading.Event()
+        self._probe = metrics_probe.MetricsProbe()
+        self._lock = threading.Lock()
+
+    @property
+    def pid(self) -> int | None:
+        return self._pid
+
+    @property
+    def host(self) -> str:
+        return self._reported_host or self.placement.host
+
+    def _bootstrap(self) -> dict:
+        """What the node needs to dial back: control address and key, program secret, its id."""
+        control = self._setup.control_for(self.placement.launcher_ip)
+        return {'control': list(control.address), 'key': control.key.hex(),
+                'secret': self._setup.secret.hex(), 'worker_id': self.worker_id,
+                'addresses': len(self.executable.addresses), 'bind': self.bind,
+                'heartbeat_timeout': HEARTBEAT_TIMEOUT_S, 'host_env': self.placement.host_env}
+
+    def start(self) -> None:
+        try:
+            self._starter.start(self._bootstrap(), self._sink)
+        except OSError as exc:
+            raise errors.LaunchError(f'cannot start node {self.name} on {self.host}: {exc}') from exc
+        threading.Thread(target=self._wait_for_exit, name=f'lp-wait-{self.name}',
+                         daemon=True).start()
+
+    def on_connect(self, pid: int, pgid: int, addresses: list[str], host: str | None,
+                   channel: node_process.Channel) -> None:
+        del pgid  # The starter (ssh, srun) ends the node's group; the node ends it itself too.
+        with self._lock:
+            self._channel, self._pid, self.addresses = channel, pid, addresses
+            if self.placement.host_env and host:
+                self._reported_host = host
+            stop_now = self._stop_requested
+            self._send_members_on_connect(channel)
+        if stop_now:  # Stopped while it was starting: it ends without running.
+            channel.send('stop')
+        else:
+            self._setup.bound(self)
+        failure, self._finished = relay_node_messages(channel, self, self._probe,
+                                                      f' (on host {self.host})')
+        if failure is not None:
+            self._failure = failure
+        self._channel_closed.set()
+
+    @property
+    def can_restart(self) -> bool:
+        """Whether its starter can start the node again on the same host (ssh and srun can;
+        a pod could not keep its address)."""
+        return self._starter.again(None) is not None
+
+    def restarted(self) -> 'RemoteWorker':
+        """The same node on the same host, serving on the addresses it had."""
+        placement = dataclasses.replace(self.placement,
+                                        starter=self._starter.again(self._reported_host))
+        return RemoteWorker(self.executable, placement, self._setup, self.events,
+                            bind=self.addresses or self.bind)
+
+    def send(self, *message) -> None:
+        channel = self._channel
+        if channel is not None:
+            channel.send(*message)
+
+    def run(self, program_name: str, flags) -> None:
+        """Ships the executable, now that every address of the program is known."""
+        with self._lock:
+            if not self._stop_requested:
+                data = serialization.dumps(self.executable)
+                self.send('run', program_name, data, flags, list(self.placement.args))
+
+    def fail_before_run(self, summary: str) -> None:
+        """Ends a node that cannot run (e.g. unreachable address), with ``summary`` as its failure."""
+        self._failure = FailureReport(summary, summary)
+        self.kill()
+
+    def _wait_for_exit(self) -> None:
+        code = self._starter.wait()
+        # The starter is gone, so the channel is closed or about to be: read the last words.
+        self._channel_closed.wait(5 if self._channel is not None else 0)
+        self._sink.close()
+        failure = self._failure
+        taken = self._starter.taken_away() if failure is None or failure.follows_from_a_peer else None
+        if taken is not None:  # The scheduler's doing is why, even if the node ended cleanly.
+            failure = FailureReport(taken, f'{taken}\n--- output tail ---\n{self._sink.tail()}',
+                                    by_scheduler=True)
+        if failure is None and not self._finished:
+            how = self._starter.describe_exit(code)
+            if self._channel is None:
+                text = (f'the node process on {self.host} ended before it reached the launcher '
+                        f'({how}); is {self.placement.launcher_ip} reachable from {self.host}?')
+            else:
+                text = f'the connection to {self.host} ended ({how})'
+            failure = FailureReport(text, f'{text}\n--- output tail ---\n{self._sink.tail()}')
+        self.events.exited(self, code, failure)
+
+    def request_stop(self) -> None:
+        with self._lock:
+            self._stop_requested = True
+            channel = self._channel
+        if channel is not None:  # Before 'run' too: the node then ends without running.
+            channel.send('stop')
+
+    def kill(self) -> bool:
+        """Cuts the node's connections; it then kills its own process group."""
+        channel = self._channel
+        if channel is not None:
+            channel.close()
+        return self._starter.terminate()
+
+    def output_tail(self) -> str:
+        return self._sink.tail()
+
+    def request_metrics(self):
+        return self._probe.ask(self._channel)
+
+    def cleanup(self) -> None:
+        self.kill()
+        self._starter.close()

@@ -1,0 +1,110 @@
+"""``launch_type='slurm'``: every node is a job step of one Slurm job; the scheduler picks hosts.
+
+    lp.launch(p, launch_type='slurm', resources={
+        'learner': lp.SlurmResources(partition='gpu', gpus=1, cpus=8, mem='32G'),
+        'actor': lp.SlurmResources(partition='cpu', cpus=1, mem='2G'),
+    }, slurm_options={'time': '02:00:00'})
+
+This module only gets the job (``job``, ``allocation``) and builds each node's
+``srun`` command; the node dials back and reports where it landed, and
+starting, the address table, logs, stop and cleanup are ``launchers/remote/``'s.
+Each step's srun carries the node's stdin (the bootstrap with the program
+secret, then kept open so a lost launcher ends the node) and its output.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from launchpad_py import errors
+from launchpad_py.launchers.remote import launch as remote
+from launchpad_py.supervision.controller import ProgramController
+from launchpad_py.launchers.options import LaunchOptions
+from launchpad_py.launchers.slurm.allocation import Allocation
+from launchpad_py.launchers.slurm.job import (Component, ExistingAllocation, Job, address_towards,
+                                              components_of, step_args)
+from launchpad_py.launchers.slurm.resources import SlurmOptions, SlurmResources, resources_of_groups
+from launchpad_py.program import Program
+
+_NODE_COMMAND = ['-m', 'launchpad_py.node_side.remote_node_main']
+
+
+def _node_command(spec: SlurmResources) -> list[str]:
+    """What each node's srun runs: the node process, with the group's environment."""
+    env = {**remote.node_environment(), **(spec.env or {})}
+    if not spec.gpus:  # Slurm leaves the launcher's CUDA_VISIBLE_DEVICES to a step without GPUs.
+        env['CUDA_VISIBLE_DEVICES'] = ''
+    return ['env', *(f'{k}={v}' for k, v in env.items()), sys.executable, *_NODE_COMMAND]
+
+
+class SlurmStep(remote.CommandStarter):
+    """A node's srun job step; when Slurm ends the job (scancel, time limit, preemption), says so.
+
+    A restart is a new step pinned to the host the node reported (``--nodelist``), so that it
+    serves on its old address; the failed step's CPUs and memory there are free again.
+    """
+
+    def __init__(self, srun_args: list[str], command: list[str], job: Job,
+                 host: str | None = None):
+        super().__init__([*srun_args, *([f'--nodelist={host}'] if host else []), *command])
+        self._srun_args, self._command, self._job, self._host = srun_args, command, job, host
+
+    def again(self, host: str | None) -> 'SlurmStep':
+        return SlurmStep(self._srun_args, self._command, self._job, host or self._host)
+
+    def taken_away(self) -> str | None:
+        return self._job.ended_by()
+
+
+def _get_job(program: Program, components: list[Component], options: SlurmOptions) -> Job:
+    if os.environ.get('SLURM_JOB_ID'):
+        return ExistingAllocation.from_environment(components, options)
+    return Allocation.submit(program.name, components, options)
+
+
+def _placements(program: Program, job: Job, components: list[Component],
+                specs: dict[str, SlurmResources],
+                launcher_ip: str) -> dict[tuple[str, int], remote.Placement]:
+    het = len(components) > 1
+    component_of = {label: index for index, c in enumerate(components) for label in c.groups}
+    placements = {}
+    for label, nodes in program.groups.items():
+        for node in nodes:
+            name = f'{label}/{node.index}'
+            step = SlurmStep([*job.srun(component_of[label] if het else None),
+                              *step_args(specs[label]), f'--job-name={name}'],
+                             _node_command(specs[label]), job)
+            placements[label, node.index] = remote.Placement(
+                step.argv, f'job {job.job_id}', launcher_ip, starter=step,
+                host_env='SLURMD_NODENAME')
+    return placements
+
+
+def _check_options(options: LaunchOptions) -> None:
+    if options.serialize_py_nodes is False:
+        raise errors.ProgramError('slurm always serializes nodes to ship them to their hosts; '
+                                  'leave serialize_py_nodes unset')
+
+
+def launch_slurm(program: Program, options: LaunchOptions) -> ProgramController:
+    _check_options(options)
+    slurm = SlurmOptions.from_flags(options.launcher_options)
+    specs = resources_of_groups(program.groups, dict(options.local_resources or {}), slurm)
+    counts = {label: len(nodes) for label, nodes in program.groups.items()}
+    components = components_of(specs, counts)
+    if not components:
+        raise errors.ProgramError(f'program {program.name!r} has no nodes to launch')
+    job = _get_job(program, components, slurm)
+    try:
+        launcher_ip = slurm.launcher_address or address_towards(job.node_list)
+        log_dir = os.path.abspath(os.path.join(slurm.output_dir, f'{program.name}-{job.job_id}'))
+        os.makedirs(log_dir, exist_ok=True)
+        print(f'launchpad_py: program {program.name!r} runs as Slurm job {job.job_id} '
+              f'(nodes {job.node_list}); node logs in {log_dir}', flush=True)
+        placements = _placements(program, job, components, specs, launcher_ip)
+        return remote.launch(program, options, 'slurm', placements, log_dir=log_dir,
+                             on_finish=job.release)
+    except BaseException:
+        job.release()  # Idempotent: a launch that fails after the start released it already.
+        raise

@@ -1,0 +1,74 @@
+"""``launch_type='ssh'``: every node is a process on a host reached over ssh.
+
+    lp.launch(p, launch_type='ssh', resources={'learner': lp.SshHost('h1', gpus=[0]),
+                                               'actor': [lp.SshHost('h2'), lp.SshHost('h3')]})
+
+This module only decides where each node goes and builds its ssh command;
+starting, the address table, logs, stop and cleanup are ``launchers/remote/``'s.
+Each node's ssh session carries its stdin (the bootstrap with the program
+secret, then kept open so a dropped connection ends the node) and its output.
+"""
+
+from __future__ import annotations
+
+import shlex
+
+from launchpad_py import errors, flags
+from launchpad_py.launchers.remote import launch as remote
+from launchpad_py.supervision.controller import ProgramController
+from launchpad_py.launchers.options import LaunchOptions
+from launchpad_py.launchers.ssh.host import SshHost, check_hosts
+from launchpad_py.program import Program
+
+_NODE_COMMAND = ['-m', 'launchpad_py.node_side.remote_node_main']
+
+
+def _default_hosts() -> list[SshHost]:
+    """The hosts of --lp_ssh_hosts, for groups that resources do not place."""
+    options = shlex.split(flags.value_or_default(flags.SSH_OPTIONS))
+    return [SshHost(name, ssh_options=options) for name in flags.value_or_default(flags.SSH_HOSTS)]
+
+
+def _hosts_of_groups(program: Program, resources: dict) -> dict[str, list[SshHost]]:
+    hosts = {}
+    defaults = _default_hosts()
+    for position, group in enumerate(program.groups):
+        spec = resources.get(group)
+        if spec is None and defaults:  # Each group starts on the next host, to spread them.
+            spec = defaults[position % len(defaults):] + defaults[:position % len(defaults)]
+        if spec is None:
+            raise errors.ResourcesError(
+                f'group {group!r} of program {program.name!r} has no host: pass '
+                f"resources={{{group!r}: lp.SshHost('hostname')}} to lp.launch, or name "
+                'hosts for every group with --lp_ssh_hosts')
+        specs = [spec] if isinstance(spec, SshHost) else spec
+        if isinstance(specs, (str, bytes)) or not isinstance(specs, (list, tuple)) or not specs \
+                or not all(isinstance(s, SshHost) for s in specs):
+            raise errors.ResourcesError(
+                f'resources[{group!r}] must be lp.SshHost(...) or a non-empty list of them for '
+                f'ssh (got {spec!r})')
+        hosts[group] = list(specs)
+    return hosts
+
+
+def launch_ssh(program: Program, options: LaunchOptions) -> ProgramController:
+    if options.serialize_py_nodes is False:
+        raise errors.ProgramError('ssh always serializes nodes to ship them to their hosts; '
+                                  'leave serialize_py_nodes unset')
+    hosts = _hosts_of_groups(program, dict(options.local_resources or {}))
+    # A group's nodes go round-robin over its hosts; colocated nodes are one node, one host.
+    chosen = {(label, node.index): group_hosts[node.index % len(group_hosts)]
+              for label, group_hosts in hosts.items() for node in program.groups[label]}
+    # Nodes added to an elastic group later go round-robin over all its hosts: check them now.
+    growing = {host for label in program.elastic_groups for host in hosts.get(label, ())}
+    launcher_ips = check_hosts(sorted(set(chosen.values()) | growing, key=repr))
+    hide_gpus = any(h.gpus is not None for h in set(chosen.values()) | growing)
+
+    def place(label: str, index: int) -> remote.Placement:
+        host = hosts[label][index % len(hosts[label])]
+        return remote.Placement(argv=host.ssh_argv(host.remote_command(_NODE_COMMAND, hide_gpus)),
+                                host=host.name, launcher_ip=launcher_ips[host])
+
+    placements = {(label, node.index): place(label, node.index)
+                  for label in hosts for node in program.groups[label]}
+    return remote.launch(program, options, 'ssh', placements, place_new=place)

@@ -1,0 +1,13 @@
+"""The node side: what runs inside a node process (and in the launching process for threads).
+
+Holds the node's context and stop scope (``runtime``, ``program_stop``: ``lp.stop()``
+and friends), running one executable in a process (``node_process``), its log lines
+and counters (``node_logging``, ``node_metrics``), the launcher's flags and GPUs as the
+node sees them (``flag_transfer``, ``devices``), the control channel it shares with its
+launcher (``control_channel``), and the entry points a launcher starts:
+``local_node_main`` (a local process), ``remote_node_main`` (a process on another host)
+and ``fork_server`` (forks local nodes from a warm interpreter).
+
+May import: ``courier``, ``program``, and the package root's ``errors`` and ``flags``.
+Never a launcher, supervision or observability: a node process must start without them.
+"""

@@ -1,0 +1,134 @@
+"""The fork server process: ``python -m launchpad_py.node_side.fork_server FD LAUNCHER_PID``.
+
+It imports what every node needs, then forks one child per request that
+arrives on the socket ``FD`` (see ``launchers/local/process_starter.py`` for the launcher's
+end). Each request carries the child's stdout, stderr and control channel;
+the answer carries a pidfd of the child, and its exit code follows when the
+server reaps it. The children outlive the server: they end with their
+launcher through their control channel, not with their parent.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import select
+import signal
+import socket
+import sys
+
+#: The largest request or answer on the fork server's socket (the launcher's end reads it too).
+MAX_MESSAGE = 1 << 20
+
+
+def _preload() -> None:
+    """Imports what every node needs; creates no gRPC object and starts no thread."""
+    import launchpad_py  # noqa: F401  (first: it sets gRPC's log level)
+    from launchpad_py.node_side import local_node_main  # noqa: F401
+
+    import absl.flags  # noqa: F401
+    import cloudpickle  # noqa: F401
+    import grpc  # noqa: F401
+    import numpy  # noqa: F401
+    import portpicker  # noqa: F401
+
+
+def _child(fds: list[int], spec_path: str, env: dict, cwd: str, inherited: list[int]) -> None:
+    """In the forked child: becomes a node process like an exec'd one, then runs it.
+
+    ``fds`` are its stdout, stderr and control channel; ``inherited`` are the
+    server's own descriptors, closed here.
+    """
+    code = 1
+    try:
+        for extra in inherited:
+            os.close(extra)
+        stdout_fd, stderr_fd, control_fd = fds
+        os.setsid()
+        null = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(null, 0)
+        os.dup2(stdout_fd, 1)
+        os.dup2(stderr_fd, 2)
+        for extra in {null, stdout_fd, stderr_fd} - {0, 1, 2}:
+            os.close(extra)
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        os.chdir(cwd)
+        os.environ.clear()
+        os.environ.update(env)
+        # What importing courier set in the server's environment, set again (gRPC reads it later).
+        os.environ.setdefault('GRPC_VERBOSITY', 'ERROR')
+        from launchpad_py.node_side import local_node_main
+        # Our parent is the fork server, whose death must not end us: no PDEATHSIG here,
+        # the control channel tells us when the launcher is gone.
+        code = local_node_main.main(spec_path, control_fd, die_with_parent=False)
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else 1
+    except BaseException:  # Reported on the node's own stderr, like a crashed interpreter.
+        import traceback
+        traceback.print_exc()
+    finally:
+        _remove_socket_files()  # What an interpreter's exit would do; os._exit does not.
+        os._exit(code)
+
+
+def _remove_socket_files() -> None:
+    try:
+        from launchpad_py.courier import uds_server
+        uds_server.remove_socket_files()
+    except BaseException:  # Nothing may keep a forked child from exiting.
+        pass
+
+
+def _serve(fd: int) -> None:
+    sock = socket.socket(fileno=fd)
+    children: dict[int, int] = {}  # pidfd -> pid
+    while True:
+        ready, _, _ = select.select([sock, *children], [], [])
+        for pidfd in [r for r in ready if r is not sock]:
+            pid = children.pop(pidfd)
+            os.close(pidfd)
+            _, status = os.waitpid(pid, 0)
+            sock.send(pickle.dumps(('exited', pid, os.waitstatus_to_exitcode(status))))
+        if sock not in ready:
+            continue
+        try:
+            data, fds, _, _ = socket.recv_fds(sock, MAX_MESSAGE, 3)
+        except OSError:
+            data = b''
+        if not data:
+            return  # The launcher closed us; our children run on (it watches their channels).
+        _, request_id, spec_path, env, cwd = pickle.loads(data)
+        try:
+            pid = os.fork()
+        except OSError as exc:
+            sock.send(pickle.dumps(('failed', request_id, f'fork failed: {exc}')))
+            for extra in fds:
+                os.close(extra)
+            continue
+        if pid == 0:
+            _child(fds, spec_path, env, cwd, [fd, *children])
+        for extra in fds:
+            os.close(extra)
+        pidfd = os.pidfd_open(pid)
+        children[pidfd] = pid
+        # The launcher gets the pidfd too: it tells when the child ends, even after we die.
+        socket.send_fds(sock, [pickle.dumps(('started', request_id, pid))], [pidfd])
+
+
+def _die_with(parent_pid: int) -> None:
+    import ctypes
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        return
+    if os.getppid() != parent_pid:
+        os._exit(1)
+
+
+if __name__ == '__main__':
+    if int(sys.argv[2]):
+        _die_with(int(sys.argv[2]))
+    _preload()
+    _serve(int(sys.argv[1]))

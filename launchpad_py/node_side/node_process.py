@@ -1,0 +1,172 @@
+"""Running one node's executable in a process of its own, whoever started the process.
+
+Shared by the launchers' worker processes and the children of a
+``MultiProcessingColocation``. The process talks to its parent over a
+``Channel``::
+
+    process → parent: ('ready',), ('stop_program',), ('failed', summary, traceback,
+                      exception_bytes), ('finished',), ('metrics', request_id, counters)
+    parent → process: ('stop',), ('metrics', request_id), ('members', table)
+
+(``table``: the live members of the program's groups, see ``program.group_handle``.)
+
+The end of the channel means the parent died; the process then ends too, so
+no node outlives whoever started it.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import importlib
+import multiprocessing.connection as mpc
+import os
+import signal
+import sys
+import threading
+import traceback
+from typing import Callable
+
+from launchpad_py import courier
+from launchpad_py.node_side import node_metrics, runtime
+from launchpad_py.courier import serialization
+from launchpad_py.program import ExecutionContext, Executable, group_handle
+
+#: Comma-separated modules imported before any node code (the compatibility runner uses it).
+PRELOAD_ENV = 'LAUNCHPAD_PY_PRELOAD'
+
+
+class Channel:
+    """A connection whose sends are safe from several threads."""
+
+    def __init__(self, connection: mpc.Connection):
+        self._connection = connection
+        self._lock = threading.Lock()
+
+    def send(self, *message) -> bool:
+        with self._lock:
+            try:
+                self._connection.send(message)
+                return True
+            except (OSError, ValueError):  # The other side is gone; the reader will notice.
+                return False
+
+    def recv(self):
+        return self._connection.recv()
+
+    def close(self) -> None:
+        self._connection.close()
+
+
+def die_with_parent(parent_pid: int) -> None:
+    """Asks Linux to SIGKILL us when our parent dies; a backup for the channel watch."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        return
+    if os.getppid() != parent_pid:  # The parent died before prctl took effect.
+        os._exit(1)
+
+
+def run(channel: Channel, program_name: str, bind_host: str,
+        load: Callable[[], Executable], on_parent_gone: Callable[[], None], *,
+        secret: bytes | None = None) -> int:
+    """Runs the executable ``load()`` returns, reporting to ``channel``; the exit code.
+
+    ``secret`` (the program's) becomes this process's courier default before
+    anything is built, so every server and client of the node checks it.
+    """
+    courier.set_default_secret(secret)
+    scope = runtime.ProgramScope(program_name, lambda: channel.send('stop_program'))
+    scope.secret = secret
+    runtime.activate(scope)
+    runtime.bind_thread(scope)
+    finished = threading.Event()
+    threading.Thread(target=_listen, args=(channel, scope, finished, on_parent_gone),
+                     name='lp-control', daemon=True).start()
+    # SIGTERM (e.g. from a cluster manager) is a stop request for this node.
+    signal.signal(signal.SIGTERM, lambda *_: threading.Thread(target=scope.handle_stop).start())
+    try:
+        _import_preloaded_modules()  # Before load(), which unpickles node code.
+        executable = load()
+        runtime.bind_node(runtime.NodeContext(executable.label, executable.index),
+                          whole_process=True)
+        context = ExecutionContext(executable.label, executable.index, bind_host,
+                                   lambda: channel.send('ready'), scope.stop_event)
+        executable.main(context)
+    except SystemExit as exc:
+        if exc.code not in (None, 0):
+            return _report_failure(channel, finished, exc)
+    except BaseException as exc:  # Everything a node raises is reported to the parent.
+        return _report_failure(channel, finished, exc)
+    finished.set()
+    channel.send('finished')
+    return 0
+
+
+def _listen(channel: Channel, scope: runtime.ProgramScope, finished: threading.Event,
+            on_parent_gone: Callable[[], None]) -> None:
+    while True:
+        try:
+            message = channel.recv()
+        except (EOFError, OSError):
+            if not finished.is_set():
+                on_parent_gone()
+            return
+        if message[0] == 'stop':
+            scope.handle_stop()
+        elif message[0] == 'metrics':
+            channel.send('metrics', message[1], node_metrics.collect())
+        elif message[0] == 'members':
+            group_handle.publish(message[1])
+
+
+def _report_failure(channel: Channel, finished: threading.Event, exc: BaseException) -> int:
+    text = ''.join(traceback.format_exception(exc))
+    sys.stderr.write(text)
+    sys.stderr.flush()
+    try:
+        exception_bytes = serialization.dumps(exc)
+    except Exception:
+        exception_bytes = None
+    finished.set()
+    channel.send('failed', f'{type(exc).__name__}: {exc}', text, exception_bytes)
+    return 1
+
+
+def _import_preloaded_modules() -> None:
+    """Imports the modules ``PRELOAD_ENV`` names; call before unpickling node code."""
+    for module in filter(None, os.environ.get(PRELOAD_ENV, '').split(',')):
+        importlib.import_module(module)
+
+
+def child_environment(extra: dict[str, str] | None = None) -> dict[str, str]:
+    """This process's environment plus ``extra``, for a node process it starts.
+
+    Our import path goes first on ``PYTHONPATH``, so the child can unpickle our code.
+    """
+    env = dict(os.environ)
+    env.update(extra or {})
+    paths = [p for p in sys.path if p and os.path.isdir(p)]
+    env['PYTHONPATH'] = os.pathsep.join(paths + [env.get('PYTHONPATH', '')]).rstrip(os.pathsep)
+    return env
+
+
+def rebuild_exception(exception_bytes: bytes | None) -> BaseException | None:
+    """The exception a node process reported, where it can be unpickled here."""
+    if exception_bytes is None:
+        return None
+    try:
+        return serialization.loads(exception_bytes)
+    except Exception:
+        return None
+
+
+def describe_exit(code: int | None) -> str:
+    """``'killed by SIGKILL'`` or ``'exited with code 3'``."""
+    if code is not None and code < 0:
+        try:
+            return f'killed by {signal.Signals(-code).name}'
+        except ValueError:
+            return f'killed by signal {-code}'
+    return f'exited with code {code}'

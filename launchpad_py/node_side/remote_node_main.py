@@ -1,0 +1,193 @@
+"""Entry point of a node process on another host:
+``python -m launchpad_py.node_side.remote_node_main``.
+
+Whatever started it gives it one JSON object: the launcher's control address
+and key, the program secret, its worker id, how many addresses it must
+bind (or, for a restarted node, which ones), and which environment variable
+names its host (``host_env``: a scheduler placed it; the name goes in its
+hello). ssh and srun write it as one line on stdin; a pod, which has no stdin
+from the launcher, reads it from the file that ``LAUNCHPAD_PY_BOOTSTRAP``
+names (a mounted Kubernetes Secret). Secrets never appear on a command line.
+Then, over the authenticated control channel (see ``launchers/remote/``)::
+
+    node → launcher: ('hello', worker_id, pid, pgid, ['host:port', ...], host_name)
+    launcher → node: ('run', program_name, executable_bytes, flags, args) | ('stop',)
+                     | ('members', table)  (group handles' live members, at any time)
+    then the messages of ``node_process``, and ('ping',) from the launcher every second.
+
+The node ends its whole process group when the control channel closes, when
+no heartbeat arrives for ``heartbeat_timeout`` seconds, or when its stdin
+closes (the ssh connection dropped; not watched when the bootstrap came
+from a file), so nothing outlives the launcher.
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing.connection as mpc
+import os
+import random
+import signal
+import socket
+import sys
+import threading
+
+from launchpad_py.node_side import flag_transfer, node_logging, node_process
+from launchpad_py.courier import serialization
+from launchpad_py.program import group_handle
+
+
+def _kill_own_group() -> None:
+    try:
+        os.killpg(os.getpgrp(), signal.SIGKILL)
+    finally:
+        os._exit(1)
+
+
+#: Names the file holding the bootstrap, for nodes whose stdin does not reach the launcher.
+BOOTSTRAP_ENV = 'LAUNCHPAD_PY_BOOTSTRAP'
+
+
+def _read_bootstrap_file(path: str) -> dict:
+    try:
+        with open(path, 'rb') as boot_file:
+            return json.load(boot_file)
+    except (OSError, ValueError) as exc:
+        raise SystemExit(f'launchpad_py remote node: cannot read the bootstrap file {path!r} '
+                         f'named by {BOOTSTRAP_ENV}: {exc}') from exc
+
+
+def _read_bootstrap() -> dict:
+    """The first line of stdin, read unbuffered so the watch below owns the rest."""
+    line = b''
+    while not line.endswith(b'\n'):
+        chunk = os.read(0, 1)
+        if not chunk:
+            raise SystemExit('launchpad_py remote node: no bootstrap line on stdin')
+        line += chunk
+    return json.loads(line)
+
+
+def _watch_stdin() -> None:
+    """The starter's connection (ssh) closing means the launcher is gone."""
+    while os.read(0, 4096):
+        pass
+    _kill_own_group()
+
+
+def _local_ip(connection: mpc.Connection) -> str:
+    """The address of our interface that reaches the launcher: other hosts reach us there too."""
+    sock = socket.socket(fileno=os.dup(connection.fileno()))
+    try:
+        return sock.getsockname()[0]
+    finally:
+        sock.close()
+
+
+def _free_range() -> range:
+    """Ports below the kernel's ephemeral range: no bind(0) or outgoing connection takes them."""
+    try:
+        with open('/proc/sys/net/ipv4/ip_local_port_range') as f:
+            low = int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        low = 32768
+    return range(10000, low) if low > 11000 else range(0)
+
+
+def _hold_ports(host: str, count: int) -> list[socket.socket]:
+    """``count`` sockets bound to free ports of ``host``, held until the node's servers bind them.
+
+    While held, no other node on the host can pick the same port; outside the
+    ephemeral range, nothing but an explicit bind takes it in the moment between.
+    """
+    chosen: list[socket.socket] = []
+    candidates = _free_range()
+    try:
+        while len(chosen) < count:
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            chosen.append(sock)
+            for _ in range(50 if candidates else 0):
+                try:
+                    sock.bind((host, random.choice(candidates)))
+                    break
+                except OSError:
+                    continue
+            else:
+                sock.bind((host, 0))
+        return chosen
+    except BaseException:
+        for sock in chosen:
+            sock.close()
+        raise
+
+
+def main() -> int:
+    boot_path = os.environ.get(BOOTSTRAP_ENV)
+    boot = _read_bootstrap_file(boot_path) if boot_path else _read_bootstrap()
+    if os.getpgrp() != os.getpid():
+        os.setsid()  # Our own group, so ending it ends exactly this node and its children.
+    if not boot_path:
+        threading.Thread(target=_watch_stdin, name='lp-stdin', daemon=True).start()
+    host, port = boot['control']
+    connection = mpc.Client((host, port), family='AF_INET', authkey=bytes.fromhex(boot['key']))
+    channel = HeartbeatChannel(connection, boot['heartbeat_timeout'])
+    bind_host = _local_ip(connection)
+    host_env = boot.get('host_env')
+    # A restarted node serves where it did before, so its clients find it again.
+    ports = [] if boot.get('bind') else _hold_ports(bind_host, boot['addresses'])
+    channel.send('hello', boot['worker_id'], os.getpid(), os.getpgrp(),
+                 boot.get('bind') or [f'{bind_host}:{sock.getsockname()[1]}' for sock in ports],
+                 (os.environ.get(host_env) or socket.gethostname()) if host_env else None)
+    try:
+        message = channel.recv()
+        while message[0] in ('ping', 'members'):
+            if message[0] == 'members':
+                group_handle.publish(message[1])
+            message = channel.recv()
+    except (EOFError, OSError):
+        _kill_own_group()
+    if message[0] != 'run':
+        return 0  # The launch was called off before this node ran.
+    _, program_name, data, flags, args = message
+
+    def load():
+        for sock in ports:  # The executable's servers bind them next.
+            sock.close()
+        executable = serialization.loads(data)
+        setup = flag_transfer.restore(flags, args)
+        node_logging.configure(setup, f'{executable.label}/{executable.index}')
+        return executable
+
+    return node_process.run(channel, program_name, bind_host, load, _kill_own_group,
+                            secret=bytes.fromhex(boot['secret']))
+
+
+class HeartbeatChannel:
+    """A channel whose ``recv`` raises EOFError once the launcher has been silent too long.
+
+    A killed launcher's connection usually closes at once, but a host that
+    vanishes from the network never says so: the heartbeat covers that.
+    """
+
+    def __init__(self, connection: mpc.Connection, timeout: float):
+        self._channel = node_process.Channel(connection)
+        self._connection = connection
+        self._timeout = timeout
+
+    def send(self, *message) -> bool:
+        return self._channel.send(*message)
+
+    def recv(self):
+        if not self._connection.poll(self._timeout):
+            raise EOFError(f'no heartbeat from the launcher for {self._timeout:.0f}s')
+        return self._connection.recv()
+
+    def close(self) -> None:
+        self._channel.close()
+
+
+if __name__ == '__main__':
+    code = main()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    sys.exit(code)

@@ -1,0 +1,37 @@
+"""The states of a running program's nodes, as every launcher reports them (``lp.NodeState``).
+
+At the package root because both the controller (``supervision``) and what reads its
+state (``observability``) speak them, and neither may import the other's side.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+
+
+class NodeState(str, enum.Enum):
+    STARTING = 'starting'
+    RUNNING = 'running'
+    RESTARTING = 'restarting'  # failed; waits out its backoff before it starts again
+    FINISHED = 'finished'   # returned normally
+    STOPPED = 'stopped'     # ended after a stop request
+    FAILED = 'failed'       # raised, or crashed
+    KILLED = 'killed'       # did not end within the grace period
+
+
+#: The states a node does not leave.
+ENDED = (NodeState.FINISHED, NodeState.STOPPED, NodeState.FAILED, NodeState.KILLED)
+
+
+@dataclasses.dataclass
+class NodeStatus:
+    """A snapshot of one node of a running program."""
+
+    label: str
+    index: int
+    state: NodeState
+    pid: int | None
+    exit_code: int | None
+    restarts: int = 0
+    host: str = 'localhost'

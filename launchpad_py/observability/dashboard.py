@@ -1,0 +1,160 @@
+"""The web dashboard of a running program, served by the launching process on loopback.
+
+Off by default; ``lp.launch(p, dashboard=True)`` or ``--lp_dashboard`` starts it
+and prints its address with a token, which every request must carry (``?token=``
+or ``Authorization: Bearer``)::
+
+    launchpad_py: dashboard of program 'agent': http://127.0.0.1:8765/?token=…
+
+Routes: ``/`` the page (graph coloured by state, per-node metrics with plots,
+recent output, the failure's traceback); ``/api/status`` the same data as JSON,
+which the page polls; ``/metrics`` Prometheus text. One sampler thread asks the
+nodes once per interval, however many browsers watch. Node processes need
+nothing for this: they answer over their control channel as for ``lp status``.
+
+The dashboard outlives the program, so a failure stays readable, until
+``close()`` (also on leaving ``with lp.launch(...)``) or the process ends.
+"""
+
+from __future__ import annotations
+
+import hmac
+import http.server
+import json
+import logging
+import secrets
+import threading
+import urllib.parse
+
+from launchpad_py.observability import dashboard_page, prometheus
+
+_log = logging.getLogger(__name__)
+TAIL_LINES = 20
+
+
+class Dashboard:
+    """Serves one controller's dashboard until ``close``."""
+
+    def __init__(self, controller, graph, port: int = 0, interval: float = 1.0):
+        self.token = secrets.token_urlsafe(18)
+        self._controller = controller
+        self._graph = graph
+        self._interval = interval
+        self._closed = threading.Event()
+        self._report_lock = threading.Lock()
+        self._nodes: list = []
+        self.refresh()
+        self._server = _Server(('127.0.0.1', port), _Handler, self)
+        self.port = self._server.server_address[1]
+        self._threads = [
+            threading.Thread(target=self._server.serve_forever, kwargs={'poll_interval': 0.2},
+                             name=f'lp-dashboard-{controller.name}', daemon=True),
+            threading.Thread(target=self._sample_loop, name=f'lp-dashboard-sampler-{controller.name}',
+                             daemon=True)]
+        for thread in self._threads:
+            thread.start()
+
+    @property
+    def url(self) -> str:
+        return f'http://127.0.0.1:{self.port}/?token={self.token}'
+
+    def close(self) -> None:
+        if self._closed.is_set():
+            return
+        self._closed.set()
+        self._server.shutdown()
+        self._server.server_close()
+        for thread in self._threads:
+            thread.join(5)
+
+    # -- data -------------------------------------------------------------------------
+
+    def refresh(self) -> dict:
+        """Asks the nodes now (the sampler does so every interval); the new report."""
+        controller = self._controller
+        nodes = controller.statistics(timeout=self._interval)
+        report = {'program': controller.name, 'launch_type': controller.launch_type,
+                  'running': controller.is_running, 'nodes': []}
+        for node in nodes:
+            data = node.to_dict()
+            data['history'] = controller.history(node.name)
+            data['output'] = controller.output_tail(node.name).splitlines()[-TAIL_LINES:]
+            report['nodes'].append(data)
+        with self._report_lock:
+            self._nodes, self._report = nodes, report
+        return report
+
+    def _sample_loop(self) -> None:
+        while not self._closed.wait(self._interval):
+            try:
+                self.refresh()
+            except Exception:  # A bad sample must not end the dashboard.
+                _log.exception('dashboard of program %r: sampling failed', self._controller.name)
+
+    def report(self) -> dict:
+        with self._report_lock:
+            return self._report
+
+    def metrics_text(self) -> str:
+        with self._report_lock:
+            nodes = self._nodes
+        return prometheus.exposition(self._controller.name, nodes)
+
+    def page(self) -> str:
+        return dashboard_page.render(self._graph, self.report(), self.token)
+
+    def allows(self, query: dict, headers) -> bool:
+        given = (query.get('token') or [''])[0]
+        bearer = headers.get('Authorization', '')
+        if bearer.startswith('Bearer '):
+            given = bearer[len('Bearer '):]
+        return hmac.compare_digest(given.encode(), self.token.encode())
+
+
+class _Server(http.server.ThreadingHTTPServer):
+    daemon_threads = True
+
+    def __init__(self, address, handler, dashboard: Dashboard):
+        self.dashboard = dashboard
+        super().__init__(address, handler)
+
+
+class _Handler(http.server.BaseHTTPRequestHandler):
+    server: _Server
+
+    def do_GET(self) -> None:  # noqa: N802 (the http.server name)
+        url = urllib.parse.urlsplit(self.path)
+        dashboard = self.server.dashboard
+        if not dashboard.allows(urllib.parse.parse_qs(url.query), self.headers):
+            self._send(403, 'text/plain', 'launchpad_py dashboard: add ?token=… as printed by '
+                                          'the launcher\n')
+            return
+        if url.path == '/':
+            self._send(200, 'text/html; charset=utf-8', dashboard.page())
+        elif url.path == '/api/status':
+            self._send(200, 'application/json', json.dumps(dashboard.report()))
+        elif url.path == '/metrics':
+            self._send(200, 'text/plain; version=0.0.4; charset=utf-8', dashboard.metrics_text())
+        else:
+            self._send(404, 'text/plain', f'no page {url.path}\n')
+
+    def _send(self, code: int, kind: str, body: str) -> None:
+        data = body.encode()
+        self.send_response(code)
+        self.send_header('Content-Type', kind)
+        self.send_header('Content-Length', str(len(data)))
+        self.send_header('Cache-Control', 'no-store')
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, format, *args) -> None:  # Requests are not the program's news.
+        _log.debug('dashboard: ' + format, *args)
+
+
+def open_dashboard(controller, graph, port: int = 0) -> Dashboard:
+    """Starts the dashboard and prints where it is (with its token) in the launcher's log."""
+    board = Dashboard(controller, graph, port)
+    message = f'launchpad_py: dashboard of program {controller.name!r}: {board.url}'
+    print(message, flush=True)
+    _log.info(message)
+    return board

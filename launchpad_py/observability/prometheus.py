@@ -1,0 +1,67 @@
+"""A program's statistics in the Prometheus text exposition format (version 0.0.4).
+
+    lp_node_calls_total{program="agent",node="learner/0",method="step"} 1200
+
+Counters end in ``_total``; latency is a summary (``quantile="0.99"``, ``_sum``,
+``_count``) over each method's recent calls; state is one gauge per state
+with value 1 for the node's current one.
+"""
+
+from __future__ import annotations
+
+from launchpad_py.observability.statistics import NodeStatistics
+from launchpad_py.node_state import NodeState
+
+_NODE_METRICS = (
+    # name, type, help, attribute
+    ('lp_node_uptime_seconds', 'gauge', 'Seconds since the node started.', 'uptime_s'),
+    ('lp_node_restarts_total', 'counter', 'Times the node was restarted.', 'restarts'),
+    ('lp_node_calls_in_flight', 'gauge', 'Calls being served now.', 'in_flight'),
+    ('lp_node_received_bytes_total', 'counter', 'Request bytes received.', 'bytes_in'),
+    ('lp_node_sent_bytes_total', 'counter', 'Reply bytes sent.', 'bytes_out'),
+    ('lp_node_resident_memory_bytes', 'gauge', "The node process's resident memory.", 'rss_bytes'),
+    ('lp_node_cpu_percent', 'gauge', 'CPU use of the node process, percent of one core.',
+     'cpu_percent'),
+)
+
+
+def _escape(value: str) -> str:
+    return value.replace('\\', '\\\\').replace('\n', '\\n').replace('"', '\\"')
+
+
+def _labels(**labels: str) -> str:
+    return '{' + ','.join(f'{k}="{_escape(str(v))}"' for k, v in labels.items()) + '}'
+
+
+def exposition(program: str, nodes: list[NodeStatistics]) -> str:
+    """The text a Prometheus scrape of ``/metrics`` gets."""
+    lines = ['# HELP lp_node_state 1 for the state the node is in.', '# TYPE lp_node_state gauge']
+    for node in nodes:
+        for state in NodeState:
+            value = 1 if node.state == state else 0
+            lines.append(f'lp_node_state{_labels(program=program, node=node.name, state=state.value)}'
+                         f' {value}')
+    for name, kind, text, attribute in _NODE_METRICS:
+        lines += [f'# HELP {name} {text}', f'# TYPE {name} {kind}']
+        for node in nodes:
+            value = getattr(node, attribute)
+            if value is not None:
+                lines.append(f'{name}{_labels(program=program, node=node.name)} {value}')
+    methods = [(node.name, m) for node in nodes for m in node.methods]
+    lines += ['# HELP lp_node_calls_total Calls served, per method.',
+              '# TYPE lp_node_calls_total counter']
+    lines += [f'lp_node_calls_total{_labels(program=program, node=n, method=m.name)} {m.calls}'
+              for n, m in methods]
+    lines += ['# HELP lp_node_call_errors_total Calls that raised, per method.',
+              '# TYPE lp_node_call_errors_total counter']
+    lines += [f'lp_node_call_errors_total{_labels(program=program, node=n, method=m.name)} '
+              f'{m.errors}' for n, m in methods]
+    lines += ['# HELP lp_node_call_seconds Latency of a sample of calls, per method.',
+              '# TYPE lp_node_call_seconds summary']
+    for n, m in methods:
+        labels = _labels(program=program, node=n, method=m.name)
+        quantile = _labels(program=program, node=n, method=m.name, quantile='0.99')
+        lines += [f'lp_node_call_seconds{quantile} {m.p99_s}',
+                  f'lp_node_call_seconds_sum{labels} {m.total_s}',
+                  f'lp_node_call_seconds_count{labels} {m.timed}']
+    return '\n'.join(lines) + '\n'

@@ -1,0 +1,161 @@
+"""What a node's failure does: stop the program, or restart the node (mixed into the controller).
+
+The first failure of a node whose group stops the program (the default,
+``lp.StopProgram``) is what ``wait()`` raises, unless it only followed from
+a peer's failure (a call to it failed), in which case the failure that
+caused it takes its place. A node of a ``Restart`` group that fails waits out its backoff as
+``RESTARTING`` (out of its group's live members), then a fresh worker from
+``worker.restarted()`` takes its place: same label, index and address, one
+more restart counted. Clients of the node see calls in flight fail with
+``CourierUnavailableError``; later calls wait for it and succeed once it is
+back. Events of the replaced worker are ignored. A node that fails after
+``max_restarts`` restarts stops the program, and its failure says so.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import sys
+import time
+
+from launchpad_py import errors
+from launchpad_py.program import failure_policy
+from launchpad_py.supervision.worker import FailureReport, NodeState, Worker
+
+_log = logging.getLogger('launchpad_py.supervision.controller')
+
+
+class Failures:
+    """Mixed into ``ProgramController``; runs on its supervisor thread."""
+
+    def _init_failures(self, policies: dict) -> None:
+        self._policies: dict[str, failure_policy.Policy] = dict(policies)
+        self._rng = random.Random()
+
+    def _on_failure(self, worker: Worker, failure: FailureReport) -> None:
+        """``worker`` ended with ``failure``: its group's policy decides what follows."""
+        if not self._stopping and self._restart_later(worker, failure):
+            return
+        if not self._stopping:
+            failure = self._with_policy_note(worker, failure)
+            if worker.state == NodeState.STARTING:  # Failed before it was ready.
+                self._startup_failure = worker
+            worker.state, worker.failure = NodeState.FAILED, failure
+            self._failed = worker
+            _log.error('node %s of program %r failed: %s', worker.name, self.name, failure.summary)
+            if self._startup_failure is worker:
+                self._abort_launch()
+            else:
+                self._begin_stop()
+        elif self._is_the_cause(failure):
+            # The first failure only lost a peer, or the program stopped because the scheduler
+            # ended it: this failure is why, so it is what wait() raises.
+            _log.error('node %s of program %r failed: %s', worker.name, self.name, failure.summary)
+            worker.state, worker.failure, self._failed = NodeState.FAILED, failure, worker
+        else:
+            worker.state = NodeState.STOPPED
+            _log.debug('node %s raised while the program stopped: %s', worker.name, failure.summary)
+
+    def _is_the_cause(self, failure: FailureReport) -> bool:
+        first = self._failed
+        if failure.by_scheduler:  # Its stop requests (SIGTERM) come before the nodes end.
+            return first is None or not first.failure.by_scheduler
+        return (first is not None and first.failure.follows_from_a_peer
+                and not failure.follows_from_a_peer)
+
+    def _raise_failure(self) -> None:
+        worker = self._failed
+        if worker is None:
+            return
+        self._failure_seen = True
+        failure = worker.failure
+        error = errors.NodeFailedError(worker.label, worker.index, failure.traceback, failure.summary)
+        raise error from failure.exception
+
+    def _report_unseen_failure(self) -> None:
+        """At interpreter exit: a failure nobody waited for still fails the script."""
+        if self._failed is not None and not self._failure_seen:
+            worker = self._failed
+            sys.stderr.write(f'launchpad_py: node {worker.label!r} (index {worker.index}) of '
+                             f'program {self.name!r} failed:\n{worker.failure.traceback}\n')
+            sys.stderr.flush()
+            sys.stdout.flush()
+            os._exit(1)
+
+    # -- restarts -------------------------------------------------------------------
+
+    def _policy(self, worker: Worker) -> failure_policy.Policy:
+        return self._policies.get(worker.label, failure_policy.DEFAULT)
+
+    def _unsupported_restarts(self) -> str | None:
+        """Why this launch cannot honour its Restart policies, if it cannot.
+
+        A backend that declares its capabilities was refused earlier, naming those that
+        can (``launchers/registry.py``); this catches launchers registered as bare functions.
+        """
+        for label, policy in self._policies.items():
+            stuck = [w for w in self._workers if w.label == label and not w.can_restart]
+            if isinstance(policy, failure_policy.Restart) and stuck:
+                return (f'failure_policy[{label!r}] is {policy!r}, but {self.launch_type} cannot '
+                        f'restart node {stuck[0].name} ({type(stuck[0]).__name__}); use '
+                        'lp.StopProgram() for this group or a launcher that restarts nodes')
+        return None
+
+    def _restart_later(self, worker: Worker, failure: FailureReport) -> bool:
+        """Schedules the failed ``worker``'s restart if its policy allows; whether it did."""
+        policy = self._policy(worker)
+        if (not isinstance(policy, failure_policy.Restart) or not policy.allows(worker.restarts)
+                or failure.by_scheduler):  # What the scheduler took away is not given back.
+            return False
+        delay = policy.delay(worker.restarts, self._rng)
+        worker.state, worker.failure = NodeState.RESTARTING, failure
+        self._deadlines.set(('restart', worker), time.monotonic() + delay)
+        _log.warning('node %s of program %r failed: %s; restart %d of %d in %.1fs', worker.name,
+                     self.name, failure.summary, worker.restarts + 1, policy.max_restarts, delay)
+        self._publish_members()
+        return True
+
+    def _with_policy_note(self, worker: Worker, failure: FailureReport) -> FailureReport:
+        """``failure``, saying why it was not restarted when its group restarts nodes."""
+        policy = self._policy(worker)
+        if not isinstance(policy, failure_policy.Restart):
+            return failure
+        note = policy.exhausted(worker.restarts)
+        return FailureReport(f'{failure.summary} ({note})', f'{failure.traceback}\n({note})',
+                             failure.exception, failure.by_scheduler)
+
+    def _restart_now(self, worker: Worker) -> None:
+        """The backoff is over: a new worker runs the node in ``worker``'s place."""
+        if worker.state != NodeState.RESTARTING or self._stopping:
+            return
+        try:
+            fresh = worker.restarted()
+        except Exception as exc:  # Counted as a failed restart, so this cannot loop forever.
+            worker.restarts += 1
+            self._on_exit(worker, None, FailureReport.from_exception(exc))
+            return
+        fresh.restarts = worker.restarts + 1
+        worker.retired = True
+        worker.cleanup()
+        self._workers[self._workers.index(worker)] = fresh
+        _log.warning('node %s of program %r: restart %d', fresh.name, self.name, fresh.restarts)
+        self._start_worker(fresh)
+
+    def _start_worker(self, worker: Worker) -> None:
+        """Starts a worker after the launch (a restart or a new member); a failure to start
+        counts as the node's failure."""
+        worker.started_at = time.time()
+        worker.send_members(self._membership.table if self._membership else {})
+        try:
+            worker.start()
+        except Exception as exc:  # E.g. no process could be started: the node failed.
+            self._on_exit(worker, None, FailureReport.from_exception(exc))
+
+    def _cancel_restarts(self) -> None:
+        """The program stops: nodes waiting to restart end here."""
+        for worker in self._workers:
+            if worker.state == NodeState.RESTARTING:
+                self._deadlines.cancel(('restart', worker))
+                worker.state, worker.ended_at = NodeState.STOPPED, time.time()
