@@ -46,7 +46,7 @@ class ProgramController:
         self._supervisor = Supervisor(name, launch_type, grace, self.scope, self.events,
                                       failure_policy or {}, groups, on_end=self._ended)
         self._workers = self._supervisor.workers
-        self._stop = self._supervisor.stop
+        self._stopping = self._supervisor.stopping
         self._failures = self._supervisor.failures
         self._elastic = self._supervisor.elastic
         self._done = self._supervisor.progress.done
@@ -120,7 +120,7 @@ class ProgramController:
         _running.discard(self)
         if self._failures.failed is not None and not self._thread.daemon:
             _failed.append(self)  # Reported at exit if nobody waits (local launches).
-        self._stop.report(own_process=not self._thread.daemon)
+        self._stopping.report(own_process=not self._thread.daemon)
         if self._on_finish:
             self._on_finish()
 
@@ -134,25 +134,25 @@ class ProgramController:
         if not interruptible.wait(self._done, timeout):
             raise TimeoutError(f'program {self.name!r} still running after {timeout}s')
         self._failures.raise_failure()
-        self._stop.raise_stuck()
+        self._stopping.raise_stuck()
 
     def stop(self, grace: float | None = None, timeout: float | None = None) -> None:
         """Stops the program and waits until every node is gone."""
         self.request_stop(grace)
         if not interruptible.wait(self._done, timeout):
             raise TimeoutError(f'program {self.name!r} did not stop within {timeout}s')
-        self._stop.raise_stuck()
+        self._stopping.raise_stuck()
 
     def request_stop(self, grace: float | None = None) -> None:
         """Starts stopping the program; returns at once."""
         if grace is not None:
-            self._stop.grace = grace
+            self._stopping.grace = grace
         self.events.stop_requested()
 
     @property
     def killed_nodes(self) -> list[str]:
         """Nodes killed because they ignored the stop request for the grace period."""
-        return list(self._stop.killed)
+        return list(self._stopping.killed)
 
     @property
     def keeps_process_alive(self) -> bool:
@@ -166,6 +166,11 @@ class ProgramController:
     @property
     def is_running(self) -> bool:
         return not self._done.is_set()
+
+    @property
+    def is_stopping(self) -> bool:
+        """True once the program began to stop (asked to, or after a node failed)."""
+        return self._stopping.begun
 
     def statuses(self) -> list[NodeStatus]:
         return [NodeStatus(w.label, w.index, w.state, w.pid, w.exit_code, restarts=w.restarts,

@@ -1,4 +1,4 @@
-"""Elastic groups and group handles: the controller's part for them.
+"""Elastic groups and group handles: the part of supervision that grows and shrinks groups.
 
     controller.add_nodes('actor', 2)      # two more copies of the group's first node
     controller.remove_nodes('actor', 1)   # the newest live one stops, gracefully
@@ -12,7 +12,7 @@ the new nodes are ready or the removed ones are gone. Group handles follow
 every change (``membership.py``).
 
 The part checks requests, chooses the nodes and keeps group handles current; the
-controller starts what it grows (``start``), as it starts restarts.
+supervisor starts what it grows (``start``), as it starts restarts.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The controller's part that decides what a node's failure does: stop the program, or restart.
+"""The part of supervision that decides what a failure does: stop the program, or restart.
 
 The first failure of a node whose group stops the program (the default,
 ``lp.StopProgram``) is what ``wait()`` raises, unless it only followed from
@@ -12,7 +12,7 @@ back. Events of the replaced worker are ignored. A node that fails after
 ``max_restarts`` restarts stops the program, and its failure says so.
 
 This part decides and keeps the record; it starts and stops nothing. ``on_failure``
-answers what the controller must do next (``Then``), and ``replace`` hands it the
+answers what the supervisor must do next (``Then``), and ``replace`` hands it the
 worker to start when a backoff is over.
 """
 
@@ -33,7 +33,7 @@ _log = logging.getLogger('launchpad_py.supervision.controller')
 
 
 class Then(enum.Enum):
-    """What the controller does after a failure."""
+    """What the supervisor does after a failure."""
     GO_ON = 'go on'  # A restart is scheduled, or the program stops already.
     STOP = 'stop the program'
     ABORT_LAUNCH = 'abort the launch'  # The node failed before it was ready.

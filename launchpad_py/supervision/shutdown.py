@@ -1,9 +1,9 @@
-"""The controller's part that stops a program: the grace period, and what cannot be stopped.
+"""The part of supervision that stops a program: the grace period, what cannot be stopped.
 
 Run on the supervisor thread (``begin``, ``kill_if_due``): stop handlers run on
 a thread of their own, every node is asked to stop, and those still running
 when the grace period ends are killed (threads cannot be: see ``stuck_threads``).
-The controller decides when a stop begins and what else ends with it (restarts
+The supervisor decides when a stop begins and what else ends with it (restarts
 that were waiting); this part only knows the workers and the program's stop scope.
 """
 
@@ -28,8 +28,8 @@ class Stopping:
         self.name = name
         #: Seconds a node has to end after it was asked to; a stop request may change it.
         self.grace = grace
-        #: Set once, by the first stop (requested, or after a failure); never unset.
-        self.stopping = False
+        #: Whether the stop has begun (requested, or after a failure); never unset.
+        self.begun = False
         #: Nodes killed because they ignored the stop for the grace period.
         self.killed: list[str] = []
         self._scope = scope
@@ -41,11 +41,11 @@ class Stopping:
     def begin(self) -> bool:
         """Starts the grace period and the stop handlers; False if the stop had begun already
         (then only a shorter grace, e.g. a second Ctrl-C's none, takes effect)."""
-        if self.stopping:
+        if self.begun:
             if self._deadline is not None:
                 self._deadline = min(self._deadline, time.monotonic() + self.grace)
             return False
-        self.stopping = True
+        self.begun = True
         self._deadline = time.monotonic() + self.grace
         # Stop handlers may block; the supervisor must stay free to enforce the deadline.
         self._handlers = threading.Thread(target=self._run_stop_handlers, daemon=True,

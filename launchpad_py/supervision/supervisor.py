@@ -53,7 +53,7 @@ class Supervisor:
         self.launch_failure: str | None = None
         #: Moments the supervisor waits for besides events: restarts, removals' grace.
         self._alarms = failure_policy.Alarms()
-        self.stop = Stopping(name, grace, scope, self.workers)
+        self.stopping = Stopping(name, grace, scope, self.workers)
         self.failures = Failures(name, launch_type, policies, self.workers, self._alarms)
         self.elastic = ElasticGroups(name, launch_type, groups, self.workers, self._alarms,
                                      events, self.progress)
@@ -79,14 +79,14 @@ class Supervisor:
     def _next_event(self):
         while True:
             timeout = self._alarms.wait_time()
-            left = self.stop.time_left()
+            left = self.stopping.time_left()
             if left is not None:
                 timeout = left if timeout is None else min(timeout, left)
             try:
                 return self.events.queue.get(timeout=timeout)
             except queue.Empty:
                 self._on_alarms()
-                self.stop.kill_if_due()
+                self.stopping.kill_if_due()
                 if all(w.state in _ENDED for w in self.workers):
                     return Tick()
 
@@ -117,14 +117,14 @@ class Supervisor:
         elif isinstance(event, ProcessDied):
             self._on_process_died(event.reason)
         elif isinstance(event, GroupChange):
-            self.elastic.apply(event, self.stop.stopping, self.stop.grace, self._start_worker)
+            self.elastic.apply(event, self.stopping.begun, self.stopping.grace, self._start_worker)
 
     def _all_started(self) -> bool:
         return all(w.state not in (NodeState.STARTING, NodeState.RESTARTING)
                    for w in self.workers)
 
     def _on_process_died(self, reason: str) -> None:
-        if self.ready.is_set() or self.stop.stopping:
+        if self.ready.is_set() or self.stopping.begun:
             _log.warning('program %r: %s; its running nodes go on', self.name, reason)
             return
         _log.error('program %r failed to start: %s', self.name, reason)
@@ -133,9 +133,9 @@ class Supervisor:
         self.ready.set()
 
     def _begin_stop(self) -> None:
-        if self.stop.begin():
+        if self.stopping.begin():
             self.failures.cancel_restarts()
-            self.stop.ask_nodes()
+            self.stopping.ask_nodes()
 
     def _abort_launch(self) -> None:
         """Stops a launch that failed; nodes not yet ready have nothing to finish: killed now."""
@@ -152,20 +152,20 @@ class Supervisor:
         if worker.removing:  # Removed from its elastic group: however it ended, it stopped.
             worker.state = NodeState.STOPPED
         elif failure is not None:
-            then = self.failures.on_failure(worker, failure, self.stop.stopping)
+            then = self.failures.on_failure(worker, failure, self.stopping.begun)
             if then is Then.ABORT_LAUNCH:
                 self._abort_launch()
             elif then is Then.STOP:
                 self._begin_stop()
         else:
-            worker.state = NodeState.STOPPED if self.stop.stopping else NodeState.FINISHED
+            worker.state = NodeState.STOPPED if self.stopping.begun else NodeState.FINISHED
         self.elastic.publish()
         if self.failures.startup_failure is not None or self._all_started():
             self.ready.set()
 
     def _restart_now(self, worker: Worker) -> None:
         """The backoff is over: a new worker runs the node in ``worker``'s place."""
-        if worker.state != NodeState.RESTARTING or self.stop.stopping:
+        if worker.state != NodeState.RESTARTING or self.stopping.begun:
             return
         try:
             fresh = self.failures.replace(worker)
