@@ -159,3 +159,20 @@ def test_test_mt_raises_instead_of_ending_the_test_runner():
             controller.wait()
     finally:
         release.set()
+
+
+def test_is_stopping_from_the_stop_request_until_the_end():
+    """is_stopping is False while the program runs, True once a stop began, nodes still running."""
+    release = threading.Event()
+    program = lp.Program('stopping')
+    program.add_node(lp.PyNode(ignore_the_stop_until, release), label='stubborn')
+    controller = lp.launch(program, launch_type='test_mt', serialize_py_nodes=False)
+    try:
+        assert controller.is_running and not controller.is_stopping
+        controller.request_stop(grace=60)
+        wait_for(lambda: controller.is_stopping, what='the supervisor to begin the stop')
+        assert controller.is_running
+    finally:
+        release.set()
+    controller.wait(timeout=30)
+    assert controller.is_stopping and not controller.is_running
