@@ -37,6 +37,9 @@ from launchpad_py.courier import tls as tls_module
 _log = logging.getLogger('launchpad_py.courier')
 _clock = time.perf_counter
 
+# A gRPC connection with no call in flight for this long is closed (the client reconnects
+# on its next call): strangers cannot hold connections open, as on the raw-TCP port.
+IDLE_SECONDS = 60.0
 # Unlimited message sizes; SO_REUSEPORT off so two servers can never silently share a port.
 GRPC_OPTIONS = [
     ('grpc.max_send_message_length', -1),
@@ -73,7 +76,8 @@ class Server:
     ``tcp_transport=False`` the raw-TCP listener; ``max_message_bytes`` is
     the largest single gRPC message (bigger replies are streamed in chunks);
     ``handshake_timeout`` closes TCP connections that do not authenticate in
-    time; ``max_frame_bytes`` is the largest TCP frame accepted; ``tls``
+    time, and gRPC connections that do not finish theirs; ``idle_timeout``
+    closes gRPC connections without a call for that long (clients reconnect); ``max_frame_bytes`` is the largest TCP frame accepted; ``tls``
     (``TlsCredentials``) encrypts gRPC and raw TCP (see ``tls.py``). ``identity``
     names the server in its proofs; clients that expect a name refuse any
     other server (launched nodes pass ``label/index``).
@@ -89,7 +93,7 @@ class Server:
                  handshake_timeout: float = tcp.HANDSHAKE_SECONDS,
                  max_frame_bytes: int = tcp.MAX_FRAME_BYTES,
                  tls: tls_module.TlsCredentials | None = None,
-                 identity: str | None = None):
+                 identity: str | None = None, idle_timeout: float = IDLE_SECONDS):
         if not isinstance(thread_pool_size, int) or thread_pool_size < 1:
             raise ValueError(f'thread_pool_size must be a positive int (got {thread_pool_size!r})')
         self._secret = auth.secret_for(f'{host}:{port}' if port else None, secret)
@@ -104,6 +108,7 @@ class Server:
         self._tcp_transport = tcp_transport
         self._tls = tls
         self._handshake_timeout = handshake_timeout
+        self._idle_timeout = idle_timeout
         self._max_frame_bytes = max_frame_bytes
         self._tcp: tcp.TcpListener | None = None
         self._obj = obj
@@ -154,8 +159,11 @@ class Server:
         # a permit, so thread_pool_size still bounds the calls that run at once.
         self._identity = identity = auth.Identity.fresh(self._secret, self._name)
         interceptors = [] if self._secret is None else [_Guard(identity, self._label)]
-        server = grpc.server(self._pool, options=GRPC_OPTIONS, maximum_concurrent_rpcs=None,
-                             interceptors=interceptors)
+        limits = [('grpc.server_handshake_timeout_ms', int(self._handshake_timeout * 1000)),
+                  ('grpc.max_connection_idle_ms', int(self._idle_timeout * 1000)),
+                  ('grpc.max_allowed_incoming_connections', tcp.MAX_PENDING)]
+        server = grpc.server(self._pool, options=GRPC_OPTIONS + limits,
+                             maximum_concurrent_rpcs=None, interceptors=interceptors)
         server.add_generic_rpc_handlers([grpc.method_handlers_generic_handler(wire.SERVICE, {
             'Call': grpc.unary_unary_rpc_method_handler(self._handle_call),
             'CallChunked': grpc.stream_unary_rpc_method_handler(self._handle_chunked_call),

@@ -421,3 +421,29 @@ def test_a_server_out_of_descriptors_drops_strangers_for_callers(tmp_path):
             sock.close()
         server.stdin.close()
         server.wait(timeout=30)
+
+
+HTTP2_PREFACE = b'PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n' + b'\x00\x00\x00\x04\x00\x00\x00\x00\x00'
+
+
+def test_grpc_port_closes_idle_unauthenticated_connections(tmp_path):
+    """300 strangers on the gRPC port (half silent, half past HTTP/2's preface but calling
+    nothing) are all closed within the handshake and idle limits; callers are served."""
+    target = Target()
+    with courier.Server(target, secret=SECRET, handshake_timeout=HANDSHAKE_TIMEOUT,
+                        idle_timeout=1.0) as server:
+        port = server.port
+        strangers = [socket.create_connection(('127.0.0.1', port), timeout=10) for _ in range(300)]
+        try:
+            for sock in strangers[150:]:
+                sock.sendall(HTTP2_PREFACE)
+            client = courier.Client(server.address, transport='grpc', secret=SECRET, timeout=10)
+            assert client.mark() == 1
+            started = time.monotonic()
+            for sock in strangers:
+                sock.settimeout(10)
+                assert _closed_by_server(sock)
+            assert time.monotonic() - started < 10
+        finally:
+            for sock in strangers:
+                sock.close()
