@@ -162,8 +162,10 @@ class TcpRelay:
                 caller = self._tls.server_context().wrap_socket(caller, server_side=True)
                 server = self._tls.client_context().wrap_socket(server, server_hostname=None)
             caller.sendall(server.recv(4096))   # The server's greeting, to the caller.
-            server.sendall(caller.recv(4096))   # The caller's proof, to the server.
-            answer = server.recv(4096)
+            proof = caller.recv(4096)
+            if proof:  # The caller's proof, to the server.
+                server.sendall(proof)
+            answer = proof and server.recv(4096)
             if answer:
                 self.relayed.set()
                 caller.sendall(answer)

@@ -168,3 +168,40 @@ def test_a_false_server_on_a_killed_nodes_port_runs_nothing(transport, tmp_path)
         assert harvested == []
         assert not os.path.exists(bomb)
         assert b.dereference().calls() == 0
+
+
+SECRET = bytes(range(32))
+
+
+def test_a_restarted_server_refuses_tokens_of_its_earlier_incarnation():
+    """A token accepted before a restart is refused after it (the nonce list starts empty, the
+    incarnation does not); a caller that held the old identity asks again and goes through."""
+    first = courier.Server(Target(), secret=SECRET, identity='a/0').start()
+    port = first.port
+    caller = courier.Client(first.address, transport='grpc', secret=SECRET,
+                            server_identity='a/0', timeout=10)
+    assert caller.mark() == 1
+    relay = GrpcRelay(first.address)
+    try:
+        seen = courier.Client(relay.address, transport='grpc', secret=SECRET, timeout=10)
+        assert seen.mark() == 2
+        (metadata, body), = relay.calls_seen()
+    finally:
+        relay.close()
+        first.stop()
+    with courier.Server(Target(), port, secret=SECRET, identity='a/0') as restarted:
+        assert not spend(restarted.address, metadata, body)
+        assert caller.mark() == 1 and caller.futures.mark().result(timeout=10) == 2
+
+
+def test_a_tcp_caller_refuses_a_server_of_another_name_before_proving_anything():
+    """Dialing node a's raw-TCP port and finding node b, the caller sends no proof at all."""
+    from launchpad_py.courier import tcp
+    with courier.Server(Target(), secret=SECRET, identity='b/0') as other:
+        bomb_free = TcpRelay(('127.0.0.1', other.tcp_port), b'')
+        try:
+            with pytest.raises(courier.AuthenticationError, match="not 'a/0'"):
+                tcp.connect('127.0.0.1', bomb_free.port, SECRET, 'a:0', 10, expected='a/0')
+        finally:
+            bomb_free.close()
+        assert not bomb_free.relayed.is_set()

@@ -77,10 +77,11 @@ class Server:
     the largest single gRPC message (bigger replies are streamed in chunks);
     ``handshake_timeout`` closes TCP connections that do not authenticate in
     time, and gRPC connections that do not finish theirs; ``idle_timeout``
-    closes gRPC connections without a call for that long (clients reconnect); ``max_frame_bytes`` is the largest TCP frame accepted; ``tls``
-    (``TlsCredentials``) encrypts gRPC and raw TCP (see ``tls.py``). ``identity``
-    names the server in its proofs; clients that expect a name refuse any
-    other server (launched nodes pass ``label/index``).
+    closes gRPC connections without a call for that long (clients reconnect);
+    ``max_frame_bytes`` is the largest TCP frame accepted; ``tls``
+    (``TlsCredentials``) encrypts gRPC and raw TCP (see ``tls.py``).
+    ``identity`` names the server in its proofs; clients that expect a name
+    refuse any other server (launched nodes pass ``label/index``).
     """
 
     def __init__(self, obj: Any, port: int = 0, *, host: str = '127.0.0.1',

@@ -121,7 +121,7 @@ class Dashboard:
 
 class _Server(http.server.ThreadingHTTPServer):
     daemon_threads = True
-    # Connections past the bound are accepted and closed at once, not left to the kernel's retries.
+    # Connections past the bound are accepted and closed at once, not left to kernel retries.
     request_queue_size = 128
 
     def __init__(self, address, handler, dashboard: Dashboard):

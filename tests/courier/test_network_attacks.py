@@ -22,29 +22,11 @@ import pytest
 
 from launchpad_py import courier
 from launchpad_py.courier import auth, frames, wire
+from attackers import Bomb as _Bomb, Target
 
 SECRET = secrets.token_bytes(32)
 HANDSHAKE_TIMEOUT = 0.5
 LOGGER = 'launchpad_py.courier'
-
-
-class _Bomb:
-    """Unpickling this creates ``path``."""
-
-    def __init__(self, path: str):
-        self.path = path
-
-    def __reduce__(self):
-        return open, (self.path, 'w')
-
-
-class Target:
-    def __init__(self):
-        self.calls = 0
-
-    def mark(self, *args) -> int:
-        self.calls += 1
-        return self.calls
 
 
 @pytest.fixture
@@ -94,7 +76,7 @@ def _authenticate(sock: socket.socket) -> None:
 
 def _assert_untouched(server, target: Target, bomb: str) -> None:
     assert not os.path.exists(bomb), 'the payload was unpickled'
-    assert target.calls == 0, 'a method ran'
+    assert target.count == 0, 'a method ran'
     client = courier.Client(server.address, transport='tcp', secret=SECRET, timeout=10)
     assert client.mark() == 1  # Still serving its legitimate callers.
 
@@ -134,7 +116,7 @@ def test_wrong_secret_raises_authentication_error_in_the_client(served):
                                 secret=secrets.token_bytes(32))
         with pytest.raises(courier.AuthenticationError):
             client.mark()
-    assert target.calls == 0
+    assert target.count == 0
 
 
 def test_silent_connection_is_closed_after_the_handshake_timeout(served, caplog):
@@ -240,7 +222,7 @@ def test_flood_of_silent_connections_leaves_the_server_serving(served):
         for sock in flood:
             sock.close()
     assert not os.path.exists(bomb)
-    assert target.calls == 1
+    assert target.count == 1
 
 
 def test_replayed_handshake_is_refused(served, caplog):
@@ -315,7 +297,7 @@ def test_replayed_grpc_token_is_refused(served, grpc_request):
         call(harmless, metadata=token, timeout=10)
     assert caught.value.code() == grpc.StatusCode.UNAUTHENTICATED
     assert not os.path.exists(bomb)
-    assert target.calls == 1
+    assert target.count == 1
 
 
 def test_endpoints_answers_only_with_a_proof_of_the_server(served):
@@ -330,7 +312,8 @@ def test_endpoints_answers_only_with_a_proof_of_the_server(served):
         reply = channel.unary_unary(wire.ENDPOINTS)(b'', metadata=metadata, timeout=10)
     finally:
         channel.close()
-    assert auth.check_hello_reply(SECRET, nonce, reply, server.address, None)[1] == server.tcp_port
+    _, port = auth.check_hello_reply(SECRET, nonce, reply, server.address, None)
+    assert port == server.tcp_port
     with pytest.raises(courier.AuthenticationError):
         auth.check_hello_reply(secrets.token_bytes(32), nonce, reply, server.address, None)
 
@@ -407,8 +390,8 @@ def test_a_server_out_of_descriptors_drops_strangers_for_callers(tmp_path):
     server = subprocess.Popen(
         [sys.executable, '-c', OUT_OF_DESCRIPTORS_SERVER, SECRET.hex()], cwd=here,
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-        env={**os.environ, 'PYTHONPATH': os.pathsep.join([here, os.path.dirname(os.path.dirname(
-            here))])})
+        env={**os.environ, 'PYTHONPATH': os.pathsep.join(
+            [here, os.path.dirname(here), os.path.dirname(os.path.dirname(here))])})
     flood = []
     try:
         address, tcp_port = server.stdout.readline().split()
@@ -433,7 +416,8 @@ def test_grpc_port_closes_idle_unauthenticated_connections(tmp_path):
     with courier.Server(target, secret=SECRET, handshake_timeout=HANDSHAKE_TIMEOUT,
                         idle_timeout=1.0) as server:
         port = server.port
-        strangers = [socket.create_connection(('127.0.0.1', port), timeout=10) for _ in range(300)]
+        strangers = [socket.create_connection(('127.0.0.1', port), timeout=10)
+                     for _ in range(300)]
         try:
             for sock in strangers[150:]:
                 sock.sendall(HTTP2_PREFACE)
