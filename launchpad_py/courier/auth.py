@@ -275,7 +275,9 @@ def check_hello_reply(secret: bytes | None, nonce: bytes, reply: bytes, address:
     if not hmac.compare_digest(mac, _mac(identity.key, b'hello', nonce, body)):
         raise errors.AuthenticationError(
             f'the server at {address} could not prove it holds the program secret; '
-            'nothing was sent to it')
+            'nothing was sent to it' if secret is not None else
+            f'this client has no secret and the server at {address} requires one (or it is '
+            'not a courier server); pass secret= or set the process default')
     return identity, _PORT.unpack_from(body, INCARNATION_BYTES)[0]
 
 
