@@ -19,7 +19,7 @@ import struct
 import threading
 from typing import Callable
 
-from launchpad_py.courier import auth, errors, frames, tcp_gate, uds, uds_server
+from launchpad_py.courier import auth, errors, frames, tcp_handshakes, uds, uds_server
 
 _log = logging.getLogger('launchpad_py.courier')
 ENDPOINTS = struct.Struct('<H')  # The gRPC Endpoints reply: the raw-TCP port, 0 for none.
@@ -134,7 +134,7 @@ class TcpListener(uds_server.LocalListener):
         self._tls = tls
         self._handshake_timeout = handshake_timeout
         self._max_frame_bytes = max_frame_bytes
-        self._gate: tcp_gate.Gate | None = None
+        self._gate: tcp_handshakes.Gate | None = None
         self.port: int | None = None
 
     def start(self) -> bool:
@@ -148,8 +148,8 @@ class TcpListener(uds_server.LocalListener):
             return False
         self._listener = listener
         self.port = listener.getsockname()[1]
-        self._gate = tcp_gate.Gate(listener, self._identity, self._name, self._admit, self._tls,
-                                   self._handshake_timeout, MAX_PENDING)
+        self._gate = tcp_handshakes.Gate(listener, self._identity, self._name, self._admit,
+                                         self._tls, self._handshake_timeout, MAX_PENDING)
         self._spawn(self._gate.run)
         return True
 
@@ -167,7 +167,7 @@ class TcpListener(uds_server.LocalListener):
             why = f'bad frame: {ended}'
         if why is not None and not self._closed:  # Logged before the close the peer sees.
             _log.warning('courier server %s: closed a TCP connection from %s: %s',
-                         self._name, tcp_gate.peer_text(turn.peer), why)
+                         self._name, tcp_handshakes.peer_text(turn.peer), why)
 
     def stop(self) -> None:
         if self._gate is not None:

@@ -2,8 +2,9 @@
 
 Synchronous calls borrow an idle connection, write the request and read the
 reply in the calling thread (no hand-off). Futures share one connection per
-server, whose replies the callers waiting for them read (see ``mux.py``). ``None``
-from ``call``/``call_future`` means "no local server here": use gRPC.
+server, whose replies the callers waiting for them read (see
+``futures_connection.py``). ``None`` from ``call``/``call_future`` means "no local server
+here": use gRPC.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import concurrent.futures
 import threading
 from typing import Any, Callable
 
-from launchpad_py.courier import errors, mux as mux_module, uds, uds_server
+from launchpad_py.courier import errors, futures_connection, uds, uds_server
 
 _NOT_LOCAL = object()
 
@@ -29,7 +30,7 @@ class LocalChannel:
         self._connect = connect
         self._idle: list[uds.Connection] = []
         self._lock = threading.Lock()
-        self._mux: mux_module.FuturesConnection | None = None
+        self._mux: futures_connection.FuturesConnection | None = None
 
     # -- synchronous ------------------------------------------------------------------
 
@@ -92,7 +93,8 @@ class LocalChannel:
                 return future
         return _NOT_LOCAL
 
-    def _futures_connection(self, timeout: float | None) -> mux_module.FuturesConnection | None:
+    def _futures_connection(self, timeout: float | None
+                            ) -> futures_connection.FuturesConnection | None:
         mux = self._mux
         if mux is not None and not mux.closed and not mux.stale():
             return mux
@@ -104,7 +106,7 @@ class LocalChannel:
                 connection = self._connect(timeout)
                 if connection is None:
                     return None
-                mux = self._mux = mux_module.FuturesConnection(connection, self.address)
+                mux = self._mux = futures_connection.FuturesConnection(connection, self.address)
             return mux
 
     def close(self) -> None:

@@ -5,7 +5,7 @@ thread hand-off, which is most of a tiny call's cost). A connection opened for
 synchronous calls carries one call at a time. Calls on a futures connection
 must run concurrently, so a watchdog gives the reading role to a new thread
 when a call keeps its reader too long, and the connection's calls go to the
-server's thread pool while that call runs (see ``inline.py``). Either way the server's
+server's thread pool while that call runs (see ``reader_handover.py``). Either way the server's
 ``thread_pool_size`` bounds how many calls run at once (``dispatch`` takes
 the permit).
 
@@ -25,7 +25,7 @@ import threading
 import time
 from typing import Callable
 
-from launchpad_py.courier import frames, inline, stats as stats_module, uds
+from launchpad_py.courier import frames, reader_handover, stats as stats_module, uds
 
 SYNC_REQUEST, FUTURE_REQUEST = 1, 3
 
@@ -47,7 +47,7 @@ class LocalListener:
         self._executor = executor
         self._name = f'courier-{label or "server"}-uds'
         self._connections: set[uds.Connection] = set()
-        self._watchdog = inline.Watchdog(self._promote, f'{self._name}-watchdog')
+        self._watchdog = reader_handover.Watchdog(self._promote, f'{self._name}-watchdog')
         self._threads: list[threading.Thread] = []
         self._lock = threading.Lock()
         self._closed = False
@@ -104,7 +104,7 @@ class LocalListener:
 
     def _admit_connection(self, connection: uds.Connection, peer=None) -> bool:
         """Starts serving ``connection``; False once the listener is closed."""
-        turn = inline.Turn(connection, peer)
+        turn = reader_handover.Turn(connection, peer)
         turn.reader = token = object()
         with self._lock:
             if self._closed:
@@ -115,12 +115,12 @@ class LocalListener:
         self._spawn(self._serve, turn, token)
         return True
 
-    def _promote(self, turn: inline.Turn, token: object) -> None:
+    def _promote(self, turn: reader_handover.Turn, token: object) -> None:
         """The watchdog's hand-over: a new thread reads for ``turn`` (after a stop, it finds
         the connection shut and closes it)."""
         self._spawn(self._serve, turn, token)
 
-    def _serve(self, turn: inline.Turn, token: object) -> None:
+    def _serve(self, turn: reader_handover.Turn, token: object) -> None:
         """Reads and runs calls until the peer goes, or another reader takes over."""
         ended = self._read_calls(turn, token)
         if ended is None:
@@ -131,7 +131,7 @@ class LocalListener:
             self._connections.discard(turn.connection)
         turn.connection.close()
 
-    def _read_calls(self, turn: inline.Turn, token: object) -> BaseException | None:
+    def _read_calls(self, turn: reader_handover.Turn, token: object) -> BaseException | None:
         """The reader's loop; returns why it ended, None when it lost the reading role."""
         connection, shard, watchdog = turn.connection, self._own_shard(), self._watchdog
         try:
@@ -149,7 +149,7 @@ class LocalListener:
         except Exception as exc:  # Peer gone, a bad frame, or the pool shut down on stop.
             return exc
 
-    def _farewell(self, turn: inline.Turn, ended: BaseException) -> None:
+    def _farewell(self, turn: reader_handover.Turn, ended: BaseException) -> None:
         """Says why a connection ended, where that is news (see ``tcp.py``)."""
 
     def _own_shard(self) -> stats_module.Shard | None:
