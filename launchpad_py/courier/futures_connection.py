@@ -24,7 +24,7 @@ import threading
 import time
 from typing import Callable
 
-from launchpad_py.courier import call_future, errors, uds, uds_server
+from launchpad_py.courier import call_future, errors, frames, uds_server
 from launchpad_py.courier.deadlines import deadlines
 
 IDLE_READ = 0.01
@@ -33,7 +33,7 @@ IDLE_READ = 0.01
 class FuturesConnection:
     """Calls matched to futures by call id on one connection."""
 
-    def __init__(self, connection: uds.Connection, address: str):
+    def __init__(self, connection: frames.Connection, address: str):
         self._connection = connection
         self._address = address
         self._ids = itertools.count(1)

@@ -16,7 +16,7 @@ import concurrent.futures
 import threading
 from typing import Any, Callable
 
-from launchpad_py.courier import errors, futures_connection, uds, uds_server
+from launchpad_py.courier import errors, frames, futures_connection, uds_server
 
 _NO_SOCKET = object()
 
@@ -28,10 +28,11 @@ class SocketChannel:
     not there (use gRPC), or raises a courier error.
     """
 
-    def __init__(self, address: str, connect: Callable[[float | None], uds.Connection | None]):
+    def __init__(self, address: str,
+                 connect: Callable[[float | None], frames.Connection | None]):
         self.address = address
         self._connect = connect
-        self._idle: list[uds.Connection] = []
+        self._idle: list[frames.Connection] = []
         self._lock = threading.Lock()
         self._mux: futures_connection.FuturesConnection | None = None
 
@@ -51,7 +52,7 @@ class SocketChannel:
             return self._await_reply(connection, request[0], timeout, decode)
         return _NO_SOCKET
 
-    def _await_reply(self, connection: uds.Connection, method: str, timeout: float | None,
+    def _await_reply(self, connection: frames.Connection, method: str, timeout: float | None,
                      decode: Callable) -> Any:
         try:
             if timeout:
@@ -71,7 +72,7 @@ class SocketChannel:
             self._idle.append(connection)
         return decode(frame)
 
-    def _borrow(self, timeout: float | None) -> uds.Connection | None:
+    def _borrow(self, timeout: float | None) -> frames.Connection | None:
         while True:
             with self._lock:
                 if not self._idle:

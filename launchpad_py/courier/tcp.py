@@ -35,13 +35,14 @@ def _tune(sock: socket.socket) -> None:
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
 
-class Connection(uds.Connection):
-    """One authenticated TCP (or TLS) connection: framed sends under a lock, a reader."""
+class Connection:
+    """One authenticated TCP (or TLS) connection: framed sends under a lock, a reader.
+
+    A ``frames.Connection`` like ``uds.Connection``, not one of its kind: no shared memory,
+    no segments to release, and an idle peer's close is seen ahead (``peer_gone``)."""
 
     def __init__(self, sock: socket.socket, max_frame_bytes: int | None = None):
         self.sock = sock
-        self.released = None
-        self.pool = None
         self.reader = frames.Reader(sock, None, descriptors=False,
                                     max_frame_bytes=max_frame_bytes)
         self._send_lock = threading.Lock()

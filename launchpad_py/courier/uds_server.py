@@ -46,7 +46,7 @@ class LocalListener:
         self._unsendable = unsendable
         self._executor = executor
         self._name = f'courier-{label or "server"}-uds'
-        self._connections: set[uds.Connection] = set()
+        self._connections: set[frames.Connection] = set()
         self._watchdog = reader_handover.Watchdog(self._promote, f'{self._name}-watchdog')
         self._threads: list[threading.Thread] = []
         self._lock = threading.Lock()
@@ -102,7 +102,7 @@ class LocalListener:
             if not self._admit_connection(uds.Connection(sock)):
                 return
 
-    def _admit_connection(self, connection: uds.Connection, peer=None) -> bool:
+    def _admit_connection(self, connection: frames.Connection, peer=None) -> bool:
         """Starts serving ``connection``; False once the listener is closed."""
         turn = reader_handover.Turn(connection, peer)
         turn.reader = token = object()
@@ -156,7 +156,7 @@ class LocalListener:
         """The counters of the calling thread, which it then writes alone."""
         return None if self._stats is None else self._stats.shard()
 
-    def _answer(self, connection: uds.Connection, frame: frames.Frame,
+    def _answer(self, connection: frames.Connection, frame: frames.Frame,
                 shard: stats_module.Shard | None = None) -> None:
         if shard is None:  # On a pool thread.
             shard = self._own_shard()
