@@ -24,7 +24,7 @@ import threading
 import time
 from typing import Callable
 
-from launchpad_py.courier import call_future, errors, frames, uds_server
+from launchpad_py.courier import call_future, errors, frames, socket_serving
 from launchpad_py.courier.deadlines import deadlines
 
 IDLE_READ = 0.01
@@ -74,7 +74,7 @@ class FuturesConnection:
         if self._asleep:
             self._nudge()
         try:
-            self._connection.send(call_id, uds_server.FUTURE_REQUEST, request)
+            self._connection.send(call_id, socket_serving.FUTURE_REQUEST, request)
         except OSError as exc:
             with self._lock:
                 self._pending.pop(call_id, None)

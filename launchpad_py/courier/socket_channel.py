@@ -16,7 +16,7 @@ import concurrent.futures
 import threading
 from typing import Any, Callable
 
-from launchpad_py.courier import errors, frames, futures_connection, uds_server
+from launchpad_py.courier import errors, frames, futures_connection, socket_serving
 
 _NO_SOCKET = object()
 
@@ -45,7 +45,7 @@ class SocketChannel:
             if connection is None:
                 return _NO_SOCKET
             try:
-                connection.send(0, uds_server.SYNC_REQUEST, request)
+                connection.send(0, socket_serving.SYNC_REQUEST, request)
             except OSError:  # A pooled connection whose server went away: not sent, retry.
                 connection.close()
                 continue

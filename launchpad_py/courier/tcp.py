@@ -19,7 +19,7 @@ import struct
 import threading
 from typing import Callable
 
-from launchpad_py.courier import auth, errors, frames, tcp_handshakes, uds, uds_server
+from launchpad_py.courier import auth, errors, frames, socket_serving, tcp_handshakes, uds
 
 _log = logging.getLogger('launchpad_py.courier')
 ENDPOINTS = struct.Struct('<H')  # The gRPC Endpoints reply: the raw-TCP port, 0 for none.
@@ -116,8 +116,8 @@ def connect(host: str, port: int, secret: bytes | None, address: str,
     return Connection(sock)
 
 
-class TcpListener(uds_server.LocalListener):
-    """Accepts TCP connections for one server: the gate's handshake, then the Unix-socket loop."""
+class TcpListener(socket_serving.SocketServing):
+    """Accepts TCP connections for one server: the gate's handshake, then the shared serving."""
 
     def __init__(self, host: str, identity: auth.Identity, dispatch: Callable, unsendable: Callable,
                  executor, label: str | None, thread_initializer=None, *,
@@ -125,11 +125,8 @@ class TcpListener(uds_server.LocalListener):
                  handshake_timeout: float = HANDSHAKE_SECONDS,
                  max_frame_bytes: int = MAX_FRAME_BYTES,
                  stats=None):
-        super().__init__(0, dispatch, unsendable, executor, label, thread_initializer,
-                         stats=stats)
-        self.path = None
-        self._name = f'courier-{label or "server"}-tcp'
-        self._watchdog.name = f'{self._name}-watchdog'
+        super().__init__(f'courier-{label or "server"}-tcp', dispatch, unsendable, executor,
+                         thread_initializer, stats=stats)
         self._host = host
         self._identity = identity
         self._tls = tls
@@ -174,6 +171,3 @@ class TcpListener(uds_server.LocalListener):
         if self._gate is not None:
             self._gate.close()
         super().stop()
-
-    def _remove_path(self) -> None:
-        """No file to remove: a TCP listener has none."""
