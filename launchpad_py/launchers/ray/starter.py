@@ -1,0 +1,105 @@
+"""``RayStarter``: how ``launchers/remote/`` starts one node as a Ray actor, and hears it end.
+
+The actor (``node_host.NodeHost``) streams back where Ray placed it, the node's
+output lines and finally its exit code; the stream ending early (the actor killed,
+its host lost) is how the launcher learns of a death it did not ask for, within
+Ray's own failure detection (the raylet sees its worker process exit at once).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from typing import Any, Callable
+
+from launchpad_py.launchers.remote.worker import Starter
+from launchpad_py.node_side import node_process
+
+
+class RayStarter(Starter):
+    """One node in one Ray actor. ``make_actor(pin)`` creates the actor (``pin``: a Ray
+    node id the actor must land on, for a restart that keeps the node's address)."""
+
+    def __init__(self, make_actor: Callable[[str | None], Any], env: dict[str, str],
+                 pin: str | None = None):
+        self._make_actor, self._env, self._pin = make_actor, env, pin
+        self._actor = None
+        self._stream = None
+        self.placed: dict | None = None  # node_id, host, gpus: where Ray put it.
+        self._code: int | None = None
+        self._death: str | None = None
+        self._terminating = False
+        self._ended = threading.Event()
+        self._lock = threading.Lock()
+
+    def start(self, boot: dict, sink) -> None:
+        with self._lock:
+            if self._terminating:
+                return
+            self._actor = self._make_actor(self._pin)
+        line = json.dumps(boot).encode() + b'\n'
+        self._stream = self._actor.run.options(num_returns='streaming').remote(line, self._env)
+        sink.follow(self)
+
+    def readline(self) -> bytes:
+        """The node's next output line (b'' at its end): ``Sink.follow`` reads us as a stream."""
+        import ray
+        while True:
+            try:
+                item = ray.get(next(self._stream))
+            except StopIteration:
+                return b''
+            except ray.exceptions.RayError as exc:
+                self._death = _first_line(exc)
+                return b''
+            if isinstance(item, dict):
+                self.placed = item
+            elif isinstance(item, int):
+                self._code = item
+            else:
+                return item
+
+    def close(self) -> None:
+        """The end of the output stream, or of the program: either way the actor is done."""
+        self._ended.set()
+        self._kill()
+
+    def wait(self) -> int | None:
+        self._ended.wait()
+        return self._code
+
+    def terminate(self) -> bool:
+        with self._lock:
+            self._terminating = True
+        return self._kill()
+
+    def _kill(self) -> bool:
+        actor = self._actor
+        if actor is not None:
+            import ray
+            try:
+                ray.kill(actor, no_restart=True)
+            except Exception:  # Already gone, or Ray shut down: nothing left to kill.
+                pass
+        return actor is not None
+
+    def describe_exit(self, code: int | None) -> str:
+        if code is None:
+            return f'its Ray actor died: {self._death or "no exit code"}'
+        return node_process.describe_exit(code)
+
+    def taken_away(self) -> str | None:
+        if self._death is not None and not self._terminating:
+            return f'Ray ended the actor of the node: {self._death}'
+        return None
+
+    def again(self, host: str | None) -> 'RayStarter':
+        """A new actor for the same node, on the Ray node the last one ran on (the node keeps
+        its address, which its clients hold)."""
+        pin = (self.placed or {}).get('node_id') if host else None
+        return RayStarter(self._make_actor, self._env, pin)
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0] if text else type(exc).__name__

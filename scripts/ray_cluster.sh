@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# The Ray test cluster of the Ray launcher's tests: a head here, bound to the bridge address
+# 10.250.0.1 (which the namespace hosts reach), and one worker in each network-namespace host
+# h1..h3 (10.250.0.11-13, from ../shared/infra/ssh_hosts.sh). The hosts share this machine's
+# filesystem, so every Ray process runs from this checkout's .venv.
+#   bash scripts/ray_cluster.sh up      (root; idempotent: a running cluster stays)
+#   bash scripts/ray_cluster.sh down    (ends the processes of this cluster only)
+# Kept small for a shared 2-core machine: no dashboard, 80 MB object stores, no prestarted
+# workers. The head has no CPUs, so nodes land on h1..h3; each host declares 8 logical CPUs,
+# a resource named after it ({"h1": 100}) and a label (lp-host=h1) to place nodes with.
+# The tests find it through $S/address (tests/ray_cluster.py) and never use another cluster.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+S=${LP_RAY_DIR:-/tmp/lp-ray}
+PORT=${LP_RAY_PORT:-6390}
+HEAD=10.250.0.1
+RAY=$PWD/.venv/bin/ray
+# No idle workers started ahead of use, no usage reporting, no metrics exporter threads to spare.
+export RAY_enable_worker_prestart=0 RAY_prestart_worker_first_driver=0 RAY_USAGE_STATS_ENABLED=0
+
+ours() {  # Process ids of this cluster's processes (their command lines name its directory).
+  pgrep -f -- "$S/session" || true
+}
+
+if [ "${1:-up}" = down ]; then
+  rm -f "$S/address"
+  pids=$(ours)
+  [ -z "$pids" ] || kill $pids 2>/dev/null || true
+  for _ in $(seq 1 50); do
+    [ -z "$(ours)" ] && exit 0
+    sleep 0.2
+  done
+  pids=$(ours)
+  [ -z "$pids" ] || kill -9 $pids 2>/dev/null || true
+  exit 0
+fi
+
+if [ -f "$S/address" ] && timeout 20 "$PWD/.venv/bin/python" - "$HEAD:$PORT" <<'EOF' 2>/dev/null; then
+import sys, ray
+ray.init(address=sys.argv[1], logging_level='ERROR', log_to_driver=False)
+alive = [n for n in ray.nodes() if n['Alive']]
+sys.exit(0 if len(alive) == 4 else 1)
+EOF
+  exit 0  # Already up.
+fi
+if ! ip netns list 2>/dev/null | grep -q '^lp-h3\b'; then
+  echo "ray_cluster.sh: the namespace hosts are not up (bash ../shared/infra/ssh_hosts.sh up)" >&2
+  exit 1
+fi
+[ -x "$RAY" ] || { echo "ray_cluster.sh: no $RAY (pip install -e '.[ray]' into .venv)" >&2; exit 1; }
+bash "$0" down
+mkdir -p "$S"
+small=(--disable-usage-stats --object-store-memory=$((80 * 1024 * 1024)))
+"$RAY" start --head --node-ip-address=$HEAD --port=$PORT --num-cpus=0 --temp-dir="$S" \
+  --labels lp-host=head --include-dashboard=false "${small[@]}" >"$S/head.log" 2>&1
+for i in 1 2 3; do
+  ip netns exec "lp-h$i" "$RAY" start --address=$HEAD:$PORT --node-ip-address=10.250.0.1$i \
+    --num-cpus=8 --resources="{\"h$i\": 100}" --labels "lp-host=h$i" "${small[@]}" \
+    >"$S/h$i.log" 2>&1
+done
+echo "$HEAD:$PORT" >"$S/address"
+echo "ray_cluster.sh: head $HEAD:$PORT, workers h1 h2 h3"
