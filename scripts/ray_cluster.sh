@@ -7,7 +7,8 @@
 #   bash scripts/ray_cluster.sh down    (ends the processes of this cluster only)
 # Kept small for a shared 2-core machine: no dashboard, 80 MB object stores, no prestarted
 # workers. The head has no CPUs, so nodes land on h1..h3; each host declares 8 logical CPUs,
-# a resource named after it ({"h1": 100}) and a label (lp-host=h1) to place nodes with.
+# a resource named after it ({"h1": 100}) and a label (lp-host=h1) to place nodes with; h3
+# declares 2 GPUs (none exist: Ray only counts them and sets CUDA_VISIBLE_DEVICES).
 # The tests find it through $S/address (tests/ray_cluster.py) and never use another cluster.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -19,7 +20,7 @@ RAY=$PWD/.venv/bin/ray
 export RAY_enable_worker_prestart=0 RAY_prestart_worker_first_driver=0 RAY_USAGE_STATS_ENABLED=0
 
 ours() {  # Process ids of this cluster's processes (their command lines name its directory).
-  pgrep -f -- "$S/session" || true
+  { pgrep -f -- "$S/session"; pgrep -f -- "ray.util.client.server --address=$HEAD:$PORT"; } || true
 }
 
 if [ "${1:-up}" = down ]; then
@@ -54,8 +55,11 @@ small=(--disable-usage-stats --object-store-memory=$((80 * 1024 * 1024)))
 "$RAY" start --head --node-ip-address=$HEAD --port=$PORT --num-cpus=0 --temp-dir="$S" \
   --labels lp-host=head --include-dashboard=false "${small[@]}" >"$S/head.log" 2>&1
 for i in 1 2 3; do
+  gpus=0
+  [ $i = 3 ] && gpus=2  # Declared only: Ray hands them out and sets CUDA_VISIBLE_DEVICES.
   ip netns exec "lp-h$i" "$RAY" start --address=$HEAD:$PORT --node-ip-address=10.250.0.1$i \
-    --num-cpus=8 --resources="{\"h$i\": 100}" --labels "lp-host=h$i" "${small[@]}" \
+    --num-cpus=8 --num-gpus=$gpus --resources="{\"h$i\": 100}" --labels "lp-host=h$i" \
+    "${small[@]}" \
     >"$S/h$i.log" 2>&1
 done
 echo "$HEAD:$PORT" >"$S/address"

@@ -101,8 +101,9 @@ def reserve(ray, program_name: str, bundles: list[dict[str, float]], options: Ra
     Logs why it waits every few seconds, and gives up (removing the group) at
     ``options.gang_timeout``.
     """
-    from ray.util import placement_group as pgs
-    group = pgs.placement_group(bundles, strategy=options.gang_strategy,
+    from ray.util.placement_group import (placement_group, placement_group_table,
+                                          remove_placement_group)
+    group = placement_group(bundles, strategy=options.gang_strategy,
                                 name=f'launchpad-{program_name}')
     ready = group.ready()
     deadline = time.monotonic() + options.gang_timeout
@@ -112,9 +113,9 @@ def reserve(ray, program_name: str, bundles: list[dict[str, float]], options: Ra
         done, _ = ray.wait([ready], timeout=max(0.0, min(5.0, left)))
         if done:
             return group
-        reason = why_pending(ray, pgs.placement_group_table(group), bundles)
+        reason = why_pending(ray, placement_group_table(group), bundles)
         if time.monotonic() >= deadline:
-            pgs.remove_placement_group(group)
+            remove_placement_group(group)
             raise errors.LaunchError(
                 f'the placement group of program {program_name!r} ({len(bundles)} bundles, '
                 f'strategy {options.gang_strategy}) was not placed within '

@@ -1,0 +1,140 @@
+"""The Ray launcher on a real Ray cluster: a head here and workers on the namespace hosts h1..h3.
+
+The cluster comes from scripts/ray_cluster.sh (CI brings it up); ``conftest.ray_address``
+skips these tests, saying why, when it is not up. The hosts share this process table,
+so the actors' and nodes' processes on every host are visible here.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+
+import pytest
+
+import launchpad_py as lp
+from conftest import REPO, launch, marked_processes, needs_ray, ray_address, wait_for
+from nodes_for_tests import Pinger
+from ray_nodes import Caller, Where
+from restart_nodes import Member
+
+def test_missing_ray_fails_with_the_pip_line():
+    """Without ray installed, launch_type='ray' fails with the pip line that installs it."""
+    source = ('import sys; sys.modules["ray"] = None\n'
+              'import launchpad_py as lp\n'
+              'from nodes_for_tests import Pinger\n'
+              'p = lp.Program("noray"); p.add_node(lp.CourierNode(Pinger), label="pinger")\n'
+              'lp.launch(p, launch_type="ray")\n')
+    done = subprocess.run([sys.executable, '-c', source], capture_output=True, text=True,
+                          timeout=60, cwd=REPO,
+                          env={**os.environ, 'PYTHONPATH': os.path.join(REPO, 'tests')})
+    assert done.returncode != 0
+    assert "pip install 'launchpad_py[ray]'" in done.stderr
+
+
+@pytest.mark.parametrize('spec, message', [
+    (dict(num_cpus=-1), 'num_cpus must be a number >= 0'),
+    (dict(scheduling='EVERYWHERE'), "scheduling must be one of"),
+    (dict(resources={'h1': 'one'}), "resources['h1'] must be a number"),
+])
+def test_bad_resources_name_the_field_and_value(spec, message):
+    """A bad RayResources field is refused when it is made, naming the field and the value."""
+    with pytest.raises(lp.ResourcesError, match=message.replace('[', r'\[')):
+        lp.RayResources(**spec)
+
+
+def test_unknown_ray_option_is_named_before_anything_starts():
+    """An unknown key of ray_options fails the launch at once, listing the known keys."""
+    program = lp.Program('badoption')
+    program.add_node(lp.CourierNode(Pinger), label='pinger')
+    with pytest.raises(lp.ResourcesError, match=r"unknown keys \['adress'\].*'address'"):
+        lp.launch(program, launch_type='ray', ray_options={'adress': 'auto'})
+
+
+@needs_ray
+def test_resources_and_labels_place_nodes_that_call_each_other_over_courier():
+    """A custom resource puts one node on h1, a label selector the other on h2; they talk."""
+    program = lp.Program('placed')
+    where = program.add_node(lp.CourierNode(Where), label='where')
+    caller = program.add_node(lp.CourierNode(Caller, where), label='caller')
+    with launch(program, 'ray', resources={
+            'where': lp.RayResources(resources={'h1': 1}),
+            'caller': lp.RayResources(scheduling={'lp-host': 'h2'})}) as controller:
+        hosts = {s.label: s.host for s in controller.statuses()}
+        assert hosts == {'where': '10.250.0.11', 'caller': '10.250.0.12'}
+        assert caller.dereference().ask()['host'] == '10.250.0.11'
+        assert where.address.resolve().startswith('10.250.0.11:')
+
+
+@needs_ray
+def test_num_gpus_become_cuda_visible_devices_as_ray_assigns_them():
+    """Two nodes asking one GPU each get h3's two declared GPUs, one each, as Ray assigned."""
+    program = lp.Program('gpus')
+    handles = [program.add_node(lp.CourierNode(Where), label='gpu') for _ in range(2)]
+    with launch(program, 'ray', resources={'gpu': lp.RayResources(num_gpus=1)}):
+        seen = [h.dereference().where() for h in handles]
+    assert {s['host'] for s in seen} == {'10.250.0.13'}
+    assert sorted(s['gpus'] for s in seen) == ['0', '1']
+
+
+@needs_ray
+def test_sigkill_of_launcher_leaves_no_actor_or_process_on_any_host():
+    """SIGKILL the launcher: every actor and node process on h1..h3 is gone within seconds."""
+    import ray
+    address = ray_address()
+    token = f'lp-raykill-{uuid.uuid4().hex}'
+    launcher = subprocess.Popen(
+        [sys.executable, os.path.join(REPO, 'tests', 'ray_nodes.py'), address, token], cwd=REPO,
+        stdout=subprocess.PIPE, text=True,
+        env={**os.environ, 'PYTHONPATH': os.path.join(REPO, 'tests')})
+    hosts = json.loads(launcher.stdout.readline())
+    assert hosts == ['10.250.0.11', '10.250.0.12', '10.250.0.13']
+    assert len(marked_processes(token)) >= 6  # An actor and its node on each host.
+    launcher.kill()
+    launcher.wait(timeout=10)
+    launcher.stdout.close()
+    start = time.monotonic()
+    wait_for(lambda: not marked_processes(token), timeout=30,
+             what=f'the actors and nodes of {token} to end')
+    print(f'every actor and node gone {time.monotonic() - start:.2f}s after SIGKILL')
+    ray.init(address=address, ignore_reinit_error=True, log_to_driver=False)
+    named = ray.util.list_named_actors(all_namespaces=True)
+    assert not [a for a in named if f'raykill{token[-6:]}' in a['name']]
+
+
+@needs_ray
+def test_killed_node_is_restarted_by_lp_restart_as_a_new_actor_at_its_address():
+    """SIGKILL of a node under lp.Restart: a new actor serves at the same address, restarts=1."""
+    program = lp.Program('rayrestart')
+    handle = program.add_node(lp.CourierNode(Member), label='member')
+    with launch(program, 'ray', failure_policy={
+            'member': lp.Restart(max_restarts=2, backoff=(0.05, 0.2))}) as controller:
+        client = handle.dereference()
+        address = handle.address.resolve()
+        old = client.who()['pid']
+        killed = time.monotonic()
+        os.kill(old, signal.SIGKILL)
+        wait_for(lambda: controller.statuses()[0].restarts == 1, timeout=30, what='the restart')
+        seen = time.monotonic() - killed
+        assert client.who()['pid'] != old
+        assert handle.address.resolve() == address
+        assert controller.statuses()[0].state == lp.NodeState.RUNNING
+    print(f'restart seen {seen:.2f}s after the kill')
+
+
+@needs_ray
+def test_unsatisfiable_gang_says_why_and_gives_up_at_its_timeout():
+    """A placement group no host can hold fails the launch after gang_timeout, naming the bundle."""
+    program = lp.Program('toobig')
+    program.add_node(lp.CourierNode(Pinger), label='pinger')
+    start = time.monotonic()
+    with pytest.raises(lp.LaunchError, match=r"INFEASIBLE: no host of the cluster has "
+                                             r"\{'CPU': 1, 'GPU': 8\}.*nothing was started"):
+        launch(program, 'ray', resources={'pinger': lp.RayResources(num_gpus=8)},
+               ray_options={'address': ray_address(), 'gang': True, 'gang_timeout': 2})
+    assert 2 <= time.monotonic() - start < 15
