@@ -6,10 +6,11 @@
 #   bash scripts/ray_cluster.sh up      (root; idempotent: a running cluster stays)
 #   bash scripts/ray_cluster.sh down    (ends the processes of this cluster only)
 # Kept small for a shared 2-core machine: no dashboard, 80 MB object stores, no prestarted
-# workers. The head has no CPUs, so nodes land on h1..h3; each host declares 8 logical CPUs,
-# a resource named after it ({"h1": 100}) and a label (lp-host=h1) to place nodes with; h3
-# declares 2 GPUs (none exist: Ray only counts them and sets CUDA_VISIBLE_DEVICES).
-# The tests find it through $S/address (tests/ray_cluster.py) and never use another cluster.
+# workers. The head has no CPUs, so nodes land on h1..h3. Each host declares 16 logical CPUs
+# (a 30-node program fits, as on the Slurm test cluster), a resource named after it
+# ({"h1": 100}) and a label (lp-host=h1) to place nodes with; h3 declares 2 GPUs (none
+# exist: Ray only counts them and sets CUDA_VISIBLE_DEVICES).
+# The tests find it through $S/address (conftest.ray_address) and never use another cluster.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 S=${LP_RAY_DIR:-/tmp/lp-ray}
@@ -58,7 +59,7 @@ for i in 1 2 3; do
   gpus=0
   [ $i = 3 ] && gpus=2  # Declared only: Ray hands them out and sets CUDA_VISIBLE_DEVICES.
   ip netns exec "lp-h$i" "$RAY" start --address=$HEAD:$PORT --node-ip-address=10.250.0.1$i \
-    --num-cpus=8 --num-gpus=$gpus --resources="{\"h$i\": 100}" --labels "lp-host=h$i" \
+    --num-cpus=16 --num-gpus=$gpus --resources="{\"h$i\": 100}" --labels "lp-host=h$i" \
     "${small[@]}" \
     >"$S/h$i.log" 2>&1
 done

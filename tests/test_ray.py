@@ -21,7 +21,7 @@ import launchpad_py as lp
 from conftest import REPO, launch, marked_processes, needs_ray, ray_address, wait_for
 from nodes_for_tests import Pinger
 from ray_nodes import Caller, Where
-from restart_nodes import Member
+from restart_nodes import Member, Watcher
 
 def test_missing_ray_fails_with_the_pip_line():
     """Without ray installed, launch_type='ray' fails with the pip line that installs it."""
@@ -138,3 +138,22 @@ def test_unsatisfiable_gang_says_why_and_gives_up_at_its_timeout():
         launch(program, 'ray', resources={'pinger': lp.RayResources(num_gpus=8)},
                ray_options={'address': ray_address(), 'gang': True, 'gang_timeout': 2})
     assert 2 <= time.monotonic() - start < 15
+
+
+@needs_ray
+def test_elastic_group_grows_with_new_actors_and_shrinks():
+    """add_nodes places new actors (SPREAD over the hosts); the group handle follows both ways."""
+    program = lp.Program('rayelastic')
+    with program.group('member', elastic=True):
+        program.add_node(lp.CourierNode(Member))
+    watcher = program.add_node(lp.CourierNode(Watcher, program.group_handle('member')),
+                               label='watcher')
+    with launch(program, 'ray', resources={
+            'member': lp.RayResources(scheduling='SPREAD')}) as controller:
+        added = controller.add_nodes('member', 2)
+        assert [(s.index, s.state) for s in added] == [(1, lp.NodeState.RUNNING),
+                                                      (2, lp.NodeState.RUNNING)]
+        wait_for(lambda: len(watcher.dereference().members()['answers']) == 3,
+                 what='the watcher to see 3 members')
+        controller.remove_nodes('member', 1)
+        assert watcher.dereference().members()['answers'] == ['member/0', 'member/1']

@@ -81,7 +81,8 @@ def launch_ray(program: Program, options: LaunchOptions) -> ProgramController:
     def place(label: str, index: int) -> remote.Placement:
         spec_env = {**env, **(specs[label].env or {})}
         return remote.Placement(argv=[], host='ray', launcher_ip=launcher_ip, host_env=HOST_ENV,
-                                starter=RayStarter(actors.maker(label, index), spec_env))
+                                starter=RayStarter(actors.maker(label, index), spec_env,
+                                                   asks=specs[label].bundle()))
 
     def release() -> None:
         if group is not None:

@@ -9,11 +9,17 @@ Ray's own failure detection (the raylet sees its worker process exit at once).
 from __future__ import annotations
 
 import json
+import logging
 import threading
 from typing import Any, Callable
 
+from launchpad_py import errors
 from launchpad_py.launchers.remote.worker import Starter
 from launchpad_py.node_side import node_process
+
+#: How often a node whose actor Ray has not placed yet says so, with what it asks.
+PENDING_NOTE_S = 10.0
+_log = logging.getLogger(__name__)
 
 
 class RayStarter(Starter):
@@ -21,8 +27,8 @@ class RayStarter(Starter):
     node id the actor must land on, for a restart that keeps the node's address)."""
 
     def __init__(self, make_actor: Callable[[str | None], Any], env: dict[str, str],
-                 pin: str | None = None):
-        self._make_actor, self._env, self._pin = make_actor, env, pin
+                 pin: str | None = None, asks: dict[str, float] | None = None):
+        self._make_actor, self._env, self._pin, self._asks = make_actor, env, pin, asks or {}
         self._actor = None
         self._stream = None
         self.placed: dict | None = None  # node_id, host, gpus: where Ray put it.
@@ -30,16 +36,35 @@ class RayStarter(Starter):
         self._death: str | None = None
         self._terminating = False
         self._ended = threading.Event()
+        self._placed = threading.Event()
         self._lock = threading.Lock()
 
     def start(self, boot: dict, sink) -> None:
         with self._lock:
-            if self._terminating:
+            if self._terminating:  # Stopped before it started: nothing will run.
+                self._ended.set()
                 return
-            self._actor = self._make_actor(self._pin)
+            try:
+                self._actor = self._make_actor(self._pin)
+            except (TypeError, ValueError) as exc:  # Options Ray refuses (a bad runtime_env).
+                raise errors.LaunchError(f'Ray refused the actor of node {sink.name}: {exc}') \
+                    from exc
         line = json.dumps(boot).encode() + b'\n'
         self._stream = self._actor.run.options(num_returns='streaming').remote(line, self._env)
         sink.follow(self)
+        threading.Thread(target=self._say_why_it_waits, args=(sink,), daemon=True,
+                         name='lp-ray-pending').start()
+
+    def _say_why_it_waits(self, sink) -> None:
+        """Every ``PENDING_NOTE_S`` until Ray places the actor: what it asks, what is free."""
+        import ray
+        while not self._placed.wait(PENDING_NOTE_S) and not self._ended.is_set():
+            free = {name: amount for name, amount in ray.available_resources().items()
+                    if name in self._asks}
+            text = (f'Ray has not placed the actor yet: it asks {self._asks}, the cluster has '
+                    f'{free} free')
+            _log.warning('%s: %s', sink.name, text)
+            sink.note(text)
 
     def readline(self) -> bytes:
         """The node's next output line (b'' at its end): ``Sink.follow`` reads us as a stream."""
@@ -54,6 +79,7 @@ class RayStarter(Starter):
                 return b''
             if isinstance(item, dict):
                 self.placed = item
+                self._placed.set()
             elif isinstance(item, int):
                 self._code = item
             else:
@@ -62,6 +88,7 @@ class RayStarter(Starter):
     def close(self) -> None:
         """The end of the output stream, or of the program: either way the actor is done."""
         self._ended.set()
+        self._placed.set()
         self._kill()
 
     def wait(self) -> int | None:
@@ -97,7 +124,7 @@ class RayStarter(Starter):
         """A new actor for the same node, on the Ray node the last one ran on (the node keeps
         its address, which its clients hold)."""
         pin = (self.placed or {}).get('node_id') if host else None
-        return RayStarter(self._make_actor, self._env, pin)
+        return RayStarter(self._make_actor, self._env, pin, self._asks)
 
 
 def _first_line(exc: BaseException) -> str:
