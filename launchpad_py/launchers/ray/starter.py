@@ -1,13 +1,14 @@
 """``RayStarter``: how ``launchers/remote/`` starts one node as a Ray actor, and hears it end.
 
-The actor (``node_host.NodeHost``) streams back where Ray placed it, the node's
-output lines and finally its exit code; the stream ending early (the actor killed,
-its host lost) is how the launcher learns of a death it did not ask for, within
-Ray's own failure detection (the raylet sees its worker process exit at once).
+The actor (``node_host.NodeHost``) says where Ray placed it, then hands over the
+node's output in batches and finally its exit code; a call failing because the actor
+died (killed, its host lost) is how the launcher learns of a death it did not ask for,
+within Ray's own failure detection (the raylet sees its worker process exit at once).
 """
 
 from __future__ import annotations
 
+import collections
 import json
 import logging
 import threading
@@ -19,6 +20,8 @@ from launchpad_py.node_side import node_process
 
 #: How often a node whose actor Ray has not placed yet says so, with what it asks.
 PENDING_NOTE_S = 10.0
+#: How long one call for a node's output waits for a line (it returns at once when one comes).
+OUTPUT_WAIT_S = 30.0
 _log = logging.getLogger(__name__)
 
 
@@ -30,7 +33,9 @@ class RayStarter(Starter):
                  pin: str | None = None, asks: dict[str, float] | None = None):
         self._make_actor, self._env, self._pin, self._asks = make_actor, env, pin, asks or {}
         self._actor = None
-        self._stream = None
+        self._started = None  # The reference to where the actor runs, once it has started.
+        self._buffer: collections.deque[bytes] = collections.deque()
+        self._finished = False
         self.placed: dict | None = None  # node_id, host, gpus: where Ray put it.
         self._code: int | None = None
         self._death: str | None = None
@@ -50,7 +55,7 @@ class RayStarter(Starter):
                 raise errors.LaunchError(f'Ray refused the actor of node {sink.name}: {exc}') \
                     from exc
         line = json.dumps(boot).encode() + b'\n'
-        self._stream = self._actor.run.options(num_returns='streaming').remote(line, self._env)
+        self._started = self._actor.start.remote(line, self._env)
         sink.follow(self)
         threading.Thread(target=self._say_why_it_waits, args=(sink,), daemon=True,
                          name='lp-ray-pending').start()
@@ -61,29 +66,33 @@ class RayStarter(Starter):
         while not self._placed.wait(PENDING_NOTE_S) and not self._ended.is_set():
             free = {name: amount for name, amount in ray.available_resources().items()
                     if name in self._asks}
-            text = (f'Ray has not placed the actor yet: it asks {self._asks}, the cluster has '
-                    f'{free} free')
+            if all(free.get(name, 0) >= amount for name, amount in self._asks.items()):
+                text = (f'Ray has not started the actor yet: it asks {self._asks} and the '
+                        'cluster has room (Ray is still starting worker processes)')
+            else:
+                text = (f'Ray has not placed the actor yet: it asks {self._asks}, the cluster '
+                        f'has {free} free')
             _log.warning('%s: %s', sink.name, text)
             sink.note(text)
 
     def readline(self) -> bytes:
         """The node's next output line (b'' at its end): ``Sink.follow`` reads us as a stream."""
         import ray
-        while True:
+        while not self._buffer:
+            if self._finished:
+                return b''
             try:
-                item = ray.get(next(self._stream))
-            except StopIteration:
-                return b''
+                if self.placed is None:
+                    self.placed = ray.get(self._started)
+                    self._placed.set()
+                    continue
+                lines, code, self._finished = ray.get(self._actor.output.remote(OUTPUT_WAIT_S))
             except ray.exceptions.RayError as exc:
-                self._death = _first_line(exc)
+                self._death, self._finished = _first_line(exc), True
                 return b''
-            if isinstance(item, dict):
-                self.placed = item
-                self._placed.set()
-            elif isinstance(item, int):
-                self._code = item
-            else:
-                return item
+            self._buffer.extend(lines)
+            self._code = code
+        return self._buffer.popleft()
 
     def close(self) -> None:
         """The end of the output stream, or of the program: either way the actor is done."""
