@@ -12,13 +12,14 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 
 import pytest
 
 import launchpad_py as lp
-from conftest import REPO, launch, marked_processes, needs_ray, ray_address, wait_for
+from conftest import REPO, launch, marked_processes, needs_ray, ray_address, slow, wait_for
 from nodes_for_tests import Pinger
 from ray_nodes import Caller, Where
 from restart_nodes import Member, Watcher
@@ -157,3 +158,42 @@ def test_elastic_group_grows_with_new_actors_and_shrinks():
                  what='the watcher to see 3 members')
         controller.remove_nodes('member', 1)
         assert watcher.dereference().members()['answers'] == ['member/0', 'member/1']
+
+
+@needs_ray
+@slow
+def test_mapreduce_example_counts_the_same_under_ray_as_under_local_mp(tmp_path):
+    """The MapReduce example over Ray actors writes the same counts as under local_mp."""
+    from examples.mapreduce.program import make_program, read_counts
+    paths = []
+    for index in range(3):
+        path = tmp_path / f'input_{index}.txt'
+        path.write_text(' '.join(f'w{(index * 7 + n) % 23}' for n in range(500 * (index + 1))))
+        paths.append(str(path))
+    counts = {}
+    for launch_type in ('local_mp', 'ray'):
+        output = str(tmp_path / f'{launch_type}.tsv')
+        launch(make_program(paths, output, 2), launch_type).wait(timeout=120)
+        counts[launch_type] = read_counts(output)
+    assert counts['ray'] == counts['local_mp'] and sum(counts['ray'].values()) == 3000
+
+
+@needs_ray
+@slow
+def test_without_an_address_or_ray_address_a_local_ray_is_started():
+    """No address and no RAY_ADDRESS: the launcher starts a Ray of its own and the program runs."""
+    source = ('import launchpad_py as lp\n'
+              'from nodes_for_tests import Pinger\n'
+              'p = lp.Program("ownray"); h = p.add_node(lp.CourierNode(Pinger), label="pinger")\n'
+              'with lp.launch(p, launch_type="ray"):\n'
+              '    print(h.dereference().ping(3))\n')
+    env = {key: value for key, value in os.environ.items() if key != 'RAY_ADDRESS'}
+    with tempfile.TemporaryDirectory(prefix='lpray', dir='/tmp') as ray_dir:  # Short: socket paths.
+        done = subprocess.run([sys.executable, '-c', source], capture_output=True, text=True,
+                              timeout=180, cwd=REPO, env={
+                                  **env, 'RAY_TMPDIR': ray_dir,
+                                  'PYTHONPATH': os.path.join(REPO, 'tests') + os.pathsep + REPO})
+        assert done.returncode == 0, done.stderr[-3000:]
+        assert "('pong', 3)" in done.stdout
+        wait_for(lambda: not marked_processes(ray_dir), timeout=30,
+                 what="the launcher's own Ray to end with it")
