@@ -19,7 +19,8 @@ class Where:
 
     def where(self):
         return {'host': os.environ.get('LAUNCHPAD_PY_RAY_HOST'), 'pid': os.getpid(),
-                'gpus': os.environ.get('CUDA_VISIBLE_DEVICES')}
+                'gpus': os.environ.get('CUDA_VISIBLE_DEVICES'),
+                'preallocate': os.environ.get('XLA_PYTHON_CLIENT_PREALLOCATE')}
 
 
 class Caller:

@@ -74,13 +74,18 @@ def test_resources_and_labels_place_nodes_that_call_each_other_over_courier():
 
 @needs_ray
 def test_num_gpus_become_cuda_visible_devices_as_ray_assigns_them():
-    """Two nodes asking one GPU each get h3's two declared GPUs, one each, as Ray assigned."""
+    """Two nodes asking one GPU each get h3's two declared GPUs, one each, as Ray assigned, and
+    keep JAX's preallocation; a node asking none may share its host's GPUs, so it does not."""
     program = lp.Program('gpus')
     handles = [program.add_node(lp.CourierNode(Where), label='gpu') for _ in range(2)]
+    other = program.add_node(lp.CourierNode(Where), label='cpu')
     with launch(program, 'ray', resources={'gpu': lp.RayResources(num_gpus=1)}):
         seen = [h.dereference().where() for h in handles]
+        cpu = other.dereference().where()
     assert {s['host'] for s in seen} == {'10.250.0.13'}
     assert sorted(s['gpus'] for s in seen) == ['0', '1']
+    assert [s['preallocate'] for s in seen] == [None, None]
+    assert (cpu['gpus'], cpu['preallocate']) == (None, 'false')
 
 
 @needs_ray

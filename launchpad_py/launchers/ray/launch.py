@@ -21,8 +21,21 @@ from launchpad_py.launchers.ray.node_host import HOST_ENV, NodeHost
 from launchpad_py.launchers.ray.resources import RayOptions, RayResources, resources_of_groups
 from launchpad_py.launchers.ray.starter import RayStarter
 from launchpad_py.launchers.remote import launch as remote
+from launchpad_py.node_side import devices
 from launchpad_py.program import Program
 from launchpad_py.supervision.controller import ProgramController
+
+
+def _gpu_presets(spec: RayResources) -> dict[str, str]:
+    """docs/gpus.md's defaults, as under local_mp: a node that may share a GPU (no whole GPU of
+    its own: Ray then shows it every GPU of its host, or a fraction of one) does not preallocate
+    GPU memory; one told to see none runs JAX on the CPU. The group's own ``env`` wins."""
+    own = dict(spec.env or {})
+    if own.get('CUDA_VISIBLE_DEVICES') == '':
+        return devices.hidden_environment(own)
+    if spec.num_gpus < 1:
+        return devices.sharing_environment(own)
+    return {}
 
 
 def _check_options(options: LaunchOptions) -> None:
@@ -79,7 +92,7 @@ def launch_ray(program: Program, options: LaunchOptions) -> ProgramController:
     env = remote.node_environment()
 
     def place(label: str, index: int) -> remote.Placement:
-        spec_env = {**env, **(specs[label].env or {})}
+        spec_env = {**env, **_gpu_presets(specs[label]), **(specs[label].env or {})}
         return remote.Placement(argv=[], host='ray', launcher_ip=launcher_ip, host_env=HOST_ENV,
                                 starter=RayStarter(actors.maker(label, index), spec_env,
                                                    asks=specs[label].bundle()))
