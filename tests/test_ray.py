@@ -2,7 +2,8 @@
 
 The cluster comes from scripts/ray_cluster.sh (CI brings it up); ``conftest.ray_address``
 skips these tests, saying why, when it is not up. The hosts share this process table,
-so the actors' and nodes' processes on every host are visible here.
+so the actors' and nodes' processes on every host are visible here. An elastic group, the
+MapReduce example and a launcher-started local Ray are opt-in (``LP_SLOW_TESTS=1``).
 """
 
 from __future__ import annotations
@@ -147,6 +148,7 @@ def test_unsatisfiable_gang_says_why_and_gives_up_at_its_timeout():
 
 
 @needs_ray
+@slow
 def test_elastic_group_grows_with_new_actors_and_shrinks():
     """add_nodes places new actors (SPREAD over the hosts); the group handle follows both ways."""
     program = lp.Program('rayelastic')

@@ -7,7 +7,9 @@ with the line that installs it instead of an ImportError from deep inside.
 from __future__ import annotations
 
 import logging
+import signal
 import socket
+import threading
 import time
 from typing import Any
 
@@ -37,12 +39,17 @@ def connect(options: RayOptions):
     ray = ray_module()
     if not ray.is_initialized():
         address = options.cluster_address()
+        main = threading.current_thread() is threading.main_thread()
+        sigterm = signal.getsignal(signal.SIGTERM) if main else None
         try:
             ray.init(address=address, namespace=options.namespace, log_to_driver=False,
                      logging_level=logging.WARNING)
         except (ConnectionError, RuntimeError, ValueError) as exc:
             raise errors.LaunchError(f'cannot connect to the Ray cluster at {address!r}: {exc} '
                                      "(ray_options={'address': ...}, or RAY_ADDRESS)") from exc
+        finally:
+            if main:  # ray.init makes SIGTERM raise SystemExit; the launcher behaves as elsewhere.
+                signal.signal(signal.SIGTERM, sigterm)
     return ray
 
 
