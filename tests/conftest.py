@@ -109,7 +109,7 @@ def slurm_cluster() -> None:
 
 
 def ray_address() -> str:
-    """The address of the test Ray cluster (scripts/ray_cluster.sh); skips, saying why, without it."""
+    """The address of the test Ray cluster (scripts/ray_cluster.sh); skips, saying why, if down."""
     try:
         with open(os.path.join(RAY_DIR, 'address')) as address_file:
             address = address_file.read().strip()

@@ -12,6 +12,7 @@ program is one placement group: placed all at once, or the launch fails saying w
 
 from __future__ import annotations
 
+import itertools
 import secrets
 
 from launchpad_py import errors
@@ -53,13 +54,13 @@ class _Actors:
         self._host_class = ray.remote(NodeHost)
         self._prefix = f'launchpad:{program.name}:{secrets.token_hex(4)}'
         self._group, self._bundles = group, bundles or {}
-        self._made = 0
+        self._serial = itertools.count(1)  # Restarts come from several threads.
 
     def maker(self, label: str, index: int):
         def make(pin: str | None):
-            self._made += 1  # A restart is a new actor: a new name (the old one may linger).
-            chosen = cluster.actor_options(self._specs[label], self._options,
-                                           f'{self._prefix}:{label}/{index}:{self._made}')
+            # A restart is a new actor, so a new name (the old one's may linger a moment).
+            name = f'{self._prefix}:{label}/{index}:{next(self._serial)}'
+            chosen = cluster.actor_options(self._specs[label], self._options, name)
             strategies = self._ray.util.scheduling_strategies
             bundle = self._bundles.get((label, index))
             if bundle is not None:  # Its bundle holds its resources, and stays on one host.

@@ -1,4 +1,4 @@
-"""``lp.RayResources`` (what each node of one group asks of Ray) and the launch-wide ``ray_options``.
+"""``lp.RayResources`` (what each node of a group asks of Ray) and the launch-wide ``ray_options``.
 
     lp.launch(p, launch_type='ray', resources={
         'learner': lp.RayResources(num_gpus=1, memory=8 * 2**30),
@@ -43,8 +43,9 @@ class RayResources:
     to the GPUs it assigns. ``runtime_env``: Ray's runtime environment of the node
     (``{'pip': [...], 'env_vars': {...}}``), over ``ray_options['runtime_env']``.
     ``scheduling``: ``'DEFAULT'`` or ``'PACK'`` (Ray's default: fill a host before the
-    next), ``'SPREAD'`` (over as many hosts as it can), or node labels the hosts must carry (``{'ray.io/accelerator-type': 'H100'}``,
-    Ray's label selector). ``env``: extra variables of the node process.
+    next), ``'SPREAD'`` (over as many hosts as it can), or node labels the host must
+    carry (Ray's label selector: ``{'ray.io/accelerator-type': 'H100'}``). ``env``:
+    extra variables of the node process.
     """
 
     num_cpus: float = 1
