@@ -126,6 +126,12 @@ def ray_address() -> str:
 
 
 @pytest.fixture
+def ray_cluster() -> str:
+    """The address of the test Ray cluster, the only one Ray tests use; skips, saying why, if down."""
+    return ray_address()
+
+
+@pytest.fixture
 def kubernetes_cluster(tmp_path, monkeypatch):
     """A fake cluster (KUBECONFIG points at it) with nodes h1..h3; h3 has GPUs and pool=a100."""
     from fake_kube import FakeCluster, FakeNode

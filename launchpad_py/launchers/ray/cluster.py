@@ -77,7 +77,7 @@ def actor_options(spec: RayResources, options: RayOptions, name: str) -> dict[st
         chosen['resources'] = dict(spec.resources)
     if runtime_env:
         chosen['runtime_env'] = runtime_env
-    if isinstance(spec.scheduling, dict) or not isinstance(spec.scheduling, str):
+    if not isinstance(spec.scheduling, str):  # Node labels.
         chosen['label_selector'] = dict(spec.scheduling)
     elif spec.scheduling == 'SPREAD':
         chosen['scheduling_strategy'] = 'SPREAD'
