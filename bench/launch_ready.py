@@ -88,19 +88,28 @@ def main() -> None:
     os.environ.setdefault('SLURM_CONF', '/tmp/lp-slurm/slurm.conf')
     launch_types = args.launch_types.split(',')
     times: dict[str, list[tuple[float, float]]] = {t: [] for t in launch_types}
+    failed: dict[str, int] = {}
     with tempfile.TemporaryDirectory() as logs:
         for _ in range(args.reps):
             for launch_type in launch_types:
-                times[launch_type].append(measure(launch_type, args.nodes, logs))
+                try:
+                    times[launch_type].append(measure(launch_type, args.nodes, logs))
+                except lp.LaunchError as exc:  # Counted and shown; the others go on.
+                    failed[launch_type] = failed.get(launch_type, 0) + 1
+                    print(f'{launch_type}: launch failed: {str(exc).splitlines()[0]}',
+                          file=sys.stderr)
     rows = {}
     print(f'{args.nodes}-node program, {args.reps} launches each (seconds)', file=sys.stderr)
     print(f'{"launch type":<12}{"ready median":>14}{"min":>8}{"max":>8}{"stop median":>13}',
           file=sys.stderr)
     for launch_type, pairs in times.items():
+        if not pairs:
+            continue
         ready = [r for r, _ in pairs]
         stop = [s for _, s in pairs]
         rows[launch_type] = {'ready_median_s': statistics.median(ready), 'ready_min_s': min(ready),
-                             'ready_max_s': max(ready), 'stop_median_s': statistics.median(stop)}
+                             'ready_max_s': max(ready), 'stop_median_s': statistics.median(stop),
+                             'failed_launches': failed.get(launch_type, 0)}
         row = rows[launch_type]
         print(f'{launch_type:<12}{row["ready_median_s"]:>14.2f}{row["ready_min_s"]:>8.2f}'
               f'{row["ready_max_s"]:>8.2f}{row["stop_median_s"]:>13.2f}', file=sys.stderr)
