@@ -3,7 +3,8 @@
 The cluster comes from scripts/ray_cluster.sh (CI brings it up); the ``ray_cluster``
 fixture skips these tests, saying why, when it is not up. The hosts share this process table,
 so the actors' and nodes' processes on every host are visible here. An elastic group, the
-MapReduce example and a launcher-started local Ray are opt-in (``LP_SLOW_TESTS=1``).
+MapReduce example, Ray Client (``ray://``) and a launcher-started local Ray are opt-in
+(``LP_SLOW_TESTS=1``).
 """
 
 from __future__ import annotations
@@ -206,3 +207,21 @@ def test_without_an_address_or_ray_address_a_local_ray_is_started():
         assert "('pong', 3)" in done.stdout
         wait_for(lambda: not marked_processes(ray_dir), timeout=30,
                  what="the launcher's own Ray to end with it")
+
+
+@needs_ray
+@slow
+def test_ray_client_address_runs_the_program(ray_cluster):
+    """Through Ray Client (ray://head:10001, as from outside a KubeRay cluster) nodes serve."""
+    source = ('import sys, launchpad_py as lp\n'
+              'from ray_nodes import Caller, Where\n'
+              'p = lp.Program("client"); w = p.add_node(lp.CourierNode(Where), label="where")\n'
+              'c = p.add_node(lp.CourierNode(Caller, w), label="caller")\n'
+              'with lp.launch(p, launch_type="ray", ray_options={"address": sys.argv[1]}):\n'
+              '    print(c.dereference().ask()["host"])\n')
+    client_address = f'ray://{ray_cluster.rpartition(":")[0]}:10001'
+    done = subprocess.run([sys.executable, '-c', source, client_address], capture_output=True,
+                          text=True, timeout=120, cwd=REPO,
+                          env={**os.environ, 'PYTHONPATH': os.path.join(REPO, 'tests')})
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip().startswith('10.250.0.1')
