@@ -19,6 +19,9 @@ HEAD=10.250.0.1
 RAY=$PWD/.venv/bin/ray
 # No idle workers started ahead of use, no usage reporting, no metrics exporter threads to spare.
 export RAY_enable_worker_prestart=0 RAY_prestart_worker_first_driver=0 RAY_USAGE_STATS_ENABLED=0
+# Ray turns token auth on for a head when ~/.ray/auth_token exists, yet not for its workers:
+# say it once for all of them. The cluster listens on the namespace bridge only.
+export RAY_AUTH_MODE=disabled
 
 ours() {  # Process ids of this cluster's processes (their command lines name its directory).
   { pgrep -f -- "$S/session"; pgrep -f -- "ray.util.client.server --address=$HEAD:$PORT"; } || true
