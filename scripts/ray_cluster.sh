@@ -23,20 +23,28 @@ export RAY_enable_worker_prestart=0 RAY_prestart_worker_first_driver=0 RAY_USAGE
 # say it once for all of them. The cluster listens on the namespace bridge only.
 export RAY_AUTH_MODE=disabled
 
-ours() {  # Process ids of this cluster's processes (their command lines name its directory).
-  { pgrep -f -- "$S/session"; pgrep -f -- "ray.util.client.server --address=$HEAD:$PORT"; } || true
+ours() {  # This cluster's processes: those naming its directory or head, and their children
+  # (Ray's agents rename themselves, e.g. ray::DashboardAgent, and outlive a killed raylet).
+  local found
+  found=$({ pgrep -f -- "$S/session"; pgrep -f -- "ray.util.client.server --address=$HEAD:$PORT"; } || true)
+  for pid in $found; do
+    echo "$pid"
+    pgrep -P "$pid" || true
+  done
 }
 
 if [ "${1:-up}" = down ]; then
   rm -f "$S/address"
-  pids=$(ours)
-  [ -z "$pids" ] || kill $pids 2>/dev/null || true
+  pids=$(ours)  # Taken once: a killed raylet's agents are then no one's children.
+  [ -z "$pids" ] && exit 0
+  kill $pids 2>/dev/null || true
   for _ in $(seq 1 50); do
-    [ -z "$(ours)" ] && exit 0
+    alive=0
+    for pid in $pids; do kill -0 "$pid" 2>/dev/null && alive=1; done
+    [ $alive = 0 ] && exit 0
     sleep 0.2
   done
-  pids=$(ours)
-  [ -z "$pids" ] || kill -9 $pids 2>/dev/null || true
+  kill -9 $pids 2>/dev/null || true
   exit 0
 fi
 
