@@ -139,14 +139,14 @@ def proof_us(calls: int = 20000) -> float:
     the server's check of both, and its proof back; timed in this process, which load
     from other processes barely moves."""
     import time
-    from launchpad_py.courier import auth, frames, wire
+    from launchpad_py.courier import auth, frames, messages
     identity = auth.Identity.fresh(bytes(range(32)), 'echo/0')
     checker = auth.TokenChecker(identity)
     body = b''.join(frames.encode(0, frames.REQUEST, ('echo', (1,), {}))[0])
     start = time.process_time()
     for _ in range(calls):
-        metadata, expected = auth.grpc_token(identity, wire.CALL, auth.digest((body,)))
-        _, body_digest, proof = checker.check(wire.CALL, metadata)
+        metadata, expected = auth.grpc_token(identity, messages.CALL, auth.digest((body,)))
+        _, body_digest, proof = checker.check(messages.CALL, metadata)
         assert auth.digest((body,)) == body_digest and proof == expected
     return round((time.process_time() - start) / calls * 1e6, 2)
 

@@ -19,7 +19,7 @@ import threading
 
 import grpc
 
-from launchpad_py.courier import frames, wire
+from launchpad_py.courier import frames, messages
 
 
 class Bomb:
@@ -65,7 +65,7 @@ def _channel(address: str, tls) -> grpc.Channel:
                                options=GRPC_CHANNEL_OPTIONS)
 
 
-def spend(address: str, metadata, body: bytes, tls=None, method: str = wire.CALL) -> bool:
+def spend(address: str, metadata, body: bytes, tls=None, method: str = messages.CALL) -> bool:
     """Sends ``body`` with a seen proof to ``address``; True when the server took it."""
     channel = _channel(address, tls)
     try:
@@ -121,7 +121,7 @@ class GrpcRelay(grpc.GenericRpcHandler):
 
         return grpc.stream_stream_rpc_method_handler(relay)
 
-    def calls_seen(self, method: str = wire.CALL) -> list[tuple[tuple, bytes]]:
+    def calls_seen(self, method: str = messages.CALL) -> list[tuple[tuple, bytes]]:
         return [(metadata, body) for m, metadata, body in self.seen if m == method]
 
     def close(self) -> None:

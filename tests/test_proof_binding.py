@@ -18,7 +18,7 @@ import pytest
 
 import launchpad_py as lp
 from launchpad_py import courier
-from launchpad_py.courier import auth, wire
+from launchpad_py.courier import auth, messages
 from attackers import GrpcRelay, Target, TcpRelay, bomb_frame, bomb_path, bomb_request, spend
 from conftest import launch, needs_slurm, needs_ssh_hosts
 
@@ -101,7 +101,7 @@ def test_a_false_server_collects_no_token_it_can_spend(launched, transport, tmp_
     caller's questions from node b; the caller sends it nothing spendable."""
     program = launched(transport)
     bomb = bomb_path(tmp_path)
-    with GrpcRelay(program.b.address.resolve(), tls=program.tls, only=(wire.ENDPOINTS,)) as fake:
+    with GrpcRelay(program.b.address.resolve(), tls=program.tls, only=(messages.ENDPOINTS,)) as fake:
         with pytest.raises(courier.CourierError):
             program.caller_of_a(fake.address, 'grpc').mark()
         harvested = fake.calls_seen()
@@ -123,7 +123,7 @@ def test_a_raw_tcp_handshake_cannot_be_relayed_to_another_node(launched, transpo
     relay = TcpRelay((b_address.rpartition(':')[0], b_tcp), bomb_frame(bomb), program.tls)
     ours = struct.pack('<H', b_tcp), struct.pack('<H', relay.port)
     try:
-        with GrpcRelay(b_address, tls=program.tls, only=(wire.ENDPOINTS,),
+        with GrpcRelay(b_address, tls=program.tls, only=(messages.ENDPOINTS,),
                        answer=lambda method, reply: reply.replace(*ours)) as fake:
             with pytest.raises(courier.CourierError):
                 program.caller_of_a(fake.address, 'tcp').mark()
@@ -156,7 +156,7 @@ def test_a_false_server_on_a_killed_nodes_port_runs_nothing(transport, tmp_path)
         psutil.wait_procs([psutil.Process(pid)], timeout=30)
         port = int(a.address.resolve().rpartition(':')[2])
         b_address = b.address.resolve()
-        with GrpcRelay(b_address, port=port, only=(wire.ENDPOINTS,)) as fake:
+        with GrpcRelay(b_address, port=port, only=(messages.ENDPOINTS,)) as fake:
             attempt = courier.Client(a.address.resolve(), transport='auto' if transport == 'grpc'
                                      else 'tcp', server_identity=a.address.identity,
                                      timeout=10, wait_for_ready=False)

@@ -142,12 +142,17 @@ def test_local_mt_acme_like_program_exits_zero_after_its_step_limit():
     assert 'wait returned' in result.stdout
 
 
+def _stubborn_test_mt(name: str) -> tuple[threading.Event, lp.ProgramController]:
+    """A test_mt program whose one node ignores the stop until the event is set."""
+    release = threading.Event()
+    program = lp.Program(name)
+    program.add_node(lp.PyNode(ignore_the_stop_until, release), label='stubborn')
+    return release, lp.launch(program, launch_type='test_mt', serialize_py_nodes=False)
+
+
 def test_test_mt_raises_instead_of_ending_the_test_runner():
     """Under test_mt, stop() and wait() raise StuckNodesError naming the node, with its stack."""
-    release = threading.Event()
-    program = lp.Program('stuck_test')
-    program.add_node(lp.PyNode(ignore_the_stop_until, release), label='stubborn')
-    controller = lp.launch(program, launch_type='test_mt', serialize_py_nodes=False)
+    release, controller = _stubborn_test_mt('stuck_test')
     try:
         started = time.monotonic()
         with pytest.raises(lp.StuckNodesError, match='stubborn/0 did not end') as raised:
@@ -159,3 +164,17 @@ def test_test_mt_raises_instead_of_ending_the_test_runner():
             controller.wait()
     finally:
         release.set()
+
+
+def test_is_stopping_from_the_stop_request_until_the_end():
+    """is_stopping is False while the program runs, True once a stop began, nodes still running."""
+    release, controller = _stubborn_test_mt('stopping')
+    try:
+        assert controller.is_running and not controller.is_stopping
+        controller.request_stop(grace=60)
+        wait_for(lambda: controller.is_stopping, what='the supervisor to begin the stop')
+        assert controller.is_running
+    finally:
+        release.set()
+    controller.wait(timeout=30)
+    assert controller.is_stopping and not controller.is_running

@@ -1,10 +1,10 @@
-"""The future of a courier call: waiting for it reads replies off its connection (``mux.py``).
+"""The future of a courier call: waiting for it reads replies off its connection.
 
 It is a ``concurrent.futures.Future`` (``wait``, ``as_completed`` and callbacks
 work), whose ways of waiting tell its connection who needs the replies: a
 caller in ``result()``/``exception()`` reads them itself; ``done()``, a
 callback or a waiter of ``wait``/``as_completed`` asks the connection's
-background thread to deliver it.
+background thread to deliver it (see ``futures_connection.py``).
 """
 
 from __future__ import annotations

@@ -29,37 +29,37 @@ import threading
 from typing import Any
 
 from launchpad_py.courier import (auth, errors, frames, grpc_client, grpc_chunks, serialization,
-                                  tcp, uds, uds_client)
+                                  socket_channel, tcp, uds)
 from launchpad_py.courier.tls import TlsCredentials
 
 Timeout = float | int | datetime.timedelta | None
 TRANSPORTS = ('auto', 'grpc', 'tcp')
 
-_channels: dict[tuple, uds_client.LocalChannel] = {}
+_channels: dict[tuple, socket_channel.SocketChannel] = {}
 _channels_lock = threading.Lock()
 
 
-def _local_channel(address: str) -> uds_client.LocalChannel | None:
+def _local_channel(address: str) -> socket_channel.SocketChannel | None:
     port = uds.local_port(address)
     if port is None:
         return None
     with _channels_lock:
         channel = _channels.get(('unix', address))
         if channel is None:
-            channel = _channels[('unix', address)] = uds_client.LocalChannel(
+            channel = _channels[('unix', address)] = socket_channel.SocketChannel(
                 address, functools.partial(uds.connect, port))
         return channel
 
 
 def _tcp_channel(address: str, secret: bytes | None, wait_for_ready: bool,
                  timeout: float | None, tls: TlsCredentials | None,
-                 expected: str | None) -> uds_client.LocalChannel:
+                 expected: str | None) -> socket_channel.SocketChannel:
     key = ('tcp', address, secret, tls, expected)
     with _channels_lock:
         channel = _channels.get(key)
         if channel is None:
             finder = _TcpPort(address, secret, wait_for_ready, timeout, tls, expected)
-            channel = _channels[key] = uds_client.LocalChannel(address, finder.connect)
+            channel = _channels[key] = socket_channel.SocketChannel(address, finder.connect)
         return channel
 
 
@@ -186,7 +186,7 @@ class Client:
         request = (method, args, kwargs)
         if self._local is not None:
             value = self._local.call(request, self._timeout, self._decode)
-            if value is not uds_client.NOT_LOCAL:
+            if value is not socket_channel.NO_SOCKET:
                 return value
         return self._grpc.call(request, self._decode)
 
@@ -194,7 +194,7 @@ class Client:
         request = (method, args, kwargs)
         if self._local is not None:
             future = self._local.call_future(request, self._timeout, self._decode)
-            if future is not uds_client.NOT_LOCAL:
+            if future is not socket_channel.NO_SOCKET:
                 return future
         return self._grpc.call_future(request, self._decode)
 

@@ -20,7 +20,7 @@ import mmap
 import socket
 import ssl
 import struct
-from typing import Any
+from typing import Any, Protocol
 
 from launchpad_py.courier import serialization, shm
 
@@ -38,6 +38,23 @@ _SMALL_READ = 64 * 1024
 # Received in-band buffers this large get their own anonymous mapping: zeroing
 # a ``bytearray`` page by page costs more than the transfer (numpy does the same).
 _MMAP_MIN = 4 * 1024 * 1024
+
+
+class Connection(Protocol):
+    """A socket that carries frames, whichever path: ``uds.Connection`` (Unix socket, with
+    shared memory) or ``tcp.Connection`` (raw TCP, every buffer in band). Clients
+    (``socket_channel``, ``futures_connection``) and listeners (``uds_server``) use only this."""
+
+    sock: socket.socket
+    reader: 'Reader'
+
+    def send(self, call_id: int, kind: int, obj: Any, counts=None) -> None: ...
+
+    def read(self) -> 'Frame': ...
+
+    def peer_gone(self) -> bool: ...
+
+    def close(self) -> None: ...
 
 
 class Frame:

@@ -23,7 +23,7 @@ from typing import Any, Callable, Iterable, NamedTuple
 
 import grpc
 
-from launchpad_py.courier import auth, errors, fail_fast, frames, grpc_chunks, wire
+from launchpad_py.courier import auth, errors, fail_fast, frames, grpc_chunks, messages
 from launchpad_py.courier.tls import GRPC_CHANNEL_OPTIONS, TlsCredentials
 
 _channels: dict[tuple, grpc.Channel] = {}
@@ -72,11 +72,11 @@ class _Stubs(NamedTuple):
 
     @classmethod
     def of(cls, grpc_channel: grpc.Channel) -> '_Stubs':
-        return cls(grpc_channel, grpc_channel.unary_unary(wire.CALL),
-                   grpc_channel.stream_unary(wire.CALL_CHUNKED),
-                   grpc_channel.unary_stream(wire.FETCH),
-                   grpc_channel.unary_unary(wire.LIST_METHODS),
-                   grpc_channel.unary_unary(wire.ENDPOINTS))
+        return cls(grpc_channel, grpc_channel.unary_unary(messages.CALL),
+                   grpc_channel.stream_unary(messages.CALL_CHUNKED),
+                   grpc_channel.unary_stream(messages.FETCH),
+                   grpc_channel.unary_unary(messages.LIST_METHODS),
+                   grpc_channel.unary_unary(messages.ENDPOINTS))
 
 
 class GrpcCaller:
@@ -160,10 +160,10 @@ class GrpcCaller:
             except MemoryError:
                 raise MemoryError(f'cannot send {size} bytes to {request[0]!r} on '
                                   f'{self._address}: no memory for the gRPC message') from None
-            stubs, options, proof = self._use(wire.CALL, (payload,))
+            stubs, options, proof = self._use(messages.CALL, (payload,))
             stub = stubs.call
         else:
-            stubs, options, proof = self._use(wire.CALL_CHUNKED, parts)
+            stubs, options, proof = self._use(messages.CALL_CHUNKED, parts)
             stub, payload = stubs.call_chunked, grpc_chunks.split(parts, self._limit)
         try:
             started = (stub.future if future else stub.with_call)(payload, **options)
@@ -179,7 +179,7 @@ class GrpcCaller:
         frame = frames.from_bytes(reply)
         if frame.kind == frames.CHUNKED:
             token, _ = frame.value()
-            stubs, options, proof = self._use(wire.FETCH, (token,))
+            stubs, options, proof = self._use(messages.FETCH, (token,))
             try:
                 chunks = stubs.fetch(token, **options)
                 self._verify(chunks, proof, method)
@@ -243,7 +243,7 @@ class GrpcCaller:
         return result
 
     def list_methods(self) -> list[str]:
-        stubs, options, proof = self._use(wire.LIST_METHODS, (b'',))
+        stubs, options, proof = self._use(messages.LIST_METHODS, (b'',))
         try:
             reply, call = stubs.list.with_call(b'', **options)
         except grpc.RpcError as exc:

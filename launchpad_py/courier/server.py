@@ -30,8 +30,8 @@ from typing import Any, Callable
 
 import grpc
 
-from launchpad_py.courier import (auth, errors, frames, grpc_chunks, stats, tcp, uds,
-                                  uds_server, wire)
+from launchpad_py.courier import (auth, errors, frames, grpc_chunks, messages, stats, tcp,
+                                  uds, uds_server)
 from launchpad_py.courier import tls as tls_module
 
 _log = logging.getLogger('launchpad_py.courier')
@@ -165,7 +165,7 @@ class Server:
                   ('grpc.max_allowed_incoming_connections', tcp.MAX_PENDING)]
         server = grpc.server(self._pool, options=GRPC_OPTIONS + limits,
                              maximum_concurrent_rpcs=None, interceptors=interceptors)
-        server.add_generic_rpc_handlers([grpc.method_handlers_generic_handler(wire.SERVICE, {
+        server.add_generic_rpc_handlers([grpc.method_handlers_generic_handler(messages.SERVICE, {
             'Call': grpc.unary_unary_rpc_method_handler(self._handle_call),
             'CallChunked': grpc.stream_unary_rpc_method_handler(self._handle_chunked_call),
             'Fetch': grpc.unary_stream_rpc_method_handler(self._chunks.fetch),
@@ -253,7 +253,7 @@ class Server:
             ok = True
             return reply
         except Exception as exc:  # Every failure travels back to the caller.
-            return 'error', wire.RemoteFailure.capture(exc, self._label, frame.method)
+            return 'error', messages.RemoteFailure.capture(exc, self._label, frame.method)
         finally:
             self._return_permit(None)
             size = len(frame.pickled)
@@ -268,7 +268,7 @@ class Server:
 
     def _unsendable(self, frame: frames.Frame, exc: Exception) -> tuple:
         """The reply for a result that cannot be serialized: the caller learns why."""
-        return 'error', wire.RemoteFailure.capture(exc, self._label, frame.method)
+        return 'error', messages.RemoteFailure.capture(exc, self._label, frame.method)
 
     def _handle_call(self, request: bytes, context: grpc.ServicerContext) -> bytes:
         # A writable copy, so arrays the method receives behave as on the local path.
@@ -317,7 +317,7 @@ class _Guard(grpc.ServerInterceptor):
 
     def intercept_service(self, continuation, handler_call_details):
         method = handler_call_details.method
-        if method == wire.ENDPOINTS:
+        if method == messages.ENDPOINTS:
             return continuation(handler_call_details)
         why, body_digest, proof = self._checker.check(
             method, handler_call_details.invocation_metadata)

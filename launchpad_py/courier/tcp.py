@@ -19,7 +19,7 @@ import struct
 import threading
 from typing import Callable
 
-from launchpad_py.courier import auth, errors, frames, tcp_gate, uds, uds_server
+from launchpad_py.courier import auth, errors, frames, socket_serving, tcp_handshakes, uds
 
 _log = logging.getLogger('launchpad_py.courier')
 ENDPOINTS = struct.Struct('<H')  # The gRPC Endpoints reply: the raw-TCP port, 0 for none.
@@ -35,13 +35,14 @@ def _tune(sock: socket.socket) -> None:
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
 
-class Connection(uds.Connection):
-    """One authenticated TCP (or TLS) connection: framed sends under a lock, a reader."""
+class Connection:
+    """One authenticated TCP (or TLS) connection: framed sends under a lock, a reader.
+
+    A ``frames.Connection`` like ``uds.Connection``, not one of its kind: no shared memory,
+    no segments to release, and an idle peer's close is seen ahead (``peer_gone``)."""
 
     def __init__(self, sock: socket.socket, max_frame_bytes: int | None = None):
         self.sock = sock
-        self.released = None
-        self.pool = None
         self.reader = frames.Reader(sock, None, descriptors=False,
                                     max_frame_bytes=max_frame_bytes)
         self._send_lock = threading.Lock()
@@ -115,8 +116,8 @@ def connect(host: str, port: int, secret: bytes | None, address: str,
     return Connection(sock)
 
 
-class TcpListener(uds_server.LocalListener):
-    """Accepts TCP connections for one server: the gate's handshake, then the Unix-socket loop."""
+class TcpListener(socket_serving.SocketServing):
+    """Accepts TCP connections for one server: the gate's handshake, then the shared serving."""
 
     def __init__(self, host: str, identity: auth.Identity, dispatch: Callable, unsendable: Callable,
                  executor, label: str | None, thread_initializer=None, *,
@@ -124,17 +125,14 @@ class TcpListener(uds_server.LocalListener):
                  handshake_timeout: float = HANDSHAKE_SECONDS,
                  max_frame_bytes: int = MAX_FRAME_BYTES,
                  stats=None):
-        super().__init__(0, dispatch, unsendable, executor, label, thread_initializer,
-                         stats=stats)
-        self.path = None
-        self._name = f'courier-{label or "server"}-tcp'
-        self._watchdog.name = f'{self._name}-watchdog'
+        super().__init__(f'courier-{label or "server"}-tcp', dispatch, unsendable, executor,
+                         thread_initializer, stats=stats)
         self._host = host
         self._identity = identity
         self._tls = tls
         self._handshake_timeout = handshake_timeout
         self._max_frame_bytes = max_frame_bytes
-        self._gate: tcp_gate.Gate | None = None
+        self._gate: tcp_handshakes.Gate | None = None
         self.port: int | None = None
 
     def start(self) -> bool:
@@ -148,8 +146,8 @@ class TcpListener(uds_server.LocalListener):
             return False
         self._listener = listener
         self.port = listener.getsockname()[1]
-        self._gate = tcp_gate.Gate(listener, self._identity, self._name, self._admit, self._tls,
-                                   self._handshake_timeout, MAX_PENDING)
+        self._gate = tcp_handshakes.Gate(listener, self._identity, self._name, self._admit,
+                                         self._tls, self._handshake_timeout, MAX_PENDING)
         self._spawn(self._gate.run)
         return True
 
@@ -167,12 +165,9 @@ class TcpListener(uds_server.LocalListener):
             why = f'bad frame: {ended}'
         if why is not None and not self._closed:  # Logged before the close the peer sees.
             _log.warning('courier server %s: closed a TCP connection from %s: %s',
-                         self._name, tcp_gate.peer_text(turn.peer), why)
+                         self._name, tcp_handshakes.peer_text(turn.peer), why)
 
     def stop(self) -> None:
         if self._gate is not None:
             self._gate.close()
         super().stop()
-
-    def _remove_path(self) -> None:
-        """No file to remove: a TCP listener has none."""

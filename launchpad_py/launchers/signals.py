@@ -19,7 +19,7 @@ def _on_sigint(signum, frame) -> None:
     if not running:
         raise KeyboardInterrupt
     for program in running:
-        if program in _interrupted or getattr(program, '_stopping', False):
+        if program in _interrupted or program.is_stopping:
             program.request_stop(grace=0)  # Second Ctrl-C: no more grace.
         else:
             _interrupted.add(program)

@@ -1,9 +1,11 @@
 """Supervision: the running program as the launching process sees it, for every launcher.
 
-``controller.ProgramController`` is what ``lp.launch`` returns; it holds its parts:
-``failure_handling`` (stop the program or restart the node), ``shutdown`` (the stop
-request, the grace period, kills; ``stuck_threads`` for what cannot be killed),
-``elastic`` and ``membership`` (groups that grow and shrink, group handles), and
+``controller.ProgramController`` is what ``lp.launch`` returns: the public handle on
+``supervisor.Supervisor``, the one thread that changes a program's state. The supervisor
+holds the parts as objects with small interfaces, none calling another:
+``failure_handling`` (stop the program or restart the node), ``shutdown`` (the grace
+period, kills; ``stuck_threads`` for what cannot be killed), ``elastic`` and
+``membership`` (groups that grow and shrink, group handles); the controller holds
 ``observe`` (statistics, status endpoint, dashboard). ``worker`` is the interface every
 launcher implements to run one node (``Worker``, ``Events``, ``NodeState``). Beside
 them, what launchers share before and after the start: ``shipping`` (addresses and

@@ -1,4 +1,4 @@
-"""Elastic groups and group handles: the controller's side (mixed into it).
+"""Elastic groups and group handles: the part of supervision that grows and shrinks groups.
 
     controller.add_nodes('actor', 2)      # two more copies of the group's first node
     controller.remove_nodes('actor', 1)   # the newest live one stops, gracefully
@@ -10,6 +10,9 @@ kills them after the grace period; they end as ``STOPPED``. Both requests
 go through the supervisor thread like every state change, and return once
 the new nodes are ready or the removed ones are gone. Group handles follow
 every change (``membership.py``).
+
+The part checks requests, chooses the nodes and keeps group handles current; the
+supervisor starts what it grows (``start``), as it starts restarts.
 """
 
 from __future__ import annotations
@@ -23,10 +26,10 @@ from typing import Callable
 from launchpad_py import errors
 from launchpad_py.courier import serialization
 from launchpad_py.supervision.membership import Membership
-from launchpad_py.supervision.worker import (ENDED as _ENDED, GroupChange, NodeState, NodeStatus,
-                                             Worker)
+from launchpad_py.supervision.worker import (ENDED as _ENDED, Events, GroupChange, NodeState,
+                                             Progress, Worker)
 from launchpad_py.program import (AbstractAddressBuilder, Executable, Node, Program,
-                                  SimpleLocalAddressBuilder, group_handle)
+                                  SimpleLocalAddressBuilder, failure_policy, group_handle)
 
 _log = logging.getLogger('launchpad_py.supervision.controller')
 _LIVE = (NodeState.STARTING, NodeState.RUNNING, NodeState.RESTARTING)
@@ -80,135 +83,133 @@ def groups_of(program: Program, new_worker: Callable[[Executable, bytes], Worker
 
 
 class ElasticGroups:
-    """Mixed into ``ProgramController``: ``add_nodes``, ``remove_nodes``, group handles."""
+    """Growing and shrinking the elastic groups of one program, and its group handles.
 
-    def _init_elastic(self, groups: Groups | None) -> None:
+    ``workers`` is the controller's list (new nodes are appended to it); ``alarms`` holds
+    each removal's deadline, keyed ``('remove', worker)``; requests reach the supervisor
+    through ``inbox`` and their callers wait on ``progress``.
+    """
+
+    def __init__(self, name: str, launch_type: str, groups: Groups | None, workers: list[Worker],
+                 alarms: failure_policy.Alarms, inbox: Events, progress: Progress):
+        self._name = name
+        self._launch_type = launch_type
         self._groups = groups
         self._membership = groups.membership if groups is not None else None
+        self._workers = workers
+        self._alarms = alarms
+        self._inbox = inbox
+        self._progress = progress
 
-    def add_nodes(self, label: str, count: int = 1, timeout: float | None = None
-                  ) -> list[NodeStatus]:
-        """Adds ``count`` nodes to elastic group ``label``; returns once they are ready.
+    @property
+    def members(self) -> dict:
+        """The live members of every group with a handle (for a node that starts now)."""
+        return self._membership.table if self._membership else {}
 
-        Raises ``LaunchError`` if one fails to start, ``TimeoutError`` after ``timeout``.
-        """
-        new = self._change('grow', label, count, timeout,
-                           settled=lambda w: w.state != NodeState.STARTING)
-        failed = [w for w in new if w.state in (NodeState.FAILED, NodeState.RESTARTING)]
-        if failed:
-            raise errors.LaunchError(f'node {failed[0].name} added to program {self.name!r} '
-                                     f'failed to start: {failed[0].failure.summary}')
-        return self._statuses_of(new)
+    # -- on the caller's thread -------------------------------------------------------
 
-    def remove_nodes(self, label: str, count: int = 1, grace: float | None = None,
-                     timeout: float | None = None) -> list[NodeStatus]:
-        """Stops the ``count`` newest live nodes of elastic group ``label``; returns once they
-        are gone. One that ignores the stop is killed after ``grace`` seconds (default: the
-        program's grace period)."""
-        gone = self._change('shrink', label, (count, grace), timeout,
-                            settled=lambda w: w.state in _ENDED)
-        return self._statuses_of(gone)
-
-    def _statuses_of(self, workers: list[Worker]) -> list[NodeStatus]:
-        names = {w.name for w in workers}
-        return [s for s in self.statuses() if f'{s.label}/{s.index}' in names]
-
-    def _change(self, kind: str, label: str, what, timeout: float | None,
-                settled: Callable[[Worker], bool]) -> list[Worker]:
+    def change(self, kind: str, label: str, what, timeout: float | None,
+               settled: Callable[[Worker], bool]) -> list[Worker]:
         """Checks the request and hands it to the supervisor; returns the workers it chose
         once each has ``settled``. ``what``: the count to add, or (count, grace) to remove."""
-        self._check_elastic(label, what if kind == 'grow' else what[0])
+        self._check(label, what if kind == 'grow' else what[0])
         reply: concurrent.futures.Future = concurrent.futures.Future()
-        self._events.queue.put(GroupChange(kind == 'grow', label, what, reply))
+        self._inbox.queue.put(GroupChange(kind == 'grow', label, what, reply))
         deadline = None if timeout is None else time.monotonic() + timeout
 
         def left() -> float | None:
             return None if deadline is None else max(0.0, deadline - time.monotonic())
 
-        with self._changed:
-            self._changed.wait_for(lambda: reply.done() or self._done.is_set(), left())
-            if not reply.done():
-                raise (errors.NotRunningError(f'program {self.name!r} has ended: cannot change '
-                                              f'group {label!r}') if self._done.is_set() else
-                       TimeoutError(f'program {self.name!r} did not take the request within '
-                                    f'{timeout}s'))
-            chosen = reply.result()
-            if not self._changed.wait_for(lambda: all(settled(w) for w in chosen), left()):
-                raise TimeoutError(f'nodes {[w.name for w in chosen]} of program {self.name!r} '
-                                   f'did not {"start" if kind == "grow" else "end"} within '
-                                   f'{timeout}s')
+        done = self._progress.done
+        self._progress.wait_for(lambda: reply.done() or done.is_set(), left())
+        if not reply.done():
+            raise (errors.NotRunningError(f'program {self._name!r} has ended: cannot change '
+                                          f'group {label!r}') if done.is_set() else
+                   TimeoutError(f'program {self._name!r} did not take the request within '
+                                f'{timeout}s'))
+        chosen = reply.result()
+        if not self._progress.wait_for(lambda: all(settled(w) for w in chosen), left()):
+            raise TimeoutError(f'nodes {[w.name for w in chosen]} of program {self._name!r} '
+                               f'did not {"start" if kind == "grow" else "end"} within '
+                               f'{timeout}s')
         return chosen
 
-    def _check_elastic(self, label: str, count) -> None:
+    def _check(self, label: str, count) -> None:
         groups = self._groups
         if groups is None or label not in groups.labels:
             known = sorted(groups.labels) if groups else sorted({w.label for w in self._workers})
-            raise errors.ProgramError(f'program {self.name!r} has no group {label!r}; its groups '
-                                      f'are {known}')
+            raise errors.ProgramError(f'program {self._name!r} has no group {label!r}; its '
+                                      f'groups are {known}')
         if label not in groups.elastic:
             raise errors.ProgramError(
-                f'group {label!r} of program {self.name!r} is not elastic: declare it with '
+                f'group {label!r} of program {self._name!r} is not elastic: declare it with '
                 f'"with program.group({label!r}, elastic=True):" to add or remove nodes while '
                 'the program runs')
         if isinstance(count, bool) or not isinstance(count, int) or count < 1:
             raise errors.ProgramError(f'count must be an int >= 1 (got {count!r} for group '
-                                      f'{label!r} of program {self.name!r})')
+                                      f'{label!r} of program {self._name!r})')
 
-    def _unsupported_growth(self) -> str | None:
+    def unsupported(self) -> str | None:
         """Why this launch cannot run the program's elastic groups, if it cannot."""
         groups = self._groups
         for label in sorted(groups.elastic if groups else ()):
             alone = [w for w in self._workers if w.label == label and not w.can_stop_alone]
             if groups.grow is None or alone:
-                return (f'group {label!r} of program {self.name!r} is elastic, but '
-                        f'{self.launch_type} cannot add nodes to a running program or stop one '
+                return (f'group {label!r} of program {self._name!r} is elastic, but '
+                        f'{self._launch_type} cannot add nodes to a running program or stop one '
                         'alone; run it with a launcher that can, or make the group not elastic')
         return None
 
-    def _change_group(self, change: GroupChange) -> None:
-        """On the supervisor thread: grows or shrinks a group and answers the request."""
+    # -- on the supervisor thread -----------------------------------------------------
+
+    def apply(self, change: GroupChange, stopping: bool, grace: float,
+              start: Callable[[Worker], None]) -> None:
+        """Grows or shrinks a group and answers the request; ``start`` starts a new worker,
+        ``grace`` is how long a removed node has unless the request says."""
         label, what, reply = change.label, change.what, change.reply
-        if self._stopping:
+        if stopping:
             reply.set_exception(errors.NotRunningError(
-                f'program {self.name!r} is stopping: cannot change group {label!r}'))
+                f'program {self._name!r} is stopping: cannot change group {label!r}'))
             return
         try:
-            chosen = self._grow(label, what) if change.grow else self._shrink(label, *what)
+            chosen = (self._grow(label, what, start) if change.grow else
+                      self._shrink(label, *what, grace))
         except Exception as exc:  # Reported to the caller; the program runs on.
             reply.set_exception(exc)
             return
-        self._publish_members()
+        self.publish()
         reply.set_result(chosen)
 
-    def _grow(self, label: str, count: int) -> list[Worker]:
+    def _grow(self, label: str, count: int, start: Callable[[Worker], None]) -> list[Worker]:
         first = 1 + max(w.index for w in self._workers if w.label == label)
         new = [self._groups.grow(label, first + offset) for offset in range(count)]
-        _log.info('program %r: adding %s', self.name, ', '.join(w.name for w in new))
+        _log.info('program %r: adding %s', self._name, ', '.join(w.name for w in new))
         for worker in new:
             self._workers.append(worker)
-            self._start_worker(worker)
+            start(worker)
         return new
 
-    def _shrink(self, label: str, count: int, grace: float | None) -> list[Worker]:
+    def _shrink(self, label: str, count: int, grace: float | None,
+                default_grace: float) -> list[Worker]:
         live = [w for w in self._workers if w.label == label and w.state in _LIVE
                 and not w.removing]
         if count > len(live):
-            raise errors.ProgramError(f'group {label!r} of program {self.name!r} has {len(live)} '
-                                      f'live nodes: cannot remove {count}')
+            raise errors.ProgramError(f'group {label!r} of program {self._name!r} has '
+                                      f'{len(live)} live nodes: cannot remove {count}')
         chosen = sorted(live, key=lambda w: w.index, reverse=True)[:count]
-        _log.info('program %r: removing %s', self.name, ', '.join(w.name for w in chosen))
+        _log.info('program %r: removing %s', self._name, ', '.join(w.name for w in chosen))
         for worker in chosen:
             worker.removing = True
             if worker.state == NodeState.RESTARTING:  # Nothing runs: it ends here.
-                self._deadlines.cancel(('restart', worker))
+                self._alarms.cancel(('restart', worker))
                 worker.state, worker.ended_at = NodeState.STOPPED, time.time()
             else:
                 worker.request_stop()
-                self._deadlines.set(('remove', worker), time.monotonic() + (
-                    self._grace if grace is None else grace))
+                self._alarms.set(('remove', worker), time.monotonic() + (
+                    default_grace if grace is None else grace))
         return chosen
 
-    def _publish_members(self) -> None:
+    def publish(self) -> None:
         """Tells the launching process and every node when a group's live members changed."""
         table = self._membership.update(self._workers) if self._membership else None
         if table is None:

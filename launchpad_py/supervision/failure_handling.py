@@ -1,4 +1,4 @@
-"""What a node's failure does: stop the program, or restart the node (mixed into the controller).
+"""The part of supervision that decides what a failure does: stop the program, or restart.
 
 The first failure of a node whose group stops the program (the default,
 ``lp.StopProgram``) is what ``wait()`` raises, unless it only followed from
@@ -10,10 +10,15 @@ more restart counted. Clients of the node see calls in flight fail with
 ``CourierUnavailableError``; later calls wait for it and succeed once it is
 back. Events of the replaced worker are ignored. A node that fails after
 ``max_restarts`` restarts stops the program, and its failure says so.
+
+This part decides and keeps the record; it starts and stops nothing. ``on_failure``
+answers what the supervisor must do next (``Then``), and ``replace`` hands it the
+worker to start when a backoff is over.
 """
 
 from __future__ import annotations
 
+import enum
 import logging
 import os
 import random
@@ -27,59 +32,79 @@ from launchpad_py.supervision.worker import FailureReport, NodeState, Worker
 _log = logging.getLogger('launchpad_py.supervision.controller')
 
 
+class Then(enum.Enum):
+    """What the supervisor does after a failure."""
+    GO_ON = 'go on'  # A restart is scheduled, or the program stops already.
+    STOP = 'stop the program'
+    ABORT_LAUNCH = 'abort the launch'  # The node failed before it was ready.
+
+
 class Failures:
-    """Mixed into ``ProgramController``; runs on its supervisor thread."""
+    """The failures of one program and its restart policies; used on the supervisor thread.
 
-    def _init_failures(self, policies: dict) -> None:
+    ``workers`` is the controller's list (a restart replaces its worker there);
+    ``alarms`` holds each restart's moment, keyed ``('restart', worker)``.
+    """
+
+    def __init__(self, name: str, launch_type: str, policies: dict, workers: list[Worker],
+                 alarms: failure_policy.Alarms):
+        self._name = name
+        self._launch_type = launch_type
         self._policies: dict[str, failure_policy.Policy] = dict(policies)
+        self._workers = workers
+        self._alarms = alarms
         self._rng = random.Random()
+        #: The failure ``wait()`` raises: its worker, or None.
+        self.failed: Worker | None = None
+        #: The node that failed before the program was ready, if one did.
+        self.startup_failure: Worker | None = None
+        #: Whether a caller was given the failure (else it is reported at exit).
+        self.seen = False
 
-    def _on_failure(self, worker: Worker, failure: FailureReport) -> None:
+    def on_failure(self, worker: Worker, failure: FailureReport, stopping: bool) -> Then:
         """``worker`` ended with ``failure``: its group's policy decides what follows."""
-        if not self._stopping and self._restart_later(worker, failure):
-            return
-        if not self._stopping:
+        if not stopping and self._restart_later(worker, failure):
+            return Then.GO_ON
+        if not stopping:
             failure = self._with_policy_note(worker, failure)
             if worker.state == NodeState.STARTING:  # Failed before it was ready.
-                self._startup_failure = worker
+                self.startup_failure = worker
             worker.state, worker.failure = NodeState.FAILED, failure
-            self._failed = worker
-            _log.error('node %s of program %r failed: %s', worker.name, self.name, failure.summary)
-            if self._startup_failure is worker:
-                self._abort_launch()
-            else:
-                self._begin_stop()
-        elif self._is_the_cause(failure):
+            self.failed = worker
+            _log.error('node %s of program %r failed: %s', worker.name, self._name, failure.summary)
+            return Then.ABORT_LAUNCH if self.startup_failure is worker else Then.STOP
+        if self._is_the_cause(failure):
             # The first failure only lost a peer, or the program stopped because the scheduler
             # ended it: this failure is why, so it is what wait() raises.
-            _log.error('node %s of program %r failed: %s', worker.name, self.name, failure.summary)
-            worker.state, worker.failure, self._failed = NodeState.FAILED, failure, worker
+            _log.error('node %s of program %r failed: %s', worker.name, self._name, failure.summary)
+            worker.state, worker.failure, self.failed = NodeState.FAILED, failure, worker
         else:
             worker.state = NodeState.STOPPED
             _log.debug('node %s raised while the program stopped: %s', worker.name, failure.summary)
+        return Then.GO_ON
 
     def _is_the_cause(self, failure: FailureReport) -> bool:
-        first = self._failed
+        first = self.failed
         if failure.by_scheduler:  # Its stop requests (SIGTERM) come before the nodes end.
             return first is None or not first.failure.by_scheduler
         return (first is not None and first.failure.follows_from_a_peer
                 and not failure.follows_from_a_peer)
 
-    def _raise_failure(self) -> None:
-        worker = self._failed
+    def raise_failure(self) -> None:
+        worker = self.failed
         if worker is None:
             return
-        self._failure_seen = True
+        self.seen = True
         failure = worker.failure
         error = errors.NodeFailedError(worker.label, worker.index, failure.traceback, failure.summary)
         raise error from failure.exception
 
-    def _report_unseen_failure(self) -> None:
+    def report_unseen(self) -> None:
         """At interpreter exit: a failure nobody waited for still fails the script."""
-        if self._failed is not None and not self._failure_seen:
-            worker = self._failed
+        if self.failed is not None and not self.seen:
+            worker = self.failed
             sys.stderr.write(f'launchpad_py: node {worker.label!r} (index {worker.index}) of '
-                             f'program {self.name!r} failed:\n{worker.failure.traceback}\n')
+                             f'program {self._name!r} failed:\n{worker.failure.traceback}\n')
             sys.stderr.flush()
             sys.stdout.flush()
             os._exit(1)
@@ -89,7 +114,7 @@ class Failures:
     def _policy(self, worker: Worker) -> failure_policy.Policy:
         return self._policies.get(worker.label, failure_policy.DEFAULT)
 
-    def _unsupported_restarts(self) -> str | None:
+    def unsupported(self) -> str | None:
         """Why this launch cannot honour its Restart policies, if it cannot.
 
         A backend that declares its capabilities was refused earlier, naming those that
@@ -98,7 +123,7 @@ class Failures:
         for label, policy in self._policies.items():
             stuck = [w for w in self._workers if w.label == label and not w.can_restart]
             if isinstance(policy, failure_policy.Restart) and stuck:
-                return (f'failure_policy[{label!r}] is {policy!r}, but {self.launch_type} cannot '
+                return (f'failure_policy[{label!r}] is {policy!r}, but {self._launch_type} cannot '
                         f'restart node {stuck[0].name} ({type(stuck[0]).__name__}); use '
                         'lp.StopProgram() for this group or a launcher that restarts nodes')
         return None
@@ -111,10 +136,9 @@ class Failures:
             return False
         delay = policy.delay(worker.restarts, self._rng)
         worker.state, worker.failure = NodeState.RESTARTING, failure
-        self._deadlines.set(('restart', worker), time.monotonic() + delay)
+        self._alarms.set(('restart', worker), time.monotonic() + delay)
         _log.warning('node %s of program %r failed: %s; restart %d of %d in %.1fs', worker.name,
-                     self.name, failure.summary, worker.restarts + 1, policy.max_restarts, delay)
-        self._publish_members()
+                     self._name, failure.summary, worker.restarts + 1, policy.max_restarts, delay)
         return True
 
     def _with_policy_note(self, worker: Worker, failure: FailureReport) -> FailureReport:
@@ -126,36 +150,25 @@ class Failures:
         return FailureReport(f'{failure.summary} ({note})', f'{failure.traceback}\n({note})',
                              failure.exception, failure.by_scheduler)
 
-    def _restart_now(self, worker: Worker) -> None:
-        """The backoff is over: a new worker runs the node in ``worker``'s place."""
-        if worker.state != NodeState.RESTARTING or self._stopping:
-            return
+    def replace(self, worker: Worker) -> Worker:
+        """The backoff is over: the worker that runs the node in ``worker``'s place, not yet
+        started. If ``worker.restarted()`` raises, that counts as a failed restart (so
+        restarts cannot loop forever) and the exception goes to the caller."""
         try:
             fresh = worker.restarted()
-        except Exception as exc:  # Counted as a failed restart, so this cannot loop forever.
+        except Exception:
             worker.restarts += 1
-            self._on_exit(worker, None, FailureReport.from_exception(exc))
-            return
+            raise
         fresh.restarts = worker.restarts + 1
         worker.retired = True
         worker.cleanup()
         self._workers[self._workers.index(worker)] = fresh
-        _log.warning('node %s of program %r: restart %d', fresh.name, self.name, fresh.restarts)
-        self._start_worker(fresh)
+        _log.warning('node %s of program %r: restart %d', fresh.name, self._name, fresh.restarts)
+        return fresh
 
-    def _start_worker(self, worker: Worker) -> None:
-        """Starts a worker after the launch (a restart or a new member); a failure to start
-        counts as the node's failure."""
-        worker.started_at = time.time()
-        worker.send_members(self._membership.table if self._membership else {})
-        try:
-            worker.start()
-        except Exception as exc:  # E.g. no process could be started: the node failed.
-            self._on_exit(worker, None, FailureReport.from_exception(exc))
-
-    def _cancel_restarts(self) -> None:
+    def cancel_restarts(self) -> None:
         """The program stops: nodes waiting to restart end here."""
         for worker in self._workers:
             if worker.state == NodeState.RESTARTING:
-                self._deadlines.cancel(('restart', worker))
+                self._alarms.cancel(('restart', worker))
                 worker.state, worker.ended_at = NodeState.STOPPED, time.time()

@@ -10,8 +10,9 @@ import abc
 import concurrent.futures
 import dataclasses
 import queue
+import threading
 import traceback
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 from launchpad_py.node_side import node_process
 from launchpad_py.courier.errors import CourierUnavailableError
@@ -127,6 +128,31 @@ class Events:
         Before every node is ready this fails the launch; afterwards it is only logged.
         """
         self.queue.put(ProcessDied(reason))
+
+
+class Progress:
+    """What callers outside the supervisor thread wait on: its changes, and the program's end.
+
+    The supervisor calls ``changed()`` after every event it handled and ``end()`` last;
+    ``add_nodes`` waits here for the nodes it asked for to settle.
+    """
+
+    def __init__(self) -> None:
+        self.done = threading.Event()
+        self._changed = threading.Condition()
+
+    def changed(self) -> None:
+        with self._changed:
+            self._changed.notify_all()
+
+    def end(self) -> None:
+        self.done.set()
+        self.changed()
+
+    def wait_for(self, predicate: Callable[[], bool], timeout: float | None) -> bool:
+        """Waits until ``predicate()`` holds (checked after each change); False on timeout."""
+        with self._changed:
+            return self._changed.wait_for(predicate, timeout)
 
 
 class Worker(abc.ABC):

@@ -21,7 +21,7 @@ import grpc
 import pytest
 
 from launchpad_py import courier
-from launchpad_py.courier import auth, frames, wire
+from launchpad_py.courier import auth, frames, messages
 from attackers import Bomb as _Bomb, Target
 
 SECRET = secrets.token_bytes(32)
@@ -260,14 +260,14 @@ def grpc_request(served):
 def _grpc_identity(channel: grpc.Channel, address: str, secret: bytes) -> auth.Identity:
     """The identity the server at ``address`` proves, with the key ``secret`` gives it."""
     nonce, metadata = auth.hello_request()
-    reply = channel.unary_unary(wire.ENDPOINTS)(b'', metadata=metadata, timeout=10)
+    reply = channel.unary_unary(messages.ENDPOINTS)(b'', metadata=metadata, timeout=10)
     identity, _ = auth.check_hello_reply(SECRET, nonce, reply, address, None)
     return auth.Identity.of(secret, identity.name, identity.incarnation)
 
 
 def _token(channel, server, secret: bytes, body: bytes) -> tuple:
     identity = _grpc_identity(channel, server.address, secret)
-    return auth.grpc_token(identity, wire.CALL, auth.digest((body,)))[0]
+    return auth.grpc_token(identity, messages.CALL, auth.digest((body,)))[0]
 
 
 @pytest.mark.parametrize('token', ['none', 'wrong', 'malformed'])
@@ -275,7 +275,7 @@ def test_grpc_call_without_a_valid_token_is_refused(served, grpc_request, caplog
     """A gRPC call with no token, a wrong one or garbage is refused with UNAUTHENTICATED."""
     server, target, bomb = served
     channel, request = grpc_request
-    call = channel.unary_unary(wire.CALL)
+    call = channel.unary_unary(messages.CALL)
     metadata = {'none': (), 'malformed': ((auth.METADATA_KEY, 'x/y'),),
                 'wrong': _token(channel, server, secrets.token_bytes(32), request)}[token]
     with pytest.raises(grpc.RpcError) as caught:
@@ -289,7 +289,7 @@ def test_replayed_grpc_token_is_refused(served, grpc_request):
     """A valid token works once; the same token again is refused."""
     server, target, bomb = served
     channel, _ = grpc_request
-    call = channel.unary_unary(wire.CALL)
+    call = channel.unary_unary(messages.CALL)
     harmless = b''.join(frames.encode(0, frames.REQUEST, ('mark', (), {}))[0])
     token = _token(channel, server, SECRET, harmless)
     call(harmless, metadata=token, timeout=10)
@@ -306,10 +306,10 @@ def test_endpoints_answers_only_with_a_proof_of_the_server(served):
     channel = grpc.insecure_channel(server.address)
     try:
         with pytest.raises(grpc.RpcError) as caught:
-            channel.unary_unary(wire.ENDPOINTS)(b'', timeout=10)
+            channel.unary_unary(messages.ENDPOINTS)(b'', timeout=10)
         assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
         nonce, metadata = auth.hello_request()
-        reply = channel.unary_unary(wire.ENDPOINTS)(b'', metadata=metadata, timeout=10)
+        reply = channel.unary_unary(messages.ENDPOINTS)(b'', metadata=metadata, timeout=10)
     finally:
         channel.close()
     _, port = auth.check_hello_reply(SECRET, nonce, reply, server.address, None)

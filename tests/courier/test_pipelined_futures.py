@@ -14,7 +14,7 @@ import threading
 import pytest
 
 from launchpad_py import courier
-from launchpad_py.courier import inline
+from launchpad_py.courier import reader_handover
 
 TRANSPORTS = ['auto', 'tcp']
 
@@ -173,8 +173,8 @@ def test_a_stuck_reader_is_handed_over_within_ticks():
         promoted.append((turn, token))
         done.set()
 
-    watchdog = inline.Watchdog(promote, 'courier-test-watchdog')
-    turn = inline.Turn(connection=None)
+    watchdog = reader_handover.Watchdog(promote, 'courier-test-watchdog')
+    turn = reader_handover.Turn(connection=None)
     turn.reader = first = object()
     watchdog.add(turn)
     try:

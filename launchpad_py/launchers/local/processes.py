@@ -27,8 +27,8 @@ from launchpad_py import errors
 from launchpad_py.node_side import flag_transfer, node_process
 from launchpad_py.courier import serialization
 from launchpad_py.node_side import control_channel
-from launchpad_py.supervision import (elastic, metrics_probe, output, program_secret, rundir,
-                                      shipping)
+from launchpad_py.supervision import metrics_probe, output, program_secret, rundir, shipping
+from launchpad_py.launchers import start_program
 from launchpad_py.launchers.local import process_starter
 from launchpad_py.supervision.controller import ProgramController
 from launchpad_py.launchers.options import LaunchOptions
@@ -233,11 +233,14 @@ def _wait_pid_gone(pid: int | None) -> None:
         os.close(fd)
 
 
-class _ProgramSetup:
+class _ProgramSetup(start_program.Launch):
     """What all workers of one program share: control server, directory, terminal mode."""
 
-    def __init__(self, program: Program, mode: str, test: bool, issued: program_secret.Issued):
+    def __init__(self, program: Program, mode: str, test: bool, issued: program_secret.Issued,
+                 resources: dict[str, PythonProcess], servers: list[str]):
         self.program_name = program.name
+        self.resources = resources
+        self.servers = servers
         self.secret = issued.secret
         self.issued_secret = issued
         self.mode = mode
@@ -258,6 +261,18 @@ class _ProgramSetup:
         self.tmux_session = f'launchpad_{program.name}_{os.getpid()}' if mode == 'tmux_session' else None
         self._fork_server: process_starter.ForkServer | None = None
         self._fork_lock = threading.Lock()
+
+    def new_worker(self, executable: Executable, data: bytes, events: Events) -> 'ProcessWorker':
+        self.issued_secret.cover([executable])
+        return ProcessWorker(executable, data, self,
+                             self.resources.get(executable.label, PythonProcess()), events)
+
+    def attach(self, controller: ProgramController) -> None:
+        controller.scope.servers = self.servers
+        self.events = controller.events
+
+    def log_line(self, worker: 'ProcessWorker') -> str:
+        return f'{worker.name}: {worker._sink.log_path}'
 
     def fork_server(self, resources: PythonProcess) -> process_starter.ForkServer | None:
         """The program's fork server (started on first use), or None to exec this node."""
@@ -321,25 +336,11 @@ def _launch(program: Program, options: LaunchOptions, launch_type: str, test: bo
     resources, notes = apply_gpu_defaults(resources, counts, os.environ)
     for note in notes:
         _log.info('%s: %s', launch_type, note)
-
-    def new_worker(executable: Executable, data: bytes) -> ProcessWorker:
-        setup.issued_secret.cover([executable])
-        return ProcessWorker(executable, data, setup,
-                             resources.get(executable.label, PythonProcess()), controller.events)
-
-    groups = elastic.groups_of(program, new_worker)
-    setup = _ProgramSetup(program, mode, test, program_secret.issue([]))
-    controller = ProgramController(program.name, launch_type, options.grace,
-                                   keep_process_alive=not test, on_finish=setup.finish,
-                                   failure_policy=options.failure_policy, groups=groups)
-    controller.scope.servers = shipping.server_addresses([e for e, _ in prepared])
-    setup.events = controller.events
-    workers = [new_worker(executable, data) for executable, data in prepared]
-    if mode == 'output_to_files':
-        print(f'launchpad_py: node logs of {program.name!r}:', flush=True)
-        for worker in workers:
-            print(f'  {worker.name}: {worker._sink.log_path}', flush=True)
-    return controller.start(workers, options.ready_timeout)
+    servers = shipping.server_addresses([e for e, _ in prepared])
+    return start_program.start(
+        program, options, launch_type, prepared,
+        lambda: _ProgramSetup(program, mode, test, program_secret.issue([]), resources, servers),
+        keep_process_alive=not test)
 
 
 def launch_local(program: Program, options: LaunchOptions) -> ProgramController:

@@ -33,12 +33,14 @@ import threading
 from typing import Callable
 
 from launchpad_py import errors
+from launchpad_py.launchers import start_program
 from launchpad_py.launchers.options import LaunchOptions
 from launchpad_py.launchers.remote.setup import HEARTBEAT_S, HEARTBEAT_TIMEOUT_S, RemoteSetup
 from launchpad_py.launchers.remote.worker import CommandStarter, Placement, RemoteWorker, Starter
-from launchpad_py.program import AbstractAddressBuilder, Program
-from launchpad_py.supervision import elastic, output, shipping
+from launchpad_py.program import AbstractAddressBuilder, Executable, Program
+from launchpad_py.supervision import output, shipping
 from launchpad_py.supervision.controller import ProgramController
+from launchpad_py.supervision.worker import Events
 
 __all__ = ['HEARTBEAT_S', 'HEARTBEAT_TIMEOUT_S', 'CommandStarter', 'Placement', 'RemoteWorker',
            'Starter', 'launch', 'node_environment']
@@ -80,33 +82,43 @@ def launch(program: Program, options: LaunchOptions, launch_type: str,
             address.unbind()
     shipping.assign_addresses(program, _Unbound())
     prepared = shipping.prepare(program)  # Checks that every node can be shipped, up front.
+    return start_program.start(
+        program, options, launch_type, prepared,
+        lambda: _Launch(program, mode, log_dir, placements, place_new, on_finish),
+        keep_process_alive=True, grows=place_new is not None, builder=_Unbound())
 
-    def new_worker(executable, data: bytes) -> RemoteWorker:
+
+class _Launch(RemoteSetup):
+    """A remote launch: its workers placed where the backend says, its logs kept or not."""
+
+    def __init__(self, program: Program, mode: str, log_dir: str | None,
+                 placements: dict[tuple[str, int], Placement],
+                 place_new: Callable[[str, int], Placement] | None,
+                 on_finish: Callable[[], None] | None):
+        super().__init__(program, mode, False,
+                         log_dir or tempfile.mkdtemp(prefix=f'launchpad_{program.name}_'),
+                         keep_logs=log_dir is not None)
+        self._placements = placements
+        self._place_new = place_new
+        self._on_finish = on_finish
+
+    def new_worker(self, executable: Executable, data: bytes, events: Events) -> RemoteWorker:
         del data  # Shipped when the node has reported its addresses.
-        return RemoteWorker(executable, place_new(executable.label, executable.index), setup,
-                            controller.events)
+        key = (executable.label, executable.index)
+        # A node added at run time has a new index (they only grow): nobody placed it yet.
+        placement = self._placements[key] if key in self._placements else self._place_new(*key)
+        return RemoteWorker(executable, placement, self, events)
 
-    groups = elastic.groups_of(program, new_worker if place_new else None, _Unbound())
-    keep_logs = log_dir is not None
-    log_dir = log_dir or tempfile.mkdtemp(prefix=f'launchpad_{program.name}_')
-    setup = RemoteSetup(program, mode, False, log_dir, keep_logs)
+    def log_line(self, worker: RemoteWorker) -> str:
+        return f'{worker.name} ({worker.host}): {worker._sink.log_path}'
 
-    def finish() -> None:
-        setup.finish()
-        if mode != 'output_to_files' and not keep_logs:
-            shutil.rmtree(log_dir, ignore_errors=True)
-        if on_finish is not None:
-            on_finish()
+    def begin(self) -> None:
+        threading.Thread(target=self.heartbeat, name=f'lp-heartbeat-{self.program_name}',
+                         daemon=True).start()
 
-    controller = ProgramController(program.name, launch_type, options.grace,
-                                   keep_process_alive=True, on_finish=finish,
-                                   failure_policy=options.failure_policy, groups=groups)
-    workers = [RemoteWorker(executable, placements[executable.label, executable.index], setup,
-                            controller.events) for executable, _ in prepared]
-    if mode == 'output_to_files':
-        print(f'launchpad_py: node logs of {program.name!r}:', flush=True)
-        for worker in workers:
-            print(f'  {worker.name} ({worker.host}): {worker._sink.log_path}', flush=True)
-    threading.Thread(target=setup.heartbeat, name=f'lp-heartbeat-{program.name}',
-                     daemon=True).start()
-    return controller.start(workers, options.ready_timeout)
+    def finish(self) -> None:
+        super().finish()
+        if self.mode != 'output_to_files' and not self.keep_logs:
+            shutil.rmtree(self.log_dir, ignore_errors=True)
+        if self._on_finish is not None:
+            self._on_finish()

@@ -4,7 +4,8 @@ Each ``RemoteWorker`` (``worker.py``) registers here and reports its node's
 addresses through ``bound``; the last report completes the table, which every
 node then receives with its executable (late binding, see ``launch.py``).
 Kept apart from ``worker.py`` so that the worker can name this type without an
-import cycle: this module only calls what workers offer, and never names their class.
+import cycle: this module only calls what workers offer, and never names their class
+(``launch.py`` completes it into the ``start_program.Launch`` that makes them).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import secrets
 import threading
 
 from launchpad_py import courier
+from launchpad_py.launchers import start_program
 from launchpad_py.node_side import control_channel, flag_transfer
 from launchpad_py.program import Program
 
@@ -22,7 +24,7 @@ HEARTBEAT_S = 1.0
 HEARTBEAT_TIMEOUT_S = 5.0
 
 
-class RemoteSetup:
+class RemoteSetup(start_program.Launch):
     """What the workers of one program share: control listeners, the secret, the address table."""
 
     def __init__(self, program: Program, mode: str, test: bool, log_dir: str, keep_logs: bool):

@@ -1,9 +1,13 @@
-"""The client side of the same-host path (see ``uds.py``), also used by raw TCP (``tcp.py``).
+"""The client side of both socket paths: the Unix socket (``uds.py``) and raw TCP (``tcp.py``).
+
+A ``SocketChannel`` does not know which of the two it holds: it is given how to open a
+connection (``uds.connect`` or, through the server's TCP port, ``tcp.connect``).
 
 Synchronous calls borrow an idle connection, write the request and read the
 reply in the calling thread (no hand-off). Futures share one connection per
-server, whose replies the callers waiting for them read (see ``mux.py``). ``None``
-from ``call``/``call_future`` means "no local server here": use gRPC.
+server, whose replies the callers waiting for them read (see
+``futures_connection.py``). ``NO_SOCKET`` from ``call``/``call_future`` means the server
+offers no such socket here: use gRPC.
 """
 
 from __future__ import annotations
@@ -12,42 +16,43 @@ import concurrent.futures
 import threading
 from typing import Any, Callable
 
-from launchpad_py.courier import errors, mux as mux_module, uds, uds_server
+from launchpad_py.courier import errors, frames, futures_connection, socket_serving
 
-_NOT_LOCAL = object()
+_NO_SOCKET = object()
 
 
-class LocalChannel:
+class SocketChannel:
     """All connections of this process to one server by one path (Unix socket or raw TCP).
 
     ``connect(timeout)`` opens a connection, returns None when the path is
     not there (use gRPC), or raises a courier error.
     """
 
-    def __init__(self, address: str, connect: Callable[[float | None], uds.Connection | None]):
+    def __init__(self, address: str,
+                 connect: Callable[[float | None], frames.Connection | None]):
         self.address = address
         self._connect = connect
-        self._idle: list[uds.Connection] = []
+        self._idle: list[frames.Connection] = []
         self._lock = threading.Lock()
-        self._mux: mux_module.FuturesConnection | None = None
+        self._mux: futures_connection.FuturesConnection | None = None
 
     # -- synchronous ------------------------------------------------------------------
 
     def call(self, request: tuple, timeout: float | None, decode: Callable) -> Any:
-        """The reply's value, or ``NOT_LOCAL`` when the server has no local socket."""
+        """The reply's value, or ``NO_SOCKET`` when the server offers no such socket here."""
         for attempt in range(2):
             connection = self._borrow(timeout)
             if connection is None:
-                return _NOT_LOCAL
+                return _NO_SOCKET
             try:
-                connection.send(0, uds_server.SYNC_REQUEST, request)
+                connection.send(0, socket_serving.SYNC_REQUEST, request)
             except OSError:  # A pooled connection whose server went away: not sent, retry.
                 connection.close()
                 continue
             return self._await_reply(connection, request[0], timeout, decode)
-        return _NOT_LOCAL
+        return _NO_SOCKET
 
-    def _await_reply(self, connection: uds.Connection, method: str, timeout: float | None,
+    def _await_reply(self, connection: frames.Connection, method: str, timeout: float | None,
                      decode: Callable) -> Any:
         try:
             if timeout:
@@ -67,7 +72,7 @@ class LocalChannel:
             self._idle.append(connection)
         return decode(frame)
 
-    def _borrow(self, timeout: float | None) -> uds.Connection | None:
+    def _borrow(self, timeout: float | None) -> frames.Connection | None:
         while True:
             with self._lock:
                 if not self._idle:
@@ -82,17 +87,18 @@ class LocalChannel:
 
     def call_future(self, request: tuple, timeout: float | None,
                     decode: Callable) -> concurrent.futures.Future | object:
-        """The call's future, or ``NOT_LOCAL`` when the server has no local socket."""
+        """The call's future, or ``NO_SOCKET`` when the server offers no such socket here."""
         for attempt in range(2):  # A connection its server closed is noticed, then replaced.
             mux = self._futures_connection(timeout)
             if mux is None:
-                return _NOT_LOCAL
+                return _NO_SOCKET
             future = mux.submit(request, timeout, decode)
             if future is not None:
                 return future
-        return _NOT_LOCAL
+        return _NO_SOCKET
 
-    def _futures_connection(self, timeout: float | None) -> mux_module.FuturesConnection | None:
+    def _futures_connection(self, timeout: float | None
+                            ) -> futures_connection.FuturesConnection | None:
         mux = self._mux
         if mux is not None and not mux.closed and not mux.stale():
             return mux
@@ -104,7 +110,7 @@ class LocalChannel:
                 connection = self._connect(timeout)
                 if connection is None:
                     return None
-                mux = self._mux = mux_module.FuturesConnection(connection, self.address)
+                mux = self._mux = futures_connection.FuturesConnection(connection, self.address)
             return mux
 
     def close(self) -> None:
@@ -117,4 +123,4 @@ class LocalChannel:
             mux.close()
 
 
-NOT_LOCAL = _NOT_LOCAL
+NO_SOCKET = _NO_SOCKET

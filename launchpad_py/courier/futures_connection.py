@@ -24,7 +24,7 @@ import threading
 import time
 from typing import Callable
 
-from launchpad_py.courier import call_future, errors, uds, uds_server
+from launchpad_py.courier import call_future, errors, frames, socket_serving
 from launchpad_py.courier.deadlines import deadlines
 
 IDLE_READ = 0.01
@@ -33,7 +33,7 @@ IDLE_READ = 0.01
 class FuturesConnection:
     """Calls matched to futures by call id on one connection."""
 
-    def __init__(self, connection: uds.Connection, address: str):
+    def __init__(self, connection: frames.Connection, address: str):
         self._connection = connection
         self._address = address
         self._ids = itertools.count(1)
@@ -74,7 +74,7 @@ class FuturesConnection:
         if self._asleep:
             self._nudge()
         try:
-            self._connection.send(call_id, uds_server.FUTURE_REQUEST, request)
+            self._connection.send(call_id, socket_serving.FUTURE_REQUEST, request)
         except OSError as exc:
             with self._lock:
                 self._pending.pop(call_id, None)

@@ -1,0 +1,157 @@
+"""Serving the connections of one courier listener, whichever socket they came in on.
+
+Each connection has a reader thread, which runs the calls it reads itself (no
+thread hand-off, which is most of a tiny call's cost). A connection opened for
+synchronous calls carries one call at a time. Calls on a futures connection
+must run concurrently, so a watchdog gives the reading role to a new thread
+when a call keeps its reader too long, and the connection's calls go to the
+server's thread pool while that call runs (see ``reader_handover.py``). Either way the
+server's ``thread_pool_size`` bounds how many calls run at once (``dispatch`` takes
+the permit).
+
+``SocketServing`` is the part both socket listeners share: the Unix-socket one
+(``uds_server.LocalListener``) and the raw-TCP one (``tcp.TcpListener``) each bind,
+accept and admit their connections, and hand them over here.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import socket
+import threading
+import time
+from typing import Callable
+
+from launchpad_py.courier import frames, reader_handover, stats as stats_module
+
+SYNC_REQUEST, FUTURE_REQUEST = 1, 3
+
+
+class SocketServing:
+    """Reads, runs and answers the calls of the connections a listener admits."""
+
+    def __init__(self, name: str, dispatch: Callable, unsendable: Callable,
+                 executor: concurrent.futures.Executor,
+                 thread_initializer: Callable[[], None] | None = None, *,
+                 stats: stats_module.ServerStats | None = None):
+        self._stats = stats  # The server's counters: calls and reply bytes are counted here.
+        # Small calls are answered on the connection's own thread, which must be
+        # set up like the executor's threads.
+        self._thread_initializer = thread_initializer
+        self._dispatch = dispatch
+        self._unsendable = unsendable
+        self._executor = executor
+        self._name = name
+        self._connections: set[frames.Connection] = set()
+        self._watchdog = reader_handover.Watchdog(self._promote, f'{self._name}-watchdog')
+        self._threads: list[threading.Thread] = []
+        self._lock = threading.Lock()
+        self._closed = False
+        self._listener: socket.socket | None = None
+
+    def _spawn(self, target, *args) -> None:
+        def run() -> None:
+            if self._thread_initializer is not None:
+                self._thread_initializer()
+            target(*args)
+
+        thread = threading.Thread(target=run, name=self._name, daemon=True)
+        with self._lock:
+            self._threads = [t for t in self._threads if t.is_alive()] + [thread]
+        thread.start()
+
+    def _admit_connection(self, connection: frames.Connection, peer=None) -> bool:
+        """Starts serving ``connection``; False once the listener is closed."""
+        turn = reader_handover.Turn(connection, peer)
+        turn.reader = token = object()
+        with self._lock:
+            if self._closed:
+                connection.close()
+                return False
+            self._connections.add(connection)
+        self._watchdog.add(turn)
+        self._spawn(self._serve, turn, token)
+        return True
+
+    def _promote(self, turn: reader_handover.Turn, token: object) -> None:
+        """The watchdog's hand-over: a new thread reads for ``turn`` (after a stop, it finds
+        the connection shut and closes it)."""
+        self._spawn(self._serve, turn, token)
+
+    def _serve(self, turn: reader_handover.Turn, token: object) -> None:
+        """Reads and runs calls until the peer goes, or another reader takes over."""
+        ended = self._read_calls(turn, token)
+        if ended is None:
+            return  # Demoted: the new reader owns the connection now.
+        self._farewell(turn, ended)
+        self._watchdog.discard(turn)
+        with self._lock:
+            self._connections.discard(turn.connection)
+        turn.connection.close()
+
+    def _read_calls(self, turn: reader_handover.Turn, token: object) -> BaseException | None:
+        """The reader's loop; returns why it ended, None when it lost the reading role."""
+        connection, shard, watchdog = turn.connection, self._own_shard(), self._watchdog
+        try:
+            while True:  # No local keeps a frame: its shared memory is released sooner.
+                frame = connection.read()
+                if frame.kind == SYNC_REQUEST:
+                    self._answer(connection, frame, shard)
+                elif turn.detours:  # A call here blocked lately: the pool runs the next.
+                    self._executor.submit(self._answer, connection, frame)
+                else:
+                    watchdog.begin(turn, frame)
+                    self._answer(connection, frame, shard)
+                    if not turn.finish(token):
+                        return None
+        except Exception as exc:  # Peer gone, a bad frame, or the pool shut down on stop.
+            return exc
+
+    def _farewell(self, turn: reader_handover.Turn, ended: BaseException) -> None:
+        """Says why a connection ended, where that is news (see ``tcp.py``)."""
+
+    def _own_shard(self) -> stats_module.Shard | None:
+        """The counters of the calling thread, which it then writes alone."""
+        return None if self._stats is None else self._stats.shard()
+
+    def _answer(self, connection: frames.Connection, frame: frames.Frame,
+                shard: stats_module.Shard | None = None) -> None:
+        if shard is None:  # On a pool thread.
+            shard = self._own_shard()
+        reply = self._dispatch(frame, shard)
+        try:
+            try:
+                connection.send(frame.call_id, frames.REPLY, reply, shard)
+            except (TypeError, MemoryError) as exc:  # The result itself cannot travel.
+                connection.send(frame.call_id, frames.REPLY, self._unsendable(frame, exc), shard)
+        except OSError:
+            pass  # The caller went away; its reader has reported that already.
+
+    def stop(self) -> None:
+        with self._lock:
+            self._closed = True
+            connections = list(self._connections)
+            threads = list(self._threads)
+        if self._listener is not None:
+            self._before_close()
+            try:
+                self._listener.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            self._listener.close()
+        for connection in connections:
+            try:
+                connection.sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+        self._watchdog.stop()
+        # A call still running user code is not waited for long (like gRPC's
+        # handlers, it finishes on its own); idle readers end at once.
+        deadline = time.monotonic() + 2.0
+        current = threading.current_thread()
+        for thread in threads:
+            if thread is not current:
+                thread.join(timeout=max(0.0, deadline - time.monotonic()))
+
+    def _before_close(self) -> None:
+        """What a listener does just before its socket closes (the Unix one: its file goes)."""
