@@ -27,8 +27,8 @@ from launchpad_py import errors
 from launchpad_py.node_side import flag_transfer, node_process
 from launchpad_py.courier import serialization
 from launchpad_py.node_side import control_channel
-from launchpad_py.supervision import (elastic, metrics_probe, output, program_secret, rundir,
-                                      shipping)
+from launchpad_py.supervision import (address_book, elastic, metrics_probe, output,
+                                      program_secret, rundir, shipping)
 from launchpad_py.launchers.local import process_starter
 from launchpad_py.supervision.controller import ProgramController
 from launchpad_py.launchers.options import LaunchOptions
@@ -85,6 +85,7 @@ class ProcessWorker(MembersOverChannel, Worker):
             'executable': self._data,
             'flags': setup.flags, 'args': list(self._resources.args), 'bind_host': '127.0.0.1',
             'secret': setup.secret,
+            'addresses': setup.book.own(self._executable),  # A restart binds them again.
             # In tmux the parent is the window's shell, so only the channel watch applies.
             'parent_pid': os.getpid() if setup.die_with_parent and setup.mode != 'tmux_session'
             else None,
@@ -165,7 +166,8 @@ class ProcessWorker(MembersOverChannel, Worker):
             self._send_members_on_connect(channel)
         if stop_now:
             channel.send('stop')
-        failure, self._finished = relay_node_messages(channel, self, self._probe)
+        failure, self._finished = relay_node_messages(channel, self, self._probe,
+                                                      book=self._setup.book)
         if failure is not None:
             self._failure = failure
         channel.close()
@@ -236,10 +238,12 @@ def _wait_pid_gone(pid: int | None) -> None:
 class _ProgramSetup:
     """What all workers of one program share: control server, directory, terminal mode."""
 
-    def __init__(self, program: Program, mode: str, test: bool, issued: program_secret.Issued):
+    def __init__(self, program: Program, mode: str, test: bool, issued: program_secret.Issued,
+                 servers: list[str]):
         self.program_name = program.name
         self.secret = issued.secret
         self.issued_secret = issued
+        self.book = address_book.AddressBook(program.name, issued, servers)
         self.mode = mode
         self.test = test
         self.run_directory = rundir.LaunchDirectory()
@@ -291,6 +295,7 @@ class _ProgramSetup:
         return int(created.stdout.strip())
 
     def finish(self) -> None:
+        self.book.finish()
         self.issued_secret.forget()
         if self.control is not None:
             self.control.close()
@@ -323,16 +328,18 @@ def _launch(program: Program, options: LaunchOptions, launch_type: str, test: bo
         _log.info('%s: %s', launch_type, note)
 
     def new_worker(executable: Executable, data: bytes) -> ProcessWorker:
-        setup.issued_secret.cover([executable])
+        setup.book.expect([executable])
         return ProcessWorker(executable, data, setup,
                              resources.get(executable.label, PythonProcess()), controller.events)
 
     groups = elastic.groups_of(program, new_worker)
-    setup = _ProgramSetup(program, mode, test, program_secret.issue([]))
+    servers: list[str] = []  # Filled as nodes report where they listen.
+    setup = _ProgramSetup(program, mode, test, program_secret.issue(), servers)
     controller = ProgramController(program.name, launch_type, options.grace,
                                    keep_process_alive=not test, on_finish=setup.finish,
                                    failure_policy=options.failure_policy, groups=groups)
-    controller.scope.servers = shipping.server_addresses([e for e, _ in prepared])
+    controller.scope.servers = servers
+    controller.scope.register_stop_handler(setup.book.stop)
     setup.events = controller.events
     workers = [new_worker(executable, data) for executable, data in prepared]
     if mode == 'output_to_files':
