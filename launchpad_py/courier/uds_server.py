@@ -19,15 +19,19 @@ from __future__ import annotations
 
 import atexit
 import concurrent.futures
+import logging
 import os
 import socket
 import threading
 import time
 from typing import Callable
 
-from launchpad_py.courier import frames, inline, stats as stats_module, uds
+from launchpad_py.courier import frames, inline, open_files, stats as stats_module, uds
 
 SYNC_REQUEST, FUTURE_REQUEST = 1, 3
+# Out of descriptors, accept() fails at once while clients wait: try again this much later.
+_FULL_BACKOFF_S = 0.05
+_log = logging.getLogger(__name__)
 
 
 class LocalListener:
@@ -46,6 +50,7 @@ class LocalListener:
         self._unsendable = unsendable
         self._executor = executor
         self._name = f'courier-{label or "server"}-uds'
+        self._label = label or '(unlabelled)'
         self._connections: set[uds.Connection] = set()
         self._watchdog = inline.Watchdog(self._promote, f'{self._name}-watchdog')
         self._threads: list[threading.Thread] = []
@@ -89,11 +94,19 @@ class LocalListener:
         thread.start()
 
     def _accept_loop(self) -> None:
+        told = False
         while True:
             try:
                 sock, _ = self._listener.accept()
-            except OSError:
-                return
+            except OSError as exc:
+                if not open_files.is_exhausted(exc):
+                    return  # The listener closed (stop).
+                if not told:  # Waiting clients stay queued; we go on once descriptors free up.
+                    _log.error('%s', open_files.exhausted(f'courier server {self._label} cannot '
+                                                          'accept a same-host connection'))
+                    told = True
+                time.sleep(_FULL_BACKOFF_S)
+                continue
             try:
                 sock.sendall(uds.greeting(self._port))
             except OSError:

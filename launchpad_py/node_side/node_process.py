@@ -34,7 +34,7 @@ from typing import Callable
 
 from launchpad_py import courier
 from launchpad_py.node_side import node_metrics, runtime
-from launchpad_py.courier import serialization
+from launchpad_py.courier import open_files, serialization
 from launchpad_py.program import ExecutionContext, Executable, address, group_handle
 
 #: Comma-separated modules imported before any node code (the compatibility runner uses it).
@@ -87,6 +87,7 @@ def run(channel: Channel, program_name: str, bind_host: str,
     (False where the launcher fixed every address before shipping the node).
     """
     courier.set_default_secret(secret)
+    open_files.raise_soft_limit()  # A server with many clients needs a descriptor for each.
     address.directory.learn(addresses or {})
     if ask_parent:
         address.directory.ask = lambda keys: channel.send('resolve', keys)

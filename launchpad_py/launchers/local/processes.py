@@ -32,12 +32,15 @@ from launchpad_py.supervision import (address_book, elastic, metrics_probe, outp
 from launchpad_py.launchers.local import process_starter
 from launchpad_py.supervision.controller import ProgramController
 from launchpad_py.launchers.options import LaunchOptions
-from launchpad_py.launchers.local.resources import PythonProcess, apply_gpu_defaults
+from launchpad_py.launchers.local.resources import (PythonProcess, apply_gpu_defaults,
+                                                   check_open_files)
 from launchpad_py.supervision.worker import (Events, FailureReport, MembersOverChannel, Worker,
                                              relay_node_messages)
 from launchpad_py.program import Executable, Program
 
 _log = logging.getLogger(__name__)
+# The launcher holds a control channel and an output pipe per node, and calls it may make.
+_FILES_PER_NODE = 4
 
 
 class ProcessWorker(MembersOverChannel, Worker):
@@ -320,6 +323,7 @@ def _launch(program: Program, options: LaunchOptions, launch_type: str, test: bo
                 f'local_resources[{group!r}] must be lp.PythonProcess(...) for {launch_type} '
                 f'(got {spec!r})')
     prepared = shipping.prepare(program)
+    check_open_files(program.name, launch_type, len(prepared), _FILES_PER_NODE)
     counts = {group: 0 for group in program.groups}
     for executable, _ in prepared:
         counts[executable.label] = counts.get(executable.label, 0) + 1

@@ -18,6 +18,7 @@ from launchpad_py.courier import serialization
 from launchpad_py.supervision import (address_book, elastic, program_secret, rundir, shipping,
                                       stuck_threads)
 from launchpad_py.supervision.controller import ProgramController
+from launchpad_py.launchers.local.resources import check_open_files
 from launchpad_py.launchers.options import LaunchOptions
 from launchpad_py.supervision.worker import Events, FailureReport, Worker
 from launchpad_py.program import ExecutionContext, Executable, Program
@@ -89,6 +90,8 @@ def _launch(program: Program, options: LaunchOptions, launch_type: str, test: bo
         # this also reports unpicklable arguments as early as local_mp would.
         prepared = shipping.prepare(program)
         executables = [serialization.loads(data) for _, data in prepared]
+    # Every node's listeners, and both ends of every connection between nodes, live here.
+    check_open_files(program.name, launch_type, len(executables), 8)
     groups = elastic.groups_of(program, new_worker=None)
     node_logging.configure_launcher()
     rundir.sweep()  # Sockets a killed launcher's nodes left; ours are made after this.
