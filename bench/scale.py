@@ -18,6 +18,10 @@ For each launch type and node count, ``--reps`` launches of issue 25's program
 Then once per point, fan-in: one counter and N client nodes making
 ``--fan_in_calls`` sync calls each; calls/s is the server's, between its
 first and its last call. The machine is noted in the JSON, shared or not.
+
+``--fresh_process`` runs each launch from a launching process of its own, as
+separate runs of a script would (a long-lived launching process keeps every
+client it made, with its connection and reader thread, cached by address).
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ import json
 import os
 import platform
 import statistics
+import subprocess
 import sys
 import tempfile
 import threading
@@ -96,6 +101,22 @@ def fan_in_once(launch_type: str, nodes: int, calls: int) -> dict:
             'fan_in_calls_per_s': rate}
 
 
+def fan_out_in_new_process(launch_type: str, nodes: int, scratch: str) -> dict:
+    """``fan_out_once`` in a launching process of its own."""
+    out = os.path.join(scratch, 'one.json')
+    done = subprocess.run([sys.executable, '-m', 'bench.scale', '--nodes', str(nodes),
+                           '--launch_types', launch_type, '--no_fan_in', '--json', out],
+                          capture_output=True, text=True, timeout=1200)
+    if done.returncode != 0:
+        raise RuntimeError(done.stderr[-3000:])
+    with open(out) as f:
+        [run] = json.load(f)['points'][0]['runs']
+    run.pop('nodes')
+    if 'error' in run:
+        raise RuntimeError(run['error'])
+    return run
+
+
 def summarize(runs: list[dict]) -> dict:
     ok = [r for r in runs if 'error' not in r]
     row = {'launches': len(runs), 'succeeded': sum(1 for r in ok if r['answered'] == r['nodes'])}
@@ -115,6 +136,8 @@ def main() -> None:
     parser.add_argument('--reps', type=int, default=1)
     parser.add_argument('--fan_in_calls', type=int, default=20)
     parser.add_argument('--no_fan_in', action='store_true')
+    parser.add_argument('--fresh_process', action='store_true',
+                        help='each launch from a new launching process')
     parser.add_argument('--json', help='also write the results to this file')
     args = parser.parse_args()
     points = []
@@ -122,11 +145,12 @@ def main() -> None:
         for nodes in [int(n) for n in args.nodes.split(',')]:
             for launch_type in args.launch_types.split(','):
                 runs = []
+                once = fan_out_in_new_process if args.fresh_process else fan_out_once
                 for _ in range(args.reps):
                     try:
-                        runs.append({'nodes': nodes, **fan_out_once(launch_type, nodes, scratch)})
+                        runs.append({'nodes': nodes, **once(launch_type, nodes, scratch)})
                     except Exception as exc:  # Counted as a failed launch, and reported.
-                        runs.append({'nodes': nodes, 'error': f'{type(exc).__name__}: {exc}'[:500]})
+                        runs.append({'nodes': nodes, 'error': f'{type(exc).__name__}: {exc}'[-3000:]})
                 point = {'launch_type': launch_type, 'nodes': nodes, **summarize(runs),
                          'runs': runs}
                 if not args.no_fan_in:
@@ -143,6 +167,7 @@ def main() -> None:
                                    'memory_gib': psutil.virtual_memory().total / 2**30,
                                    'shared': 'shared with 4 other engineers running tests'},
                        'grace_s': lp.launchers.options.LaunchOptions().grace,
+                       'fresh_process': args.fresh_process,
                        'points': points}, f, indent=2)
 
 
