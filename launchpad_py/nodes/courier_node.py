@@ -38,7 +38,8 @@ class CourierHandle(Handle[T], Generic[T]):
         return self._address
 
     def dereference(self) -> T:
-        return courier.Client(self._address.resolve(), **self._client_kwargs)  # type: ignore[return-value]
+        return courier.Client(self._address.resolve(), server_identity=self._address.identity,
+                              **self._client_kwargs)  # type: ignore[return-value]
 
     def __repr__(self) -> str:
         return f'CourierHandle({self._address!r})'
@@ -118,7 +119,7 @@ def start_server(obj: Any, address: Address, context: ExecutionContext,
     kwargs = {'secret': runtime.current_scope().secret, **server_kwargs}
     server = courier.Server(obj, address.port_to_bind(), host=context.bind_host,
                             label=context.label, thread_initializer=runtime.inherit_binding(),
-                            **kwargs).start()
+                            identity=address.identity, **kwargs).start()
     address.bound(server.address)
     return server
 

@@ -138,6 +138,9 @@ class Address:
         self.name = name
         self.owner = 'a node'  # Set by the node, for error messages.
         self.key = os.urandom(8).hex()  # Names it in directories, across processes.
+        # The name its server proves and its clients expect ('label/index'), set when the
+        # node joins a program: a proof made for one node is worthless at another.
+        self.identity: str | None = None
         self._value: str | None = None
 
     def __setstate__(self, state: dict) -> None:
