@@ -31,7 +31,7 @@ import stat
 import struct
 import threading
 
-from launchpad_py.courier import frames, shm
+from launchpad_py.courier import errors, frames, open_files, shm
 
 LOOPBACK_HOSTS = ('127.0.0.1', 'localhost', '::1', '[::1]')
 _GREETING = struct.Struct('<QQ')
@@ -224,7 +224,13 @@ def connect(port: int, timeout: float | None = None) -> Connection | None:
     path = socket_path(port)
     if path is None:
         return None
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    except OSError as exc:
+        if open_files.is_exhausted(exc):
+            raise errors.CourierUnavailableError(
+                open_files.exhausted(f'cannot connect to the courier server on port {port}')) from exc
+        raise
     try:
         sock.settimeout(timeout if timeout else 10.0)
         sock.connect(path)

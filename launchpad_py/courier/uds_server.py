@@ -13,11 +13,17 @@ from __future__ import annotations
 
 import atexit
 import concurrent.futures
+import logging
 import os
 import socket
+import time
 from typing import Callable
 
-from launchpad_py.courier import socket_serving, stats as stats_module, uds
+from launchpad_py.courier import open_files, socket_serving, stats as stats_module, uds
+
+# Out of descriptors, accept() fails at once while clients wait: try again this much later.
+_FULL_BACKOFF_S = 0.05
+_log = logging.getLogger(__name__)
 
 
 class LocalListener(socket_serving.SocketServing):
@@ -30,6 +36,7 @@ class LocalListener(socket_serving.SocketServing):
         super().__init__(f'courier-{label or "server"}-uds', dispatch, unsendable, executor,
                          thread_initializer, stats=stats)
         self._port = port
+        self._label = label or '(unlabelled)'
         self.path = uds.socket_path(port)
         self._inode: int | None = None
 
@@ -56,11 +63,19 @@ class LocalListener(socket_serving.SocketServing):
         return True
 
     def _accept_loop(self) -> None:
+        told = False
         while True:
             try:
                 sock, _ = self._listener.accept()
-            except OSError:
-                return
+            except OSError as exc:
+                if not open_files.is_exhausted(exc):
+                    return  # The listener closed (stop).
+                if not told:  # Waiting clients stay queued; we go on once descriptors free up.
+                    _log.error('%s', open_files.exhausted(f'courier server {self._label} cannot '
+                                                          'accept a same-host connection'))
+                    told = True
+                time.sleep(_FULL_BACKOFF_S)
+                continue
             try:
                 sock.sendall(uds.greeting(self._port))
             except OSError:

@@ -60,7 +60,7 @@ def main(spec_path: str, control_fd: int | None = None, die_with_parent: bool = 
         return executable
 
     return node_process.run(channel, spec['program'], spec['bind_host'], load, _kill_own_group,
-                            secret=spec['secret'])
+                            secret=spec['secret'], addresses=spec['addresses'])
 
 
 if __name__ == '__main__':

@@ -4,11 +4,17 @@ Shared by the launchers' worker processes and the children of a
 ``MultiProcessingColocation``. The process talks to its parent over a
 ``Channel``::
 
-    process → parent: ('ready',), ('stop_program',), ('failed', summary, traceback,
-                      exception_bytes), ('finished',), ('metrics', request_id, counters)
-    parent → process: ('stop',), ('metrics', request_id), ('members', table)
+    process → parent: ('ready', {key: 'host:port'}), ('stop_program',), ('failed', summary,
+                      traceback, exception_bytes), ('finished',), ('metrics', request_id,
+                      counters), ('resolve', [key, ...])
+    parent → process: ('stop',), ('metrics', request_id), ('members', table),
+                      ('addresses', {key: 'host:port'}, {key: why unknown})
 
 (``table``: the live members of the program's groups, see ``program.group_handle``.)
+'ready' carries the addresses the node's servers bound (late binding: they bind
+port 0 unless fixed); 'resolve' asks for the addresses of other nodes that the
+node's handles reference and it does not know, which 'addresses' answers as
+they become known (see ``program.address``).
 
 The end of the channel means the parent died; the process then ends too, so
 no node outlives whoever started it.
@@ -28,8 +34,8 @@ from typing import Callable
 
 from launchpad_py import courier
 from launchpad_py.node_side import node_metrics, runtime
-from launchpad_py.courier import serialization
-from launchpad_py.program import ExecutionContext, Executable, group_handle
+from launchpad_py.courier import open_files, serialization
+from launchpad_py.program import ExecutionContext, Executable, address, group_handle
 
 #: Comma-separated modules imported before any node code (the compatibility runner uses it).
 PRELOAD_ENV = 'LAUNCHPAD_PY_PRELOAD'
@@ -70,13 +76,21 @@ def die_with_parent(parent_pid: int) -> None:
 
 def run(channel: Channel, program_name: str, bind_host: str,
         load: Callable[[], Executable], on_parent_gone: Callable[[], None], *,
-        secret: bytes | None = None) -> int:
+        secret: bytes | None = None, addresses: dict[str, str] | None = None,
+        ask_parent: bool = True) -> int:
     """Runs the executable ``load()`` returns, reporting to ``channel``; the exit code.
 
     ``secret`` (the program's) becomes this process's courier default before
     anything is built, so every server and client of the node checks it.
+    ``addresses``: those known before the start (a restarted node's own, which it
+    binds again). ``ask_parent``: unknown addresses are asked of the parent
+    (False where the launcher fixed every address before shipping the node).
     """
     courier.set_default_secret(secret)
+    open_files.raise_soft_limit()  # A server with many clients needs a descriptor for each.
+    address.directory.learn(addresses or {})
+    if ask_parent:
+        address.directory.ask = lambda keys: channel.send('resolve', keys)
     scope = runtime.ProgramScope(program_name, lambda: channel.send('stop_program'))
     scope.secret = secret
     runtime.activate(scope)
@@ -92,7 +106,8 @@ def run(channel: Channel, program_name: str, bind_host: str,
         runtime.bind_node(runtime.NodeContext(executable.label, executable.index),
                           whole_process=True)
         context = ExecutionContext(executable.label, executable.index, bind_host,
-                                   lambda: channel.send('ready'), scope.stop_event)
+                                   lambda: channel.send('ready', bound_addresses(executable)),
+                                   scope.stop_event)
         executable.main(context)
     except SystemExit as exc:
         if exc.code not in (None, 0):
@@ -119,6 +134,16 @@ def _listen(channel: Channel, scope: runtime.ProgramScope, finished: threading.E
             channel.send('metrics', message[1], node_metrics.collect())
         elif message[0] == 'members':
             group_handle.publish(message[1])
+        elif message[0] == 'addresses':
+            address.directory.learn(message[1])
+            for key, why in message[2].items():
+                address.directory.give_up([key], why)
+
+
+def bound_addresses(executable: Executable) -> dict[str, str]:
+    """The addresses of ``executable`` that this process knows: what its servers bound."""
+    found = {a.key: a.known() for a in executable.addresses}
+    return {key: value for key, value in found.items() if value is not None}
 
 
 def _report_failure(channel: Channel, finished: threading.Event, exc: BaseException) -> int:

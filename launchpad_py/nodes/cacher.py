@@ -22,8 +22,8 @@ from launchpad_py import courier
 from launchpad_py.node_side import runtime
 from launchpad_py.courier import serialization
 from launchpad_py.errors import NotRunningError
-from launchpad_py.nodes.courier_node import CourierHandle
-from launchpad_py.program.address import Address, get_port_from_address
+from launchpad_py.nodes.courier_node import CourierHandle, _UnderConstruction, start_server
+from launchpad_py.program.address import Address
 from launchpad_py.program.handle import Handle
 from launchpad_py.program.node import ExecutionContext, Executable, Node
 
@@ -132,14 +132,14 @@ class _ServeCaches:
     def __call__(self, context: ExecutionContext) -> None:
         servers = []
         try:
-            for address in self.addresses:
-                cache = Cache(self.upstream.dereference(), self.refresh_s, self.stale_s)
-                server = courier.Server(cache, get_port_from_address(address.resolve()),
-                                        host=context.bind_host, label=context.label,
-                                        thread_initializer=runtime.inherit_binding(),
-                                        identity=address.identity, **self.server_kwargs)
-                servers.append(server.start())
+            # Bound first: the upstream's address may come later (late binding), and a
+            # cacher of a cacher must not wait for itself.
+            caches = [_UnderConstruction(context.label) for _ in self.addresses]
+            for address, cache in zip(self.addresses, caches):
+                servers.append(start_server(cache, address, context, self.server_kwargs))
             context.report_ready()
+            for cache in caches:
+                cache.finish(Cache(self.upstream.dereference(), self.refresh_s, self.stale_s))
             context.stop_event.wait()
         finally:
             for server in servers:

@@ -4,7 +4,7 @@
 
 ``FD`` is this end of a socket pair to the supervisor, which first sends
 ``('start', executable_bytes, bind_host, program_name, supervisor_pid, setup,
-label_lines, secret)``: ``setup`` holds the supervisor's flags and logging setup,
+label_lines, secret, addresses)`` (``addresses``: its own, known when it restarts): ``setup`` holds the supervisor's flags and logging setup,
 ``label_lines`` says whether this child labels its log lines itself.
 The child dies with its supervisor, and ignores Ctrl-C: the launcher turns
 Ctrl-C into a program stop, which reaches the child through the supervisor.
@@ -23,7 +23,7 @@ def main(fd: int) -> int:
     from launchpad_py.courier import serialization
 
     channel = node_process.Channel(mpc.Connection(fd))
-    _, data, bind_host, program_name, supervisor_pid, setup, label_lines, secret = (
+    _, data, bind_host, program_name, supervisor_pid, setup, label_lines, secret, addresses = (
         channel.recv())
     node_process.die_with_parent(supervisor_pid)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -36,7 +36,7 @@ def main(fd: int) -> int:
         return executable
 
     return node_process.run(channel, program_name, bind_host, load, _supervisor_gone,
-                            secret=secret)
+                            secret=secret, addresses=addresses)
 
 
 def _supervisor_gone() -> None:

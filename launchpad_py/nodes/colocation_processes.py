@@ -7,7 +7,8 @@ launcher that kills the group kills the children too), talks to it over a
 socket pair, reports ready once every child is ready, relays a child's
 ``lp.stop()`` to the program, restarts a failed child up to the retry count
 (an ``lp.Restart`` policy with a short backoff, the launchers' own code),
-passes group handles' member tables on to the children, and stops every
+passes group handles' member tables on to the children, answers their
+questions for addresses from its own (see ``program.address``), and stops every
 child when the program stops.
 """
 
@@ -30,7 +31,7 @@ from launchpad_py import errors, flags
 from launchpad_py.program import failure_policy
 from launchpad_py.courier import serialization
 from launchpad_py.node_side.node_process import Channel
-from launchpad_py.program import group_handle
+from launchpad_py.program import address, group_handle
 from launchpad_py.program.node import ExecutionContext, Executable
 
 _log = logging.getLogger(__name__)
@@ -140,7 +141,8 @@ class _Supervisor:
         child.channel = Channel(mpc.Connection(ours.detach()))
         child.generation += 1
         child.channel.send('start', child.data, self._context.bind_host, self._scope.name,
-                           os.getpid(), self._setup, self._label_lines, self._scope.secret)
+                           os.getpid(), self._setup, self._label_lines, self._scope.secret,
+                           node_process.bound_addresses(child.executable))
         if self._members:
             child.channel.send('members', self._members)
         threading.Thread(target=self._read, args=(child, child.generation, child.process,
@@ -157,7 +159,11 @@ class _Supervisor:
             except (EOFError, OSError):
                 break
             if message[0] == 'ready':
+                address.directory.learn(message[1])  # Ours now too: we report them up.
                 self._events.put(('ready', child, generation, None))
+            elif message[0] == 'resolve':
+                threading.Thread(target=_answer, args=(channel, message[1]), daemon=True,
+                                 name='lp-colocation-addresses').start()
             elif message[0] == 'stop_program':
                 self._scope.request_program_stop()
             elif message[0] == 'failed':
@@ -227,6 +233,17 @@ class _Supervisor:
             except subprocess.TimeoutExpired:
                 child.process.send_signal(signal.SIGKILL)
                 child.process.wait()
+
+
+def _answer(channel: Channel, keys: list[str]) -> None:
+    """Tells a child the addresses it asked for, from this process's directory."""
+    values, gone = {}, {}
+    for key in keys:
+        try:
+            values[key] = address.directory.lookup_key(key, 'a colocated node')
+        except errors.NotRunningError as exc:
+            gone[key] = str(exc)
+    channel.send('addresses', values, gone)
 
 
 def _children_grace() -> float:

@@ -14,7 +14,7 @@ from typing import Any, Callable, Generic, Iterator, TypeVar
 from launchpad_py import courier, errors
 from launchpad_py.node_side import runtime
 from launchpad_py.nodes.deferred_call import DeferredCall, target_name
-from launchpad_py.program.address import Address, get_port_from_address
+from launchpad_py.program.address import Address
 from launchpad_py.program.handle import Handle
 from launchpad_py.program.node import ExecutionContext, Executable, Node
 
@@ -91,11 +91,7 @@ class _ServeObject:
 
     def __call__(self, context: ExecutionContext) -> None:
         stand_in = _UnderConstruction(context.label)
-        server = courier.Server(stand_in, get_port_from_address(self.address.resolve()),
-                                host=context.bind_host, label=context.label,
-                                thread_initializer=runtime.inherit_binding(),
-                                identity=self.address.identity, **self.server_kwargs)
-        server.start()
+        server = start_server(stand_in, self.address, context, self.server_kwargs)
         try:
             context.report_ready()
             try:
@@ -111,6 +107,21 @@ class _ServeObject:
                 context.stop_event.wait()
         finally:
             server.stop()
+
+
+def start_server(obj: Any, address: Address, context: ExecutionContext,
+                 server_kwargs: dict) -> courier.Server:
+    """Serves ``obj`` where ``address`` says (port 0 unless fixed) and records where it listens.
+
+    The program's secret is passed by hand: a server on port 0 cannot be found
+    by its address in the launching process's registry (``local_mt``).
+    """
+    kwargs = {'secret': runtime.current_scope().secret, **server_kwargs}
+    server = courier.Server(obj, address.port_to_bind(), host=context.bind_host,
+                            label=context.label, thread_initializer=runtime.inherit_binding(),
+                            identity=address.identity, **kwargs).start()
+    address.bound(server.address)
+    return server
 
 
 def _checked_client_kwargs(kwargs: dict | None, constructor: Callable) -> dict:

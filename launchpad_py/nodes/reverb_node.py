@@ -18,7 +18,7 @@ import tempfile
 from typing import Any, Callable, Iterator
 
 from launchpad_py.nodes.deferred_call import target_name
-from launchpad_py.program.address import Address, get_port_from_address
+from launchpad_py.program.address import Address
 from launchpad_py.program.handle import Handle
 from launchpad_py.program.node import ExecutionContext, Executable, Node
 
@@ -81,8 +81,10 @@ class _ServeReverb:
             checkpointer = (self.checkpoint_ctor() if self.checkpoint_ctor else
                             reverb.checkpointers.DefaultCheckpointer(path=scratch))
             # reverb.Server listens on every interface; it has no option to bind one host.
+            # Reverb picks a free port itself when given none.
             server = reverb.Server(list(tables), checkpointer=checkpointer,
-                                   port=get_port_from_address(self.address.resolve()))
+                                   port=self.address.port_to_bind() or None)
+            self.address.bound(f'{context.bind_host}:{server.port}')
             try:
                 context.report_ready()
                 self._serve(server.localhost_client(), context)

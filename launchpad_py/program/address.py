@@ -1,14 +1,25 @@
-"""Address placeholders: where a node's server will listen, filled in at launch.
+"""Address placeholders: where a node's server listens, known once it has bound.
 
 A node creates its ``Address`` when it is made; handles to the node hold the
-same object. Launchers assign real ``host:port`` values before nodes run
-(loopback ports locally; later a host's address or a DNS name), so a handle
-shipped to another process carries its peer's address with it.
+same object, and it travels with them in pickles. No port is chosen in
+advance (a pre-picked port races with the ephemeral ports of the launch's own
+connections, and at a few hundred nodes they collide): a node's server binds
+port 0, or the port the user fixed with ``assign``, and ``bound`` records
+what it got. Every process keeps what it knows in one ``Directory``; an
+address with no fixed value resolves there, and a node process asks its
+launcher for what it lacks (late binding; see ``launchers/local``).
+
+    address.port_to_bind()             # 0, or the fixed port, or the port it had before
+    address.bound('127.0.0.1:41237')   # in the node, once its server listens
+    address.resolve()                  # anywhere in the running program
 """
 
 from __future__ import annotations
 
 import abc
+import os
+import threading
+from typing import Callable, Iterable
 
 import portpicker
 
@@ -24,10 +35,100 @@ class AbstractAddressBuilder(abc.ABC):
 
 
 class SimpleLocalAddressBuilder(AbstractAddressBuilder):
-    """A free loopback port of this machine."""
+    """A free loopback port of this machine (to fix an address by hand; launchers do not)."""
 
     def build(self) -> str:
         return f'127.0.0.1:{portpicker.pick_unused_port()}'
+
+
+class Directory:
+    """What this process knows of the running programs' addresses: key -> ``host:port``.
+
+    The launching process fills it as its nodes report (and expects the keys of
+    nodes still starting, so a lookup waits for them); a node process fills it
+    from its launcher's answers, asking through ``ask`` for every unresolved
+    address it holds at once, so a node with a thousand handles asks once.
+    """
+
+    def __init__(self):
+        self._values: dict[str, str] = {}
+        self._expected: set[str] = set()
+        self._gone: dict[str, str] = {}  # Key -> why it will never be known.
+        self._held: set[str] = set()     # Keys of unresolved addresses unpickled here.
+        self._asked: set[str] = set()
+        self._changed = threading.Condition()
+        #: Set in a node process: sends a list of keys to its launcher, which answers
+        #: through ``learn``/``give_up``.
+        self.ask: Callable[[list[str]], None] | None = None
+
+    def learn(self, values: dict[str, str]) -> None:
+        with self._changed:
+            self._values.update(values)
+            self._changed.notify_all()
+
+    def known(self, key: str) -> str | None:
+        return self._values.get(key)
+
+    def __len__(self) -> int:
+        """How many addresses this process knows."""
+        return len(self._values)
+
+    def expect(self, keys: Iterable[str]) -> None:
+        """Keys that nodes of a program launched here will report: lookups wait for them."""
+        with self._changed:
+            for key in keys:
+                self._expected.add(key)
+                self._gone.pop(key, None)
+
+    def give_up(self, keys: Iterable[str], why: str) -> None:
+        """Lookups of ``keys`` still unknown fail with ``why`` (the program stopped)."""
+        with self._changed:
+            for key in keys:
+                if key not in self._values:
+                    self._gone[key] = why
+                    self._expected.discard(key)
+            self._changed.notify_all()
+
+    def forget(self, keys: Iterable[str]) -> None:
+        """The program is over: its addresses mean nothing any more."""
+        with self._changed:
+            for key in keys:
+                self._values.pop(key, None)
+                self._expected.discard(key)
+                self._gone.pop(key, None)
+
+    def hold(self, key: str) -> None:
+        with self._changed:
+            self._held.add(key)
+
+    def lookup(self, address: 'Address') -> str:
+        """The value of ``address``, waiting for it (asking the launcher) when it is to come."""
+        return self.lookup_key(address.key, address.owner)
+
+    def lookup_key(self, key: str, owner: str) -> str:
+        with self._changed:
+            if key in self._values:
+                return self._values[key]
+            if key not in self._expected and self.ask is None:
+                raise errors.NotRunningError(
+                    f'the address of {owner} is not assigned: handles can only be dereferenced '
+                    'inside a running program; launch it with lp.launch(program) and use the '
+                    'handle inside a node')
+            wanted = []
+            if self.ask is not None and key not in self._asked:
+                wanted = sorted((self._held | {key}) - self._asked - set(self._values))
+                self._asked.update(wanted)
+        if wanted:
+            self.ask(wanted)
+        with self._changed:
+            self._changed.wait_for(lambda: key in self._values or key in self._gone)
+            if key in self._values:
+                return self._values[key]
+            raise errors.NotRunningError(f'the address of {owner} is unknown: {self._gone[key]}')
+
+
+#: This process's directory.
+directory = Directory()
 
 
 class Address:
@@ -36,14 +137,22 @@ class Address:
     def __init__(self, name: str = 'default'):
         self.name = name
         self.owner = 'a node'  # Set by the node, for error messages.
+        self.key = os.urandom(8).hex()  # Names it in directories, across processes.
         # The name its server proves and its clients expect ('label/index'), set when the
         # node joins a program: a proof made for one node is worthless at another.
         self.identity: str | None = None
         self._value: str | None = None
 
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        if self._value is None:  # One question to the launcher covers all we hold.
+            directory.hold(self.key)
+
     def assign(self, value: str) -> None:
+        """Fixes the address: the node binds this port, wherever it is launched."""
         if not isinstance(value, str) or ':' not in value:
             raise errors.ProgramError(f"address of {self.owner} must be 'host:port' (got {value!r})")
+        get_port_from_address(value)
         self._value = value
 
     def bind(self, builder: AbstractAddressBuilder) -> None:
@@ -52,20 +161,37 @@ class Address:
     def unbind(self) -> None:
         self._value = None
 
+    def renew(self) -> None:
+        """A new identity with no value (a copy of a node gets an address of its own)."""
+        self._value = None
+        self.key = os.urandom(8).hex()
+
     @property
     def is_assigned(self) -> bool:
+        """Whether the address is fixed (by the user, or by a launcher that places nodes)."""
         return self._value is not None
 
+    def port_to_bind(self) -> int:
+        """The port a node's server binds: the fixed one, the one it had before a restart,
+        or 0 (the kernel picks a free one)."""
+        value = self.known()
+        return get_port_from_address(value) if value else 0
+
+    def bound(self, value: str) -> None:
+        """The node's server listens at ``value``: this process knows it from now on."""
+        directory.learn({self.key: value})
+
     def resolve(self) -> str:
-        if self._value is None:
-            raise errors.NotRunningError(
-                f'the address of {self.owner} is not assigned: handles can only be dereferenced '
-                'inside a running program; launch it with lp.launch(program) and use the handle '
-                'inside a node')
-        return self._value
+        if self._value is not None:
+            return self._value
+        return directory.lookup(self)
+
+    def known(self) -> str | None:
+        """The value if this process knows it now (never waits)."""
+        return self._value or directory.known(self.key)
 
     def __repr__(self) -> str:
-        return f'Address({self.owner}, {self._value or "unassigned"})'
+        return f'Address({self.owner}, {self.known() or "unbound"})'
 
 
 def get_port_from_address(address: str) -> int:

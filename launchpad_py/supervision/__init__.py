@@ -8,8 +8,8 @@ period, kills; ``stuck_threads`` for what cannot be killed), ``elastic`` and
 ``membership`` (groups that grow and shrink, group handles); the controller holds
 ``observe`` (statistics, status endpoint, dashboard). ``worker`` is the interface every
 launcher implements to run one node (``Worker``, ``Events``, ``NodeState``). Beside
-them, what launchers share before and after the start: ``shipping`` (addresses and
-pickles), ``rundir`` (a launch's private directory), ``program_secret``, ``output``
+them, what launchers share before and after the start: ``shipping`` (pickles),
+``address_book`` (late binding: the addresses local nodes report and ask for), ``rundir`` (a launch's private directory), ``program_secret``, ``output``
 (where node output goes), ``metrics_probe`` and ``interruptible``.
 
 May import: ``courier``, ``program``, ``node_side``, ``observability`` and the package

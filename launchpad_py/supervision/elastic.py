@@ -29,7 +29,7 @@ from launchpad_py.supervision.membership import Membership
 from launchpad_py.supervision.worker import (ENDED as _ENDED, Events, GroupChange, NodeState,
                                              Progress, Worker)
 from launchpad_py.program import (AbstractAddressBuilder, Executable, Node, Program,
-                                  SimpleLocalAddressBuilder, failure_policy, group_handle)
+                                  failure_policy, group_handle)
 
 _log = logging.getLogger('launchpad_py.supervision.controller')
 _LIVE = (NodeState.STARTING, NodeState.RUNNING, NodeState.RESTARTING)
@@ -46,13 +46,16 @@ class Groups:
     grow: Callable[[str, int], Worker] | None  # (label, new index) -> an unstarted worker
 
 
-def clone_node(template: Node, label: str, index: int, builder: AbstractAddressBuilder) -> Node:
-    """A copy of ``template`` as node ``index`` of ``label``, with addresses of its own."""
+def clone_node(template: Node, label: str, index: int,
+               builder: AbstractAddressBuilder | None) -> Node:
+    """A copy of ``template`` as node ``index`` of ``label``, with addresses of its own
+    (late-bound, or from ``builder`` where the launcher assigns them)."""
     node = serialization.loads(serialization.dumps(template))
     node._on_added(label, index)
     for address in node.addresses:
-        address.unbind()
-        address.bind(builder)
+        address.renew()
+        if builder is not None:
+            address.bind(builder)
     return node
 
 
@@ -68,8 +71,7 @@ def groups_of(program: Program, new_worker: Callable[[Executable, bytes], Worker
     membership = Membership(program) if program.group_handles else None
 
     def grow(label: str, index: int) -> Worker:
-        node = clone_node(program.groups[label][0], label, index,
-                          builder or SimpleLocalAddressBuilder())
+        node = clone_node(program.groups[label][0], label, index, builder)
         executables = node.to_executables()
         if len(executables) != 1:
             raise errors.ProgramError(f'{node.description} makes {len(executables)} executables; '

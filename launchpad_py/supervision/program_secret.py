@@ -1,7 +1,7 @@
 """The program secret: made once per launch, known to the launching process by address.
 
 Every courier listener of the program checks it (see ``courier/auth.py``).
-The launching process registers it for each node address, so its own
+The launching process registers it for each node address (as the node reports it), so its own
 clients (``handle.dereference()`` in the launching script) and the servers
 of ``local_mt`` nodes, which live in this process, find it without touching
 the process-wide default that other programs of this process may need.
@@ -12,10 +12,8 @@ make it their process default.
 from __future__ import annotations
 
 import secrets
-from typing import Iterable
 
 from launchpad_py import courier
-from launchpad_py.program import Executable
 
 
 class Issued:
@@ -25,20 +23,16 @@ class Issued:
         self.secret = secret
         self._addresses: list[str] = []
 
-    def cover(self, executables: Iterable[Executable]) -> None:
-        """Registers the secret for the addresses of ``executables`` (nodes added later too)."""
-        for executable in executables:
-            for address in executable.addresses:
-                courier.register_secret(address.resolve(), self.secret)
-                self._addresses.append(address.resolve())
+    def register(self, address: str) -> None:
+        """Registers the secret for ``address`` (a node bound it: see ``address_book``)."""
+        courier.register_secret(address, self.secret)
+        self._addresses.append(address)
 
     def forget(self) -> None:
         for address in self._addresses:
             courier.forget_secret(address)
 
 
-def issue(executables: Iterable[Executable]) -> Issued:
-    """A fresh secret registered for every address of ``executables``."""
-    issued = Issued(secrets.token_bytes(32))
-    issued.cover(executables)
-    return issued
+def issue() -> Issued:
+    """A fresh secret, registered for each node's address as the node reports it."""
+    return Issued(secrets.token_bytes(32))

@@ -1,4 +1,7 @@
-"""Preparing a program's executables to be shipped: addresses, then pickles.
+"""Preparing a program's executables to be shipped: their pickles.
+
+Addresses are left as they are: local nodes bind and report them (late
+binding, see ``address_book``); remote launchers assign them (``assign_addresses``).
 
 An argument that cannot be pickled is reported with the node's label and
 the argument's name, instead of a bare pickling traceback.
@@ -8,12 +11,11 @@ from __future__ import annotations
 
 from launchpad_py import errors
 from launchpad_py.courier import serialization
-from launchpad_py.program import Executable, Node, Program, SimpleLocalAddressBuilder
+from launchpad_py.program import AbstractAddressBuilder, Executable, Node, Program
 
 
-def assign_addresses(program: Program, builder=None) -> None:
-    """Gives every unassigned address of the program a concrete value."""
-    builder = builder or SimpleLocalAddressBuilder()
+def assign_addresses(program: Program, builder: AbstractAddressBuilder) -> None:
+    """Gives every unassigned address of the program a value from ``builder``."""
     for node in program.get_all_nodes():
         for address in node.addresses:
             if not address.is_assigned:
@@ -38,7 +40,6 @@ def prepare(program: Program, serialize: bool = True) -> list[tuple[Executable, 
     """Every executable of the program, with its pickle when ``serialize``."""
     if not program.get_all_nodes():
         raise errors.ProgramError(f'program {program.name!r} has no nodes; add some with add_node')
-    assign_addresses(program)
     prepared = []
     for node in program.get_all_nodes():
         for executable in node.to_executables():
@@ -51,8 +52,3 @@ def prepare(program: Program, serialize: bool = True) -> list[tuple[Executable, 
             prepared.append((executable, data))
     return prepared
 
-
-def server_addresses(executables: list[Executable]) -> list[str]:
-    """Where the program's servers listen, as its clients name them."""
-    return [address.resolve() for executable in executables
-            for address in executable.addresses if address.is_assigned]

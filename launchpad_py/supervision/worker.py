@@ -20,6 +20,7 @@ from launchpad_py.errors import PeerFailedError
 from launchpad_py.node_state import ENDED, NodeState, NodeStatus
 
 if TYPE_CHECKING:
+    from launchpad_py.supervision.address_book import AddressBook
     from launchpad_py.supervision.metrics_probe import MetricsProbe
 
 # A node that raised one of these failed because a node it called had failed or gone.
@@ -246,14 +247,15 @@ class MembersOverChannel:
             channel.send('members', self._members)
 
 
-def relay_node_messages(channel, worker: Worker, probe: MetricsProbe,
-                        where: str = '') -> tuple[FailureReport | None, bool]:
+def relay_node_messages(channel, worker: Worker, probe: MetricsProbe, where: str = '',
+                        book: AddressBook | None = None) -> tuple[FailureReport | None, bool]:
     """Passes a node process's control messages on to the supervisor until the channel closes.
 
     Counters the node sends go to ``probe`` (whose open questions fail once the
-    channel closes). Returns the failure the node reported (``where`` is added
-    to its summary, e.g. the host) and whether it said it finished: what its
-    exit means.
+    channel closes). The addresses it bound go to ``book``, which also answers
+    its questions for others' (None: the launcher fixed every address). Returns
+    the failure the node reported (``where`` is added to its summary, e.g. the
+    host) and whether it said it finished: what its exit means.
     """
     failure, finished = None, False
     while True:
@@ -264,7 +266,11 @@ def relay_node_messages(channel, worker: Worker, probe: MetricsProbe,
             return failure, finished
         kind = message[0]
         if kind == 'ready':
+            if book is not None:
+                book.report(message[1])
             worker.events.ready(worker)
+        elif kind == 'resolve' and book is not None:
+            book.ask(message[1], lambda values, gone: channel.send('addresses', values, gone))
         elif kind == 'stop_program':
             worker.events.stop_requested()
         elif kind == 'failed':

@@ -24,7 +24,6 @@ import os
 from launchpad_py import errors, flags
 from launchpad_py.launchers.kubernetes import manifests
 from launchpad_py.launchers.remote import launch as remote
-from launchpad_py.supervision import shipping
 from launchpad_py.supervision.controller import ProgramController
 from launchpad_py.launchers.kubernetes.api import Cluster, load_client
 from launchpad_py.launchers.kubernetes.pods import Deployment
@@ -36,12 +35,7 @@ from launchpad_py.program import Program
 
 def _node_keys(program: Program) -> list[tuple[str, int]]:
     """(label, index) of every executable, as ``remote.launch`` will place them."""
-    shipping.assign_addresses(program)
-    keys = [(e.label, e.index) for node in program.get_all_nodes() for e in node.to_executables()]
-    for node in program.get_all_nodes():
-        for address in node.addresses:
-            address.unbind()
-    return keys
+    return [(e.label, e.index) for node in program.get_all_nodes() for e in node.to_executables()]
 
 
 class Renderer:

@@ -27,17 +27,21 @@ from launchpad_py import errors
 from launchpad_py.node_side import flag_transfer, node_process
 from launchpad_py.courier import serialization
 from launchpad_py.node_side import control_channel
-from launchpad_py.supervision import metrics_probe, output, program_secret, rundir, shipping
+from launchpad_py.supervision import (address_book, metrics_probe, output, program_secret,
+                                      rundir, shipping)
 from launchpad_py.launchers import start_program
 from launchpad_py.launchers.local import process_starter
 from launchpad_py.supervision.controller import ProgramController
 from launchpad_py.launchers.options import LaunchOptions
-from launchpad_py.launchers.local.resources import PythonProcess, apply_gpu_defaults
+from launchpad_py.launchers.local.resources import (PythonProcess, apply_gpu_defaults,
+                                                   check_open_files)
 from launchpad_py.supervision.worker import (Events, FailureReport, MembersOverChannel, Worker,
                                              relay_node_messages)
 from launchpad_py.program import Executable, Program
 
 _log = logging.getLogger(__name__)
+# The launcher holds a control channel and an output pipe per node, and calls it may make.
+_FILES_PER_NODE = 4
 
 
 class ProcessWorker(MembersOverChannel, Worker):
@@ -85,6 +89,7 @@ class ProcessWorker(MembersOverChannel, Worker):
             'executable': self._data,
             'flags': setup.flags, 'args': list(self._resources.args), 'bind_host': '127.0.0.1',
             'secret': setup.secret,
+            'addresses': setup.book.own(self._executable),  # A restart binds them again.
             # In tmux the parent is the window's shell, so only the channel watch applies.
             'parent_pid': os.getpid() if setup.die_with_parent and setup.mode != 'tmux_session'
             else None,
@@ -165,7 +170,8 @@ class ProcessWorker(MembersOverChannel, Worker):
             self._send_members_on_connect(channel)
         if stop_now:
             channel.send('stop')
-        failure, self._finished = relay_node_messages(channel, self, self._probe)
+        failure, self._finished = relay_node_messages(channel, self, self._probe,
+                                                      book=self._setup.book)
         if failure is not None:
             self._failure = failure
         channel.close()
@@ -243,6 +249,7 @@ class _ProgramSetup(start_program.Launch):
         self.servers = servers
         self.secret = issued.secret
         self.issued_secret = issued
+        self.book = address_book.AddressBook(program.name, issued, servers)
         self.mode = mode
         self.test = test
         self.run_directory = rundir.LaunchDirectory()
@@ -263,12 +270,13 @@ class _ProgramSetup(start_program.Launch):
         self._fork_lock = threading.Lock()
 
     def new_worker(self, executable: Executable, data: bytes, events: Events) -> 'ProcessWorker':
-        self.issued_secret.cover([executable])
+        self.book.expect([executable])
         return ProcessWorker(executable, data, self,
                              self.resources.get(executable.label, PythonProcess()), events)
 
     def attach(self, controller: ProgramController) -> None:
         controller.scope.servers = self.servers
+        controller.scope.register_stop_handler(self.book.stop)
         self.events = controller.events
 
     def log_line(self, worker: 'ProcessWorker') -> str:
@@ -306,6 +314,7 @@ class _ProgramSetup(start_program.Launch):
         return int(created.stdout.strip())
 
     def finish(self) -> None:
+        self.book.finish()
         self.issued_secret.forget()
         if self.control is not None:
             self.control.close()
@@ -330,16 +339,17 @@ def _launch(program: Program, options: LaunchOptions, launch_type: str, test: bo
                 f'local_resources[{group!r}] must be lp.PythonProcess(...) for {launch_type} '
                 f'(got {spec!r})')
     prepared = shipping.prepare(program)
+    check_open_files(program.name, launch_type, len(prepared), _FILES_PER_NODE)
     counts = {group: 0 for group in program.groups}
     for executable, _ in prepared:
         counts[executable.label] = counts.get(executable.label, 0) + 1
     resources, notes = apply_gpu_defaults(resources, counts, os.environ)
     for note in notes:
         _log.info('%s: %s', launch_type, note)
-    servers = shipping.server_addresses([e for e, _ in prepared])
+    servers: list[str] = []  # Filled as nodes report where they listen.
     return start_program.start(
         program, options, launch_type, prepared,
-        lambda: _ProgramSetup(program, mode, test, program_secret.issue([]), resources, servers),
+        lambda: _ProgramSetup(program, mode, test, program_secret.issue(), resources, servers),
         keep_process_alive=not test)
 
 

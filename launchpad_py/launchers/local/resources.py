@@ -12,6 +12,7 @@ import dataclasses
 import sys
 from typing import Mapping
 
+from launchpad_py.courier import open_files
 from launchpad_py.node_side import devices
 from launchpad_py import errors
 
@@ -149,3 +150,16 @@ def _gpu_log_lines(specs: dict[str, PythonProcess], visible: dict, process_count
 
 def _names(groups: list[str]) -> str:
     return ('group ' if len(groups) == 1 else 'groups ') + ', '.join(repr(g) for g in groups)
+
+
+#: What the launching process itself holds open besides its nodes' share.
+_BASE_FILES = 64
+
+
+def check_open_files(program: str, launch_type: str, nodes: int, per_node: int) -> None:
+    """Raises this process's soft open-file limit; a LaunchError naming it if even the hard
+    limit is too low for ``nodes`` nodes needing about ``per_node`` descriptors each here."""
+    problem = open_files.shortfall(_BASE_FILES + per_node * nodes,
+                                   f'{launch_type} program {program!r} of {nodes} nodes')
+    if problem is not None:
+        raise errors.LaunchError(problem)

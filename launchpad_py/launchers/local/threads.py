@@ -15,9 +15,10 @@ import threading
 
 from launchpad_py.node_side import node_logging, node_metrics, runtime
 from launchpad_py.courier import serialization
-from launchpad_py.supervision import (elastic, program_secret, rundir, shipping,
+from launchpad_py.supervision import (address_book, elastic, program_secret, rundir, shipping,
                                       stuck_threads)
 from launchpad_py.supervision.controller import ProgramController
+from launchpad_py.launchers.local.resources import check_open_files
 from launchpad_py.launchers.options import LaunchOptions
 from launchpad_py.supervision.worker import Events, FailureReport, Worker
 from launchpad_py.program import ExecutionContext, Executable, Program
@@ -28,11 +29,12 @@ class ThreadWorker(Worker):
     can_stop_alone = False
 
     def __init__(self, executable: Executable, scope: runtime.ProgramScope, events: Events,
-                 data: bytes | None = None):
+                 book: address_book.AddressBook | None = None, data: bytes | None = None):
         super().__init__(executable.label, executable.index, executable.description, events)
         self._executable = executable
         self._data = data  # The pickle it came from, so a restart runs a fresh copy.
         self._scope = scope
+        self._book = book
         self._thread = threading.Thread(target=self._run, name=f'lp-node-{self.name}', daemon=True)
 
     def start(self) -> None:
@@ -41,8 +43,8 @@ class ThreadWorker(Worker):
     def _run(self) -> None:
         runtime.bind_thread(self._scope)
         runtime.bind_node(runtime.NodeContext(self.label, self.index))
-        context = ExecutionContext(self.label, self.index, '127.0.0.1',
-                                   lambda: self.events.ready(self), self._scope.stop_event)
+        context = ExecutionContext(self.label, self.index, '127.0.0.1', self._report_ready,
+                                   self._scope.stop_event)
         try:
             self._executable.main(context)
         except BaseException as exc:  # Reported to the supervisor, which decides.
@@ -50,9 +52,15 @@ class ThreadWorker(Worker):
         else:
             self.events.exited(self, 0, None)
 
+    def _report_ready(self) -> None:
+        # Its servers bound in this process, so the directory knows where they listen.
+        if self._book is not None:
+            self._book.report(self._book.own(self._executable))
+        self.events.ready(self)
+
     def restarted(self) -> 'ThreadWorker':
         executable = self._executable if self._data is None else serialization.loads(self._data)
-        return ThreadWorker(executable, self._scope, self.events, self._data)
+        return ThreadWorker(executable, self._scope, self.events, self._book, self._data)
 
     def request_stop(self) -> None:
         """Nothing to do: the controller stops the scope this thread shares with it."""
@@ -82,16 +90,27 @@ def _launch(program: Program, options: LaunchOptions, launch_type: str, test: bo
         # this also reports unpicklable arguments as early as local_mp would.
         prepared = shipping.prepare(program)
         executables = [serialization.loads(data) for _, data in prepared]
+    # Every node's listeners, and both ends of every connection between nodes, live here.
+    check_open_files(program.name, launch_type, len(executables), 8)
     groups = elastic.groups_of(program, new_worker=None)
     node_logging.configure_launcher()
     rundir.sweep()  # Sockets a killed launcher's nodes left; ours are made after this.
-    issued = program_secret.issue(executables)
+    issued = program_secret.issue()
+    servers: list[str] = []  # Filled as nodes report where they listen.
+    book = address_book.AddressBook(program.name, issued, servers)
+    book.expect(executables)
+
+    def finish() -> None:
+        book.finish()
+        issued.forget()
+
     controller = ProgramController(program.name, launch_type, options.grace,
-                                   keep_process_alive=not test, on_finish=issued.forget,
+                                   keep_process_alive=not test, on_finish=finish,
                                    failure_policy=options.failure_policy, groups=groups)
-    controller.scope.servers = shipping.server_addresses(executables)
+    controller.scope.servers = servers
     controller.scope.secret = issued.secret
-    workers = [ThreadWorker(e, controller.scope, controller.events, data)
+    controller.scope.register_stop_handler(book.stop)
+    workers = [ThreadWorker(e, controller.scope, controller.events, book, data)
                for e, (_, data) in zip(executables, prepared)]
     return controller.start(workers, options.ready_timeout)
 

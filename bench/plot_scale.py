@@ -1,0 +1,37 @@
+"""Plots ready time and peak USS against nodes from a ``bench.scale`` JSON file.
+
+    python -m bench.plot_scale bench/scale.json docs/images/scale.png
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+
+def main(source: str, target: str) -> None:
+    import matplotlib
+    matplotlib.use('Agg')
+    import matplotlib.pyplot as plt
+
+    with open(source) as f:
+        points = json.load(f)['points']
+    figure, (ready_axes, memory_axes) = plt.subplots(1, 2, figsize=(10, 4))
+    for launch_type in sorted({p['launch_type'] for p in points}):
+        mine = sorted((p for p in points if p['launch_type'] == launch_type
+                       and 'ready_s_median' in p), key=lambda p: p['nodes'])
+        nodes = [p['nodes'] for p in mine]
+        ready_axes.plot(nodes, [p['ready_s_median'] for p in mine], 'o-', label=launch_type)
+        memory_axes.plot(nodes, [p['peak_uss_gib_median'] for p in mine], 'o-', label=launch_type)
+    ready_axes.set(xlabel='nodes', ylabel='launch to ready (s)', title='Ready time')
+    memory_axes.set(xlabel='nodes', ylabel='peak USS of the process tree (GiB)',
+                    title='Memory')
+    for axes in (ready_axes, memory_axes):
+        axes.grid(True, alpha=0.3)
+        axes.legend()
+    figure.tight_layout()
+    figure.savefig(target, dpi=100)
+
+
+if __name__ == '__main__':
+    main(*sys.argv[1:])

@@ -1,0 +1,175 @@
+"""Programs of 10 to 2,000 nodes on local_mp and local_mt: ready time, memory, call rates.
+
+    python -m bench.scale --json bench/scale.json                  # 10, 100, 300, 1000
+    python -m bench.scale --nodes 1000 --reps 20 --json bench/scale_1000x20.json
+
+For each launch type and node count, ``--reps`` launches of issue 25's program
+(N ``CourierNode(Counter)`` in one group, one ``PyNode`` that makes one
+``futures.add(1)`` call to each, then ``lp.stop()``), measuring:
+
+- ready: how long ``lp.launch`` took to return (every server listening);
+- fan-out calls/s: the caller's N calls, issued at once, over the time until
+  all answered;
+- stop: from the caller's ``lp.stop()`` until ``wait()`` returned;
+- peak USS: the largest sum of unique memory over the launching process and
+  every process below it, sampled once a second while the program runs
+  (for local_mt that is the launching process alone).
+
+Then once per point, fan-in: one counter and N client nodes making
+``--fan_in_calls`` sync calls each; calls/s is the server's, between its
+first and its last call. The machine is noted in the JSON, shared or not.
+
+``--fresh_process`` runs each launch from a launching process of its own, as
+separate runs of a script would (a long-lived launching process keeps every
+client it made, with its connection and reader thread, cached by address).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+import psutil
+
+import launchpad_py as lp
+from bench import scale_nodes
+
+
+class PeakUss:
+    """Samples the USS of this process and its descendants until stopped; keeps the peak."""
+
+    def __init__(self):
+        self.peak = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name='uss-sampler', daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        me = psutil.Process()
+        while True:
+            total = 0
+            for process in [me, *me.children(recursive=True)]:
+                try:
+                    total += process.memory_full_info().uss
+                except (psutil.NoSuchProcess, psutil.AccessDenied):
+                    pass
+            self.peak = max(self.peak, total)
+            if self._stop.wait(1.0):
+                return
+
+    def stop(self) -> int:
+        self._stop.set()
+        self._thread.join()
+        return self.peak
+
+
+def fan_out_once(launch_type: str, nodes: int, scratch: str) -> dict:
+    result_path = os.path.join(scratch, f'fan_out_{launch_type}_{nodes}.json')
+    sampler = PeakUss()
+    start = time.perf_counter()
+    try:
+        controller = lp.launch(scale_nodes.fan_out(nodes, result_path), launch_type=launch_type)
+        ready = time.perf_counter() - start
+        controller.wait(timeout=900)
+        ended_at = time.time()
+    finally:
+        peak = sampler.stop()
+    with open(result_path) as result:
+        caller = json.load(result)
+    os.remove(result_path)
+    return {'ready_s': ready, 'answered': caller['answered'],
+            'fan_out_calls_per_s': caller['calls_per_s'],
+            'stop_s': ended_at - caller['stop_requested_at'], 'peak_uss_gib': peak / 2**30}
+
+
+def fan_in_once(launch_type: str, nodes: int, calls: int) -> dict:
+    program, server = scale_nodes.fan_in(nodes, calls)
+    start = time.perf_counter()
+    with lp.launch(program, launch_type=launch_type) as controller:
+        ready = time.perf_counter() - start
+        count, rate = server.dereference().wait_count(nodes * calls, 600)
+        del controller
+    return {'ready_s': ready, 'calls': count, 'expected_calls': nodes * calls,
+            'fan_in_calls_per_s': rate}
+
+
+def fan_out_in_new_process(launch_type: str, nodes: int, scratch: str) -> dict:
+    """``fan_out_once`` in a launching process of its own."""
+    out = os.path.join(scratch, 'one.json')
+    done = subprocess.run([sys.executable, '-m', 'bench.scale', '--nodes', str(nodes),
+                           '--launch_types', launch_type, '--no_fan_in', '--json', out],
+                          capture_output=True, text=True, timeout=1200)
+    if done.returncode != 0:
+        raise RuntimeError(done.stderr[-3000:])
+    with open(out) as f:
+        [run] = json.load(f)['points'][0]['runs']
+    run.pop('nodes')
+    if 'error' in run:
+        raise RuntimeError(run['error'])
+    return run
+
+
+def summarize(runs: list[dict]) -> dict:
+    ok = [r for r in runs if 'error' not in r]
+    row = {'launches': len(runs), 'succeeded': sum(1 for r in ok if r['answered'] == r['nodes'])}
+    for key in ('ready_s', 'stop_s', 'peak_uss_gib', 'fan_out_calls_per_s'):
+        values = [r[key] for r in ok]
+        if values:
+            row[f'{key}_median'] = statistics.median(values)
+            row[f'{key}_max'] = max(values)
+    row['errors'] = [r['error'] for r in runs if 'error' in r]
+    return row
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+    parser.add_argument('--nodes', default='10,100,300,1000')
+    parser.add_argument('--launch_types', default='local_mp,local_mt')
+    parser.add_argument('--reps', type=int, default=1)
+    parser.add_argument('--fan_in_calls', type=int, default=20)
+    parser.add_argument('--no_fan_in', action='store_true')
+    parser.add_argument('--fresh_process', action='store_true',
+                        help='each launch from a new launching process')
+    parser.add_argument('--json', help='also write the results to this file')
+    args = parser.parse_args()
+    points = []
+    with tempfile.TemporaryDirectory() as scratch:
+        for nodes in [int(n) for n in args.nodes.split(',')]:
+            for launch_type in args.launch_types.split(','):
+                runs = []
+                once = fan_out_in_new_process if args.fresh_process else fan_out_once
+                for _ in range(args.reps):
+                    try:
+                        runs.append({'nodes': nodes, **once(launch_type, nodes, scratch)})
+                    except Exception as exc:  # Counted as a failed launch, and reported.
+                        runs.append({'nodes': nodes, 'error': f'{type(exc).__name__}: {exc}'[-3000:]})
+                point = {'launch_type': launch_type, 'nodes': nodes, **summarize(runs),
+                         'runs': runs}
+                if not args.no_fan_in:
+                    try:
+                        point['fan_in'] = fan_in_once(launch_type, nodes, args.fan_in_calls)
+                    except Exception as exc:
+                        point['fan_in'] = {'error': f'{type(exc).__name__}: {exc}'[:500]}
+                points.append(point)
+                print(json.dumps({k: v for k, v in point.items() if k != 'runs'}),
+                      file=sys.stderr, flush=True)
+    if args.json:
+        with open(args.json, 'w') as f:
+            json.dump({'machine': {'cpus': os.cpu_count(), 'python': platform.python_version(),
+                                   'memory_gib': psutil.virtual_memory().total / 2**30,
+                                   'shared': 'shared with 4 other engineers running tests'},
+                       'grace_s': lp.launchers.options.LaunchOptions().grace,
+                       'fresh_process': args.fresh_process,
+                       'points': points}, f, indent=2)
+
+
+if __name__ == '__main__':
+    main()

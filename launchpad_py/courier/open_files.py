@@ -1,0 +1,66 @@
+"""Open files: raise the soft ``RLIMIT_NOFILE`` to the hard limit, and say so when it runs out.
+
+Every courier connection is a descriptor at both ends, so one server with a
+thousand clients needs a thousand. Many systems start processes with a soft
+limit of 1,024 under a much higher hard limit, which any process may raise
+itself to: node processes and launchers do (``raise_soft_limit``), and an
+exhausted limit is reported with its numbers (``exhausted``) instead of a
+bare ``[Errno 24]``.
+
+    open_files.raise_soft_limit()
+    open_files.shortfall(4000, 'launching 1000 nodes')  # why not, if the hard limit is lower
+"""
+
+from __future__ import annotations
+
+import errno
+import resource
+
+#: Where the hard limit is unlimited, Linux still caps it at fs.nr_open (1,048,576 by default).
+_UNLIMITED_CAP = 1 << 20
+
+
+def limits() -> tuple[int, int]:
+    """(soft, hard) ``RLIMIT_NOFILE`` of this process."""
+    return resource.getrlimit(resource.RLIMIT_NOFILE)
+
+
+def raise_soft_limit() -> int:
+    """Raises the soft limit to the hard one (as far as the kernel allows); the soft limit now."""
+    soft, hard = limits()
+    target = _UNLIMITED_CAP if hard == resource.RLIM_INFINITY else hard
+    if soft != resource.RLIM_INFINITY and soft < target:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+        except (ValueError, OSError):  # E.g. above fs.nr_open: keep what we have.
+            pass
+    return limits()[0]
+
+
+def describe() -> str:
+    soft, hard = limits()
+
+    def text(value: int) -> str:
+        return 'unlimited' if value == resource.RLIM_INFINITY else str(value)
+    return f'the open-file limit (RLIMIT_NOFILE) of this process is {text(soft)}, hard {text(hard)}'
+
+
+def is_exhausted(exc: BaseException) -> bool:
+    """Whether ``exc`` says this process (EMFILE) or the system (ENFILE) is out of descriptors."""
+    return isinstance(exc, OSError) and exc.errno in (errno.EMFILE, errno.ENFILE)
+
+
+def exhausted(what: str) -> str:
+    """The message for running out while doing ``what``."""
+    return (f'{what}: out of file descriptors: {describe()}. Each connection takes one at both '
+            'ends; raise the hard limit (ulimit -Hn as root, LimitNOFILE= for a service, '
+            '/etc/security/limits.conf) or spread the clients over more processes')
+
+
+def shortfall(needed: int, who: str) -> str | None:
+    """Raises the soft limit; why it is not enough if even the hard one is below ``needed``."""
+    if raise_soft_limit() >= needed:
+        return None
+    return (f'{who} needs about {needed} file descriptors, but {describe()}: raise the hard '
+            f'limit (ulimit -Hn {needed} as root, LimitNOFILE= for a service, '
+            '/etc/security/limits.conf) or launch fewer nodes from one process')

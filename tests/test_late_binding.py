@@ -1,0 +1,57 @@
+"""Late binding on the local launchers: nodes bind port 0 (or the port fixed for them),
+report it, and learn only the addresses their handles reference."""
+
+from __future__ import annotations
+
+import socket
+
+import pytest
+
+import launchpad_py as lp
+from scale_nodes import Counter, count_known_addresses
+
+LOCAL = ['local_mt', 'local_mp']
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(('127.0.0.1', 0))
+        return probe.getsockname()[1]
+
+
+@pytest.mark.parametrize('launch_type', LOCAL)
+def test_a_port_fixed_by_the_program_is_kept(launch_type):
+    """A node whose address the program fixed serves there; the others get ports of their own."""
+    program = lp.Program('fixed')
+    fixed_node, free_node = lp.CourierNode(Counter), lp.CourierNode(Counter)
+    port = _free_port()
+    fixed_node.courier_address.assign(f'127.0.0.1:{port}')
+    fixed, free = program.add_node(fixed_node, label='fixed'), program.add_node(free_node,
+                                                                                label='free')
+    with lp.launch(program, launch_type=launch_type):
+        assert fixed.dereference().add(1) == 1
+        assert fixed_node.courier_address.resolve() == f'127.0.0.1:{port}'
+        assert free.dereference().add(2) == 2
+        assert free_node.courier_address.resolve() != f'127.0.0.1:{port}'
+    assert not free_node.courier_address.is_assigned  # The next launch binds afresh.
+
+
+def test_a_node_learns_only_the_addresses_its_handles_reference(tmp_path):
+    """Of 30 servers, a node that holds handles to 2 knows those 2 addresses and no others."""
+    program = lp.Program('edges')
+    with program.group('counter'):
+        counters = [program.add_node(lp.CourierNode(Counter)) for _ in range(30)]
+    known = tmp_path / 'known'
+    program.add_node(lp.PyNode(count_known_addresses, counters[3:5], str(known)), label='two')
+    lp.launch(program, launch_type='test_mp').wait(timeout=120)
+    assert known.read_text() == '2'
+
+
+def test_addresses_are_unknown_again_after_the_program():
+    """Once a program ended, its handles no longer resolve in the launching process."""
+    program = lp.Program('over')
+    handle = program.add_node(lp.CourierNode(Counter), label='counter')
+    with lp.launch(program, launch_type='test_mt'):
+        assert handle.dereference().add(1) == 1
+    with pytest.raises(lp.NotRunningError, match="node 'counter'"):
+        handle.dereference()
