@@ -97,8 +97,9 @@ def run(channel: Channel, program_name: str, bind_host: str,
     except SystemExit as exc:
         if exc.code not in (None, 0):
             return _report_failure(channel, finished, exc)
-    except BaseException as exc:  # Everything a node raises is reported to the parent.
-        return _report_failure(channel, finished, exc)
+    except BaseException as exc:  # Everything a node raises is reported to the parent...
+        if not runtime.ended_by_stop(exc, scope):  # ...but a stop: the node ends quietly.
+            return _report_failure(channel, finished, exc)
     finished.set()
     channel.send('finished')
     return 0

@@ -45,8 +45,11 @@ class ThreadWorker(Worker):
                                    lambda: self.events.ready(self), self._scope.stop_event)
         try:
             self._executable.main(context)
-        except BaseException as exc:  # Reported to the supervisor, which decides.
-            self.events.exited(self, 1, FailureReport.from_exception(exc))
+        except BaseException as exc:  # Reported to the supervisor, which decides...
+            if not runtime.ended_by_stop(exc, self._scope):  # ...but a stop ends quietly.
+                self.events.exited(self, 1, FailureReport.from_exception(exc))
+                return
+            self.events.exited(self, 0, None)
         else:
             self.events.exited(self, 0, None)
 
