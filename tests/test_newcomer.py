@@ -9,6 +9,8 @@ import sys
 
 import pytest
 
+import launchpad_py as lp
+
 from conftest import REPO
 
 SCRIPTS = os.path.join(REPO, 'tests', 'scripts')
@@ -31,3 +33,48 @@ def test_calls_cut_by_the_stop_end_quietly(launch_type):
     for label, index, state, exit_code in statuses:
         assert state in ('stopped', 'finished'), (label, index, state)
         assert exit_code in (0, None), (label, index, exit_code)
+
+
+class Learner:
+    def step(self):
+        return 42
+
+
+def _use(learner):
+    return learner.step()
+
+
+def _program_with_unadded_learner():
+    program = lp.Program('agent')
+    learner = lp.CourierNode(Learner).create_handle()  # The add_node was forgotten.
+    program.add_node(lp.PyNode(_use, learner), label='actor')
+    return program
+
+
+def test_handle_of_a_node_never_added_is_caught_at_launch():
+    """lp.launch names the node holding the handle and the node never added, and the fix."""
+    with pytest.raises(lp.ProgramError) as caught:
+        lp.launch(_program_with_unadded_learner(), launch_type='test_mt')
+    message = str(caught.value)
+    assert "'actor/0'" in message and 'CourierNode(Learner)' in message
+    assert 'never added' in message and 'program.add_node(...)' in message
+
+
+def test_graph_keeps_the_edge_to_a_node_never_added():
+    """The picture shows the edge to the missing node instead of dropping it."""
+    dot = _program_with_unadded_learner().to_dot()
+    assert '"actor/0" -> "not added: CourierNode(Learner)"' in dot
+
+
+def test_calling_a_handle_in_the_launching_script_explains_handles():
+    """A node's method called on its handle says handles become clients, and what to call."""
+    program = lp.Program('agent')
+    learner = program.add_node(lp.CourierNode(Learner), label='learner')
+    with pytest.raises(AttributeError) as caught:
+        learner.step()
+    message = str(caught.value)
+    assert "'step'" in message and 'becomes a client' in message
+    assert 'handle.dereference().step(...)' in message
+    with lp.launch(program, launch_type='test_mt') as controller:
+        assert learner.dereference().step() == 42  # The way the message gives works.
+        controller.stop()

@@ -60,6 +60,7 @@ def launch(programs: Program | Sequence[Program], launch_type=None, xm_resources
     options.pick_launcher_options(name, kubernetes_options=kubernetes_options,
                                   slurm_options=slurm_options)
     for program in program_list:
+        program_graph.check_complete(program)
         options.check_resource_groups(program)
         options.check_failure_policy(program)
         backend.check(options, program)
