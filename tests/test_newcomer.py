@@ -78,3 +78,25 @@ def test_calling_a_handle_in_the_launching_script_explains_handles():
     with lp.launch(program, launch_type='test_mt') as controller:
         assert learner.dereference().step() == 42  # The way the message gives works.
         controller.stop()
+
+
+def test_lp_flags_count_without_app_run():
+    """--lp_launch_type and --lp_dashboard work in a script that never calls absl's app.run."""
+    result = _run('no_app_run.py', '--lp_launch_type=local_mp', '--lp_dashboard')
+    assert result.returncode == 0, result.stderr
+    assert 'node in another process: True' in result.stdout, result.stdout + result.stderr
+    assert 'dashboard of program' in result.stdout + result.stderr
+
+
+def test_unknown_lp_flag_is_named_in_a_warning():
+    """An --lp_* argument that is no flag of ours is named, not silently dropped."""
+    result = _run('no_app_run.py', '--lp_launch_typ=local_mp')
+    assert result.returncode == 0, result.stderr
+    assert '--lp_launch_typ=local_mp' in result.stderr and 'no such flag' in result.stderr
+
+
+def test_bad_lp_flag_value_names_the_flag():
+    """A bad value of one of our flags fails the launch, naming flag and value."""
+    result = _run('no_app_run.py', '--lp_termination_notice_secs=soon')
+    assert result.returncode != 0
+    assert '--lp_termination_notice_secs' in result.stderr and "'soon'" in result.stderr
