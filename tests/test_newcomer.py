@@ -100,3 +100,29 @@ def test_bad_lp_flag_value_names_the_flag():
     result = _run('no_app_run.py', '--lp_termination_notice_secs=soon')
     assert result.returncode != 0
     assert '--lp_termination_notice_secs' in result.stderr and "'soon'" in result.stderr
+
+
+@pytest.mark.parametrize('launch_type', ['local_mt', 'local_mp'])
+def test_failure_names_the_node_that_raised_first_and_each_traceback_once(launch_type):
+    """A worker's method raising is blamed on the worker (label/index, method), then the caller."""
+    result = _run('worker_raises.py', launch_type)
+    assert result.returncode == 1
+    output = result.stdout + result.stderr
+    report = [line for line in output.splitlines() if 'NodeFailedError' in line][-1]
+    assert report.index("node 'worker/1'") < report.index("'coordinator'"), report
+    assert "method 'step'" in report and 'FloatingPointError' in report
+    # The worker's frame and the coordinator's frame, once each.
+    assert output.count("raise FloatingPointError('loss is nan')") == 1, output
+    assert output.count('    worker.step()') == 1, output
+
+
+def test_unknown_method_names_the_users_class_and_its_methods():
+    """UnknownMethodError names the user's class and only the methods it has."""
+    result = _run('worker_raises.py', 'test_mt', 'unknown')
+    output = result.stdout + result.stderr
+    assert 'UnknownMethodError' in output and "'stepp'" in output, output
+    assert 'Worker served by' in output, output
+    assert '_UnderConstruction' not in output, output
+    offers = [line.rsplit('available: ', 1)[1] for line in output.splitlines()
+              if 'available: ' in line]
+    assert offers and set(offers) == {'step'}, offers  # No __call__: Worker has none.

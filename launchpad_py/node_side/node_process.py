@@ -124,7 +124,9 @@ def _listen(channel: Channel, scope: runtime.ProgramScope, finished: threading.E
 
 def _report_failure(channel: Channel, finished: threading.Event, exc: BaseException) -> int:
     text = ''.join(traceback.format_exception(exc))
-    sys.stderr.write(text)
+    # One line here; the launcher shows the traceback, once, where it reports the failure.
+    sys.stderr.write(f'node failed: {type(exc).__name__}: {exc} (traceback in the launcher\'s '
+                     f'report)\n')
     sys.stderr.flush()
     try:
         exception_bytes = serialization.dumps(exc)

@@ -75,6 +75,10 @@ class _UnderConstruction:
     def __dir__(self) -> list[str]:
         return dir(self._target())
 
+    @property  # type: ignore[misc]
+    def __class__(self):  # Errors name the user's class: the server reads obj.__class__.
+        return type(self._target())
+
     def __call__(self, *args, **kwargs) -> Any:
         return self._target()(*args, **kwargs)
 
@@ -91,7 +95,7 @@ class _ServeObject:
     def __call__(self, context: ExecutionContext) -> None:
         stand_in = _UnderConstruction(context.label)
         server = courier.Server(stand_in, get_port_from_address(self.address.resolve()),
-                                host=context.bind_host, label=context.label,
+                                host=context.bind_host, label=f'{context.label}/{context.index}',
                                 thread_initializer=runtime.inherit_binding(), **self.server_kwargs)
         server.start()
         try:

@@ -44,7 +44,7 @@ class Failures:
                 self._startup_failure = worker
             worker.state, worker.failure = NodeState.FAILED, failure
             self._failed = worker
-            _log.error('node %s of program %r failed: %s', worker.name, self.name, failure.summary)
+            _log.error('%s of program %r: %s', _who(worker, failure), self.name, failure.summary)
             if self._startup_failure is worker:
                 self._abort_launch()
             else:
@@ -52,7 +52,7 @@ class Failures:
         elif self._is_the_cause(failure):
             # The first failure only lost a peer, or the program stopped because the scheduler
             # ended it: this failure is why, so it is what wait() raises.
-            _log.error('node %s of program %r failed: %s', worker.name, self.name, failure.summary)
+            _log.error('%s of program %r: %s', _who(worker, failure), self.name, failure.summary)
             worker.state, worker.failure, self._failed = NodeState.FAILED, failure, worker
         else:
             worker.state = NodeState.STOPPED
@@ -71,8 +71,9 @@ class Failures:
             return
         self._failure_seen = True
         failure = worker.failure
-        error = errors.NodeFailedError(worker.label, worker.index, failure.traceback, failure.summary)
-        raise error from failure.exception
+        error = errors.NodeFailedError(worker.label, worker.index, failure.traceback,
+                                       failure.summary, failure.raised_in)
+        raise error from _without_traceback(failure.exception)
 
     def _report_unseen_failure(self) -> None:
         """At interpreter exit: a failure nobody waited for still fails the script."""
@@ -159,3 +160,20 @@ class Failures:
             if worker.state == NodeState.RESTARTING:
                 self._deadlines.cancel(('restart', worker))
                 worker.state, worker.ended_at = NodeState.STOPPED, time.time()
+
+
+def _who(worker: Worker, failure: FailureReport) -> str:
+    """The node that raised first, then its caller: what a failure's first line names."""
+    if failure.raised_in:
+        return f'{failure.raised_in} raised, called by node {worker.name!r}'
+    return f'node {worker.name} failed'
+
+
+def _without_traceback(exc: BaseException | None) -> BaseException | None:
+    """``exc`` as the cause of a ``NodeFailedError``, whose message already holds its traceback.
+
+    Printed whole, the chain would repeat that traceback.
+    """
+    if exc is not None:
+        exc.__traceback__, exc.__cause__, exc.__suppress_context__ = None, None, True
+    return exc

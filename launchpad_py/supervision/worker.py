@@ -45,6 +45,15 @@ class FailureReport:
         return cls(f'{type(exc).__name__}: {exc}', text, exc)
 
     @property
+    def raised_in(self) -> str | None:
+        """Where a peer call the node made raised first: "method 'step' of node 'worker/1'"."""
+        origin = getattr(self.exception, 'remote_origin', None)
+        if origin is None:
+            return None
+        label, method = origin
+        return f"method {method!r} of {f'node {label!r}' if label else 'a courier server'}"
+
+    @property
     def follows_from_a_peer(self) -> bool:
         """True when the node failed only because a node it called had failed or gone."""
         if self.exception is not None:
