@@ -126,3 +126,31 @@ def test_unknown_method_names_the_users_class_and_its_methods():
     offers = [line.rsplit('available: ', 1)[1] for line in output.splitlines()
               if 'available: ' in line]
     assert offers and set(offers) == {'step'}, offers  # No __call__: Worker has none.
+
+
+def _one_node_program():
+    program = lp.Program('small')
+    program.add_node(lp.CourierNode(Learner), label='learner')
+    return program
+
+
+def test_resources_errors_name_the_keyword_the_user_gave():
+    """Errors about resources= say resources=, not its older name local_resources."""
+    with pytest.raises(lp.ResourcesError) as caught:
+        lp.launch(_one_node_program(), launch_type='local_mt',
+                  resources={'learner': lp.PythonProcess()})
+    assert 'resources=' in str(caught.value) and 'local_resources' not in str(caught.value)
+    with pytest.raises(lp.ResourcesError) as caught:
+        lp.launch(_one_node_program(), launch_type='test_mp', resources={'learner': 'big'})
+    assert "resources['learner']" in str(caught.value)
+    assert 'local_resources' not in str(caught.value)
+
+
+def test_example_script_states_the_step_budget_of_the_code():
+    """scripts/example.sh and README give the example's real step budget (1.5 million)."""
+    from examples.actor_learner.program import Config
+    assert Config().max_env_steps == 1_500_000
+    with open(os.path.join(REPO, 'scripts', 'example.sh')) as script:
+        assert '1.5 million environment steps' in script.read()
+    with open(os.path.join(REPO, 'README.md')) as readme:
+        assert '1.5 million environment steps' in readme.read()
