@@ -51,7 +51,7 @@ def test_some_blocks_are_marked_runnable():
     assert any(i.startswith('docs/getting-started.md') for i in ids)
 
 
-@pytest.mark.parametrize('code,promised,launch_type', _runnable_blocks())
+@pytest.mark.parametrize('code,promised,launch_type', list(_runnable_blocks()))
 def test_runnable_block_runs_and_prints_what_it_promises(code, promised, launch_type, tmp_path):
     """A runnable block exits 0, prints no traceback, and prints the text the docs promise."""
     script = tmp_path / 'block.py'
@@ -101,7 +101,7 @@ def _code_shape(signature: inspect.Signature) -> list[str]:
     return shape
 
 
-@pytest.mark.parametrize('name,params', _documented_signatures())
+@pytest.mark.parametrize('name,params', list(_documented_signatures()))
 def test_api_signature_matches_the_code(name, params):
     """Each `lp.name(...)` heading of docs/api.md lists the parameters the code takes, in order."""
     signature = inspect.signature(getattr(lp, name))
