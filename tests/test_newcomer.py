@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import os
 import subprocess
 import sys
@@ -154,3 +155,26 @@ def test_example_script_states_the_step_budget_of_the_code():
         assert '1.5 million environment steps' in script.read()
     with open(os.path.join(REPO, 'README.md')) as readme:
         assert '1.5 million environment steps' in readme.read()
+
+
+def test_prints_of_node_threads_are_labelled_and_whole():
+    """Under local_mt, each printed line carries its node's [label/index] and lines never mix."""
+    result = _run('threads_print.py', '--logtostderr')
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    talk = [line for line in lines if 'line' in line and 'talker' in line]
+    assert len(talk) == 600, result.stdout[-2000:]
+    for line in talk:
+        match = re.fullmatch(r'\[talker/(\d)\] talker (\d) line \d+ x{40}', line)
+        assert match and match.group(1) == match.group(2), line
+    assert 'script done' in lines  # The script's own lines stay as they are.
+    starts = [line for line in result.stderr.splitlines() if 'starts' in line]
+    assert len(starts) == 3 and all(re.match(r'\[talker/\d\] [^\[]', s) for s in starts), starts
+
+
+def test_dashboard_line_is_printed_once_under_app_run():
+    """With absl's app.run (INFO logs on stderr), the dashboard's address appears once."""
+    result = _run('threads_print.py', '--logtostderr')
+    assert result.returncode == 0, result.stderr
+    output = result.stdout + result.stderr
+    assert output.count('dashboard of program') == 1, output[-3000:]

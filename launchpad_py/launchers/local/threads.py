@@ -13,7 +13,7 @@ from __future__ import annotations
 import concurrent.futures
 import threading
 
-from launchpad_py.node_side import node_logging, node_metrics, runtime
+from launchpad_py.node_side import labelled_output, node_logging, node_metrics, runtime
 from launchpad_py.courier import serialization
 from launchpad_py.supervision import (elastic, program_secret, rundir, shipping,
                                       stuck_threads)
@@ -87,6 +87,8 @@ def _launch(program: Program, options: LaunchOptions, launch_type: str, test: bo
         executables = [serialization.loads(data) for _, data in prepared]
     groups = elastic.groups_of(program, new_worker=None)
     node_logging.configure_launcher()
+    if not test:  # Under test_mt, the test framework's capture keeps its plain lines.
+        labelled_output.install()
     rundir.sweep()  # Sockets a killed launcher's nodes left; ours are made after this.
     issued = program_secret.issue(executables)
     controller = ProgramController(program.name, launch_type, options.grace,
