@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import io
 import json
 import re
 import os
 import subprocess
 import sys
+import unittest
 
 import pytest
 
@@ -178,3 +180,23 @@ def test_dashboard_line_is_printed_once_under_app_run():
     assert result.returncode == 0, result.stderr
     output = result.stdout + result.stderr
     assert output.count('dashboard of program') == 1, output[-3000:]
+
+
+def _raise_once_stopped():
+    lp.wait_for_stop(30)
+    raise ValueError('the node broke while stopping')
+
+
+def test_unittest_cleanup_reports_a_failure_that_comes_after_its_stop():
+    """test_case=self: a node that raises after the cleanup's stop still fails the test."""
+
+    class Quick(unittest.TestCase):
+        def test_returns_at_once(self):
+            program = lp.Program('quick')
+            program.add_node(lp.PyNode(_raise_once_stopped), label='breaks')
+            lp.launch(program, launch_type='test_mp', test_case=self)
+
+    result = unittest.TextTestRunner(stream=io.StringIO()).run(Quick('test_returns_at_once'))
+    problems = result.errors + result.failures
+    assert len(problems) == 1, problems
+    assert 'ValueError' in problems[0][1] and "'breaks'" in problems[0][1]

@@ -62,6 +62,11 @@ class Failures:
         first = self._failed
         if failure.by_scheduler:  # Its stop requests (SIGTERM) come before the nodes end.
             return first is None or not first.failure.by_scheduler
+        if first is None and failure.raised and not failure.follows_from_a_peer:
+            # A node that raised while the program stopped still failed (a test's cleanup
+            # may stop the program before its node got to raise); calls cut by the stop
+            # end their node quietly (node_side.runtime.ended_by_stop), so are not seen here.
+            return True
         return (first is not None and first.failure.follows_from_a_peer
                 and not failure.follows_from_a_peer)
 

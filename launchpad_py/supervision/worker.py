@@ -38,11 +38,13 @@ class FailureReport:
     traceback: str
     exception: BaseException | None = None
     by_scheduler: bool = False
+    #: The node's code raised (rather than its process dying or being killed).
+    raised: bool = False
 
     @classmethod
     def from_exception(cls, exc: BaseException) -> 'FailureReport':
         text = ''.join(traceback.format_exception(exc))
-        return cls(f'{type(exc).__name__}: {exc}', text, exc)
+        return cls(f'{type(exc).__name__}: {exc}', text, exc, raised=True)
 
     @property
     def raised_in(self) -> str | None:
@@ -253,7 +255,7 @@ def relay_node_messages(channel, worker: Worker, probe: MetricsProbe,
         elif kind == 'failed':
             _, summary, text, exception_bytes = message
             failure = FailureReport(summary + where, text,
-                                    node_process.rebuild_exception(exception_bytes))
+                                    node_process.rebuild_exception(exception_bytes), raised=True)
         elif kind == 'finished':
             finished = True
         elif kind == 'metrics':
