@@ -117,3 +117,15 @@ def test_launch_type_members_are_documented():
     listed = dict(re.findall(r"`(\w+)='(\w+)'`", section))
     assert listed == {member.name: member.value for member in lp.LaunchType}
     assert issubclass(lp.LaunchType, enum.Enum)
+
+
+def test_troubleshooting_page_has_ten_messages_and_is_linked():
+    """docs/troubleshooting.md lists ten messages, each with cause and fix; README links it."""
+    with open(os.path.join(REPO, 'docs', 'troubleshooting.md')) as page:
+        text = page.read()
+    entries = re.split(r'^## \d+\. ', text, flags=re.MULTILINE)[1:]
+    assert len(entries) == 10
+    for entry in entries:
+        assert '**Cause.**' in entry and '**Fix.**' in entry, entry[:80]
+    with open(os.path.join(REPO, 'README.md')) as readme:
+        assert '(docs/troubleshooting.md)' in readme.read()

@@ -44,7 +44,7 @@ class Failures:
                 self._startup_failure = worker
             worker.state, worker.failure = NodeState.FAILED, failure
             self._failed = worker
-            _log.error('%s of program %r: %s', _who(worker, failure), self.name, failure.summary)
+            _log.error('%s (program %r): %s', _who(worker, failure), self.name, failure.summary)
             if self._startup_failure is worker:
                 self._abort_launch()
             else:
@@ -52,7 +52,7 @@ class Failures:
         elif self._is_the_cause(failure):
             # The first failure only lost a peer, or the program stopped because the scheduler
             # ended it: this failure is why, so it is what wait() raises.
-            _log.error('%s of program %r: %s', _who(worker, failure), self.name, failure.summary)
+            _log.error('%s (program %r): %s', _who(worker, failure), self.name, failure.summary)
             worker.state, worker.failure, self._failed = NodeState.FAILED, failure, worker
         else:
             worker.state = NodeState.STOPPED
