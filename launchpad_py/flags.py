@@ -21,6 +21,51 @@ LAUNCH_TYPE = flags.DEFINE_string(
 TERMINATION_NOTICE_SECS = flags.DEFINE_integer(
     'lp_termination_notice_secs', 10,
     'Seconds a node has to exit after a stop request before its process is killed.')
+SSH_HOSTS = flags.DEFINE_list(
+    'lp_ssh_hosts', [],
+    'For --lp_launch_type=ssh: hosts (names or ssh aliases) that the nodes of groups without '
+    'resources are spread over, round-robin.')
+SSH_OPTIONS = flags.DEFINE_string(
+    'lp_ssh_options', '',
+    "For --lp_launch_type=ssh: extra ssh arguments for the hosts of --lp_ssh_hosts, e.g. "
+    "'-F cluster_ssh_config'.")
+K8S_MANIFESTS_DIR = flags.DEFINE_string(
+    'lp_k8s_manifests_dir', None,
+    'For --lp_launch_type=kubernetes: a dry run. Write every manifest the launch would apply as '
+    'YAML files into this directory and apply nothing.')
+K8S_IMAGE = flags.DEFINE_string(
+    'lp_k8s_image', None,
+    'For --lp_launch_type=kubernetes: the image of every group that resources leave out '
+    '(it must hold your code and launchpad_py).')
+DASHBOARD = flags.DEFINE_bool(
+    'lp_dashboard', False,
+    'Serve a web dashboard of the launched program on a loopback port (its address and token are '
+    'printed when it starts); see docs/observability.md.')
+DASHBOARD_PORT = flags.DEFINE_integer(
+    'lp_dashboard_port', 0, 'Port of the dashboard (--lp_dashboard); 0 picks a free one.')
+SLURM_PARTITION = flags.DEFINE_string(
+    'lp_slurm_partition', '',
+    'For --lp_launch_type=slurm: the partition of groups whose resources name none '
+    "(default: the cluster's default partition).")
+SLURM_TIME = flags.DEFINE_string(
+    'lp_slurm_time', '', "For --lp_launch_type=slurm: the job's time limit, as salloc --time "
+    "(e.g. '02:00:00'; default: the partition's).")
+SLURM_ACCOUNT = flags.DEFINE_string(
+    'lp_slurm_account', '', 'For --lp_launch_type=slurm: the account the job is charged to.')
+SLURM_ARGS = flags.DEFINE_string(
+    'lp_slurm_args', '', "For --lp_launch_type=slurm: extra salloc arguments for every component "
+    "of the job, e.g. '--qos=high --constraint=v100'.")
+SLURM_OUTPUT_DIR = flags.DEFINE_string(
+    'lp_slurm_output_dir', 'lp-slurm-logs',
+    'For --lp_launch_type=slurm: node logs go to DIR/<program>-<job id>/<label>_<index>.log.')
+SLURM_LAUNCHER_ADDRESS = flags.DEFINE_string(
+    'lp_slurm_launcher_address', '',
+    "For --lp_launch_type=slurm: this machine's address as the compute nodes reach it (default: "
+    'the address of the interface on the route to the first allocated node).')
+SLURM_PENDING_TIMEOUT = flags.DEFINE_float(
+    'lp_slurm_pending_timeout', 0,
+    'For --lp_launch_type=slurm: give up (and cancel the job) after it has been pending this many '
+    'seconds; 0 waits as long as the scheduler takes, reporting why every 30 s.')
 
 
 def value_or_default(holder: flags.FlagHolder):
@@ -68,48 +113,3 @@ def parse_own_flags(argv: list[str]) -> None:
     if unknown:
         warnings.warn(f'launchpad_py ignored {", ".join(unknown)}: no such flag (see '
                       f'--helpfull of a script that calls absl.app.run)', stacklevel=3)
-SSH_HOSTS = flags.DEFINE_list(
-    'lp_ssh_hosts', [],
-    'For --lp_launch_type=ssh: hosts (names or ssh aliases) that the nodes of groups without '
-    'resources are spread over, round-robin.')
-SSH_OPTIONS = flags.DEFINE_string(
-    'lp_ssh_options', '',
-    "For --lp_launch_type=ssh: extra ssh arguments for the hosts of --lp_ssh_hosts, e.g. "
-    "'-F cluster_ssh_config'.")
-K8S_MANIFESTS_DIR = flags.DEFINE_string(
-    'lp_k8s_manifests_dir', None,
-    'For --lp_launch_type=kubernetes: a dry run. Write every manifest the launch would apply as '
-    'YAML files into this directory and apply nothing.')
-K8S_IMAGE = flags.DEFINE_string(
-    'lp_k8s_image', None,
-    'For --lp_launch_type=kubernetes: the image of every group that resources leave out '
-    '(it must hold your code and launchpad_py).')
-DASHBOARD = flags.DEFINE_bool(
-    'lp_dashboard', False,
-    'Serve a web dashboard of the launched program on a loopback port (its address and token are '
-    'printed when it starts); see docs/observability.md.')
-DASHBOARD_PORT = flags.DEFINE_integer(
-    'lp_dashboard_port', 0, 'Port of the dashboard (--lp_dashboard); 0 picks a free one.')
-SLURM_PARTITION = flags.DEFINE_string(
-    'lp_slurm_partition', '',
-    'For --lp_launch_type=slurm: the partition of groups whose resources name none '
-    "(default: the cluster's default partition).")
-SLURM_TIME = flags.DEFINE_string(
-    'lp_slurm_time', '', "For --lp_launch_type=slurm: the job's time limit, as salloc --time "
-    "(e.g. '02:00:00'; default: the partition's).")
-SLURM_ACCOUNT = flags.DEFINE_string(
-    'lp_slurm_account', '', 'For --lp_launch_type=slurm: the account the job is charged to.')
-SLURM_ARGS = flags.DEFINE_string(
-    'lp_slurm_args', '', "For --lp_launch_type=slurm: extra salloc arguments for every component "
-    "of the job, e.g. '--qos=high --constraint=v100'.")
-SLURM_OUTPUT_DIR = flags.DEFINE_string(
-    'lp_slurm_output_dir', 'lp-slurm-logs',
-    'For --lp_launch_type=slurm: node logs go to DIR/<program>-<job id>/<label>_<index>.log.')
-SLURM_LAUNCHER_ADDRESS = flags.DEFINE_string(
-    'lp_slurm_launcher_address', '',
-    "For --lp_launch_type=slurm: this machine's address as the compute nodes reach it (default: "
-    'the address of the interface on the route to the first allocated node).')
-SLURM_PENDING_TIMEOUT = flags.DEFINE_float(
-    'lp_slurm_pending_timeout', 0,
-    'For --lp_launch_type=slurm: give up (and cancel the job) after it has been pending this many '
-    'seconds; 0 waits as long as the scheduler takes, reporting why every 30 s.')
