@@ -19,7 +19,7 @@ from typing import Callable
 
 from launchpad_py import errors
 from launchpad_py.courier import fail_fast
-from launchpad_py.courier.errors import CourierUnavailableError
+from launchpad_py.courier.errors import CourierCancelledError, CourierUnavailableError
 
 _log = logging.getLogger(__name__)
 
@@ -100,12 +100,13 @@ def ended_by_stop(exc: BaseException, scope: ProgramScope) -> bool:
     """Whether ``exc`` only says that the program is stopping: then the node ends quietly.
 
     While a program stops its servers go one by one, and a node still calling
-    one gets ``CourierUnavailableError``: that is the stop, not a failure. The
+    one gets ``CourierUnavailableError`` (or, its call cut short,
+    ``CourierCancelledError``): that is the stop, not a failure. The
     stop may reach this node just after its call failed, hence the short wait.
     """
     seen = set()
     while exc is not None and id(exc) not in seen:
-        if isinstance(exc, CourierUnavailableError):
+        if isinstance(exc, (CourierUnavailableError, CourierCancelledError)):
             return scope.stop_event.wait(STOP_NOTICE_SECONDS)
         seen.add(id(exc))
         exc = exc.__cause__ or exc.__context__

@@ -14,7 +14,7 @@ import traceback
 from typing import TYPE_CHECKING
 
 from launchpad_py.node_side import node_process
-from launchpad_py.courier.errors import CourierUnavailableError
+from launchpad_py.courier.errors import CourierCancelledError, CourierUnavailableError
 from launchpad_py.errors import PeerFailedError
 from launchpad_py.node_state import ENDED, NodeState, NodeStatus
 
@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from launchpad_py.supervision.metrics_probe import MetricsProbe
 
 # A node that raised one of these failed because a node it called had failed or gone.
-_CONSEQUENCES = (CourierUnavailableError, PeerFailedError)
+_CONSEQUENCES = (CourierUnavailableError, CourierCancelledError, PeerFailedError)
 
 
 @dataclasses.dataclass
