@@ -46,10 +46,10 @@ class ThreadWorker(Worker):
         try:
             self._executable.main(context)
         except BaseException as exc:  # Reported to the supervisor, which decides...
-            if not runtime.ended_by_stop(exc, self._scope):  # ...but a stop ends quietly.
+            if runtime.ended_by_stop(exc, self._scope):  # ...but a call cut by the stop is none.
+                self.events.exited(self, 0, None)
+            else:
                 self.events.exited(self, 1, FailureReport.from_exception(exc))
-                return
-            self.events.exited(self, 0, None)
         else:
             self.events.exited(self, 0, None)
 
