@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import json
 import re
+import socket
+import threading
+import time
 import urllib.error
 import urllib.request
 
 import pytest
 
 import launchpad_py as lp
+from launchpad_py.observability import dashboard
 from tests.observe_nodes import Counted
 
 
@@ -83,3 +87,28 @@ def test_api_status_lists_every_node(watched):
     report = json.loads(text)
     assert [n['name'] for n in report['nodes']] == ['server/0']
     assert {'history', 'output', 'traceback', 'methods'} <= set(report['nodes'][0])
+
+
+def test_half_open_requests_cost_bounded_threads_and_time(watched, capsys):
+    """150 requests that never finish add at most MAX_CONNECTIONS threads, are closed within
+    CONNECTION_SECONDS, leave no traceback behind, and the page is served afterwards."""
+    controller, _ = watched
+    port = controller.dashboard.port
+    threads_before = threading.active_count()
+    strangers = [socket.create_connection(('127.0.0.1', port), timeout=30) for _ in range(150)]
+    try:
+        for sock in strangers:
+            sock.sendall(b'GET /api/status HTTP/1.1\r\nHost: x\r\n')  # Headers never end.
+        started = time.monotonic()
+        for sock in strangers:
+            while sock.recv(65536):  # Closed by the server (or refused at once when busy).
+                pass
+        waited = time.monotonic() - started
+        assert threading.active_count() - threads_before <= dashboard.MAX_CONNECTIONS
+    finally:
+        for sock in strangers:
+            sock.close()
+    assert waited < dashboard.CONNECTION_SECONDS + 10
+    status, _ = _get(controller.dashboard.url)
+    assert status == 200
+    assert "Traceback" not in capsys.readouterr().err

@@ -5,9 +5,11 @@ from __future__ import annotations
 import json
 import multiprocessing.connection as mpc
 import os
+import pickle
 import stat
 import subprocess
 import sys
+import threading
 
 import pytest
 
@@ -108,3 +110,76 @@ def test_unsafe_run_directory_is_refused(tmp_path, monkeypatch):
     monkeypatch.setenv(status_endpoint.RUN_DIR_ENV, str(path))
     with pytest.raises(PermissionError, match='mode 0700'):
         status_endpoint.run_dir(create=True)
+
+
+class _Bomb:
+    """Unpickling this creates ``path``."""
+
+    def __init__(self, path: str):
+        self.path = path
+
+    def __reduce__(self):
+        return open, (self.path, 'w')
+
+
+def _forged_status(directory, bomb: str, file_mode: int = 0o600, dir_mode: int = 0o700):
+    """A handle file and a status socket as another user would forge them: the socket answers
+    with a pickle that runs code. Returns the handle path, the socket path and its thread."""
+    directory.mkdir(mode=dir_mode)
+    os.chmod(directory, dir_mode)
+    key = os.urandom(32)
+    socket_path = str(directory / 'forged.sock')
+    listener = mpc.Listener(socket_path, family='AF_UNIX', authkey=key)
+
+    def serve():
+        try:
+            with listener.accept() as connection:
+                connection.recv()
+                connection.send(('reply', _Bomb(bomb)))
+        except (OSError, EOFError, mpc.AuthenticationError):
+            pass
+        finally:
+            listener.close()
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    path = directory / 'forged.json'
+    path.write_text(json.dumps({'program': 'forged', 'launch_type': 'x', 'pid': os.getpid(),
+                                'socket': socket_path, 'key': key.hex(), 'started': 0}))
+    os.chmod(path, file_mode)
+    return str(path), socket_path, thread
+
+
+def _end(socket_path: str, thread) -> None:
+    try:  # Wakes the forged server if the status command never connected.
+        mpc.Client(socket_path, family='AF_UNIX', authkey=b'x').close()
+    except (OSError, mpc.AuthenticationError, EOFError):
+        pass
+    thread.join(10)
+
+
+@pytest.mark.parametrize('file_mode, dir_mode', [(0o644, 0o700), (0o600, 0o755)])
+def test_status_refuses_a_handle_file_or_socket_others_could_have_made(
+        tmp_path, file_mode, dir_mode):
+    """--handle with a file others may write, or a socket in a directory others may enter,
+    is refused before connecting: the command names the file and runs nothing."""
+    bomb = str(tmp_path / 'ran')
+    path, socket_path, thread = _forged_status(tmp_path / 'forged', bomb, file_mode, dir_mode)
+    try:
+        done = _status('--handle', path, '--once', env_dir=tmp_path / 'run')
+    finally:
+        _end(socket_path, thread)
+    assert done.returncode != 0 and 'refusing the' in done.stderr and 'forged' in done.stderr
+    assert not os.path.exists(bomb)
+
+
+def test_status_reads_replies_as_plain_data_only(tmp_path):
+    """A status socket that answers with a pickle naming code is refused, not unpickled."""
+    bomb = str(tmp_path / 'ran')
+    path, socket_path, thread = _forged_status(tmp_path / 'forged', bomb)
+    try:
+        with pytest.raises(pickle.UnpicklingError, match='only plain data'):
+            status.query(status.read_handle(path))
+    finally:
+        _end(socket_path, thread)
+    assert not os.path.exists(bomb)

@@ -6,7 +6,10 @@
 
 It reads the handle file the launcher wrote (see ``observability/status_endpoint``)
 and asks the launcher over its socket, so it works for every launcher, and
-only for the user who may read that file.
+only for the user who may read that file. A handle file or socket that is
+not this user's alone is refused (another user could have made both, key
+included), and replies are read as plain data only: nothing the socket sends
+can run code here.
 """
 
 from __future__ import annotations
@@ -15,7 +18,10 @@ import argparse
 import glob
 import json
 import multiprocessing.connection as mpc
+import io
 import os
+import pickle
+import stat
 import sys
 import threading
 import time
@@ -32,9 +38,8 @@ def find_handles() -> list[dict]:
     handles = []
     for path in glob.glob(os.path.join(directory, '*.json')):
         try:
-            with open(path) as handle_file:
-                handle = dict(json.load(handle_file), path=path)
-        except (OSError, ValueError):
+            handle = dict(read_handle(path), path=path)
+        except (OSError, ValueError):  # Gone meanwhile, half written, or not ours alone.
             continue
         if _alive(handle.get('pid')):
             handles.append(handle)
@@ -50,8 +55,35 @@ def _alive(pid) -> bool:
 
 
 def read_handle(path: str) -> dict:
-    with open(path) as handle_file:
-        return json.load(handle_file)
+    """The handle in ``path``; PermissionError when the file, or the socket it names, is not
+    this user's alone."""
+    descriptor = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    with open(descriptor) as handle_file:
+        _check_private(os.fstat(descriptor), path, 'handle file', stat.S_ISREG, 0o600)
+        handle = json.load(handle_file)
+    socket_path = str(handle.get('socket'))
+    _check_private(os.lstat(socket_path), socket_path, 'status socket', stat.S_ISSOCK, 0o777)
+    directory = os.path.dirname(socket_path) or '.'
+    _check_private(os.lstat(directory), directory, 'directory of the status socket',
+                   stat.S_ISDIR, 0o700)
+    return handle
+
+
+def _check_private(info: os.stat_result, path: str, what: str, kind, widest: int) -> None:
+    mode = stat.S_IMODE(info.st_mode)
+    if not kind(info.st_mode) or info.st_uid != os.getuid() or mode & ~widest:
+        raise PermissionError(
+            f'refusing the {what} {path}: it must be ours (uid {os.getuid()}) with mode at most '
+            f'{widest:04o}, and it belongs to uid {info.st_uid} with mode {mode:04o}; another '
+            'user may have made it. Use a handle file the launcher wrote for you')
+
+
+class _PlainData(pickle.Unpickler):
+    """Reads replies of dicts, lists, strings and numbers; refuses anything that names code."""
+
+    def find_class(self, module: str, name: str):
+        raise pickle.UnpicklingError(f'the status socket sent a {module}.{name}; only plain '
+                                     'data is accepted')
 
 
 def query(handle: dict, request: tuple = ('statistics',), timeout: float = 10.0):
@@ -62,7 +94,7 @@ def query(handle: dict, request: tuple = ('statistics',), timeout: float = 10.0)
         connection.send(request)
         if not connection.poll(timeout):
             raise TimeoutError(f'program {handle["program"]!r} did not answer in {timeout}s')
-        _, value = connection.recv()  # ('reply', value)
+        _, value = _PlainData(io.BytesIO(connection.recv_bytes())).load()  # ('reply', value)
         return value
     finally:
         connection.close()
@@ -116,7 +148,10 @@ def format_table(report: dict) -> str:
 
 def _choose(args) -> dict:
     if args.handle:
-        return read_handle(args.handle)
+        try:
+            return read_handle(args.handle)
+        except (OSError, ValueError) as exc:
+            raise SystemExit(f'cannot use --handle {args.handle}: {exc}') from None
     handles = find_handles()
     if args.name:
         handles = [h for h in handles if h['program'] == args.name]

@@ -13,8 +13,11 @@ connections are shared per address within a process, so many clients of one
 server cost one.
 
 Over TCP and gRPC the client proves the secret (``secret=``, else the one
-registered for the address, else the process default; see ``auth.py``).
-A pickled client carries no secret: it uses the receiving process's.
+registered for the address, else the process default; see ``auth.py``) to
+the server it meant to reach: with ``server_identity`` (a node's handle
+passes the node's ``label/index``) it refuses any other server before
+sending it anything. A pickled client carries no secret: it uses the
+receiving process's.
 """
 
 from __future__ import annotations
@@ -49,12 +52,13 @@ def _local_channel(address: str) -> uds_client.LocalChannel | None:
 
 
 def _tcp_channel(address: str, secret: bytes | None, wait_for_ready: bool,
-                 timeout: float | None, tls: TlsCredentials | None) -> uds_client.LocalChannel:
-    key = ('tcp', address, secret, tls)
+                 timeout: float | None, tls: TlsCredentials | None,
+                 expected: str | None) -> uds_client.LocalChannel:
+    key = ('tcp', address, secret, tls, expected)
     with _channels_lock:
         channel = _channels.get(key)
         if channel is None:
-            finder = _TcpPort(address, secret, wait_for_ready, timeout, tls)
+            finder = _TcpPort(address, secret, wait_for_ready, timeout, tls, expected)
             channel = _channels[key] = uds_client.LocalChannel(address, finder.connect)
         return channel
 
@@ -63,13 +67,14 @@ class _TcpPort:
     """Finds a server's raw-TCP port (one gRPC call, kept) and connects to it."""
 
     def __init__(self, address: str, secret: bytes | None, wait_for_ready: bool,
-                 timeout: float | None, tls: TlsCredentials | None):
+                 timeout: float | None, tls: TlsCredentials | None, expected: str | None):
         self._address = address
+        self._expected = expected
         self._host = address.rpartition(':')[0].strip('[]')
         self._secret = secret
         self._tls = None if tls is None else tls.client_context()
         self._grpc = grpc_client.GrpcCaller(address, timeout, wait_for_ready,
-                                            grpc_chunks.MAX_MESSAGE_BYTES, secret, tls)
+                                            grpc_chunks.MAX_MESSAGE_BYTES, secret, tls, expected)
         self._port: int | None = None
 
     def connect(self, timeout: float | None) -> tcp.Connection | None:
@@ -81,7 +86,7 @@ class _TcpPort:
             return None
         try:
             return tcp.connect(self._host, self._port, self._secret, self._address, timeout,
-                               self._tls)
+                               self._tls, self._expected)
         except errors.CourierUnavailableError:
             if fresh:
                 raise
@@ -89,7 +94,7 @@ class _TcpPort:
         if not self._port:
             return None
         return tcp.connect(self._host, self._port, self._secret, self._address, timeout,
-                           self._tls)
+                           self._tls, self._expected)
 
 
 def _seconds(timeout: Timeout) -> float | None:
@@ -120,14 +125,16 @@ class Client:
     turns JAX arrays in replies back into JAX arrays (by default they arrive
     as numpy arrays). ``secret``: the bytes to prove to the server (default:
     registered for the address, else the process's); ``tls``: the server's
-    ``TlsCredentials``, to encrypt TCP and gRPC.
+    ``TlsCredentials``, to encrypt TCP and gRPC; ``server_identity``: the name
+    the server must prove (its ``identity``), None for any.
     """
 
     def __init__(self, server_address: str, compress: bool = False,
                  call_timeout: Timeout = None, wait_for_ready: bool = True, *,
                  timeout: Timeout = None, transport: str = 'auto', device_arrays: bool = False,
                  max_message_bytes: int = grpc_chunks.MAX_MESSAGE_BYTES,
-                 secret: bytes | None = None, tls: TlsCredentials | None = None):
+                 secret: bytes | None = None, tls: TlsCredentials | None = None,
+                 server_identity: str | None = None):
         del compress
         address = server_address
         if call_timeout is not None and timeout is not None:
@@ -146,9 +153,13 @@ class Client:
         self._max_message_bytes = max_message_bytes
         self._secret = auth.secret_for(address, secret)
         self._tls = tls
+        self._expected = server_identity
+        if server_identity is not None:
+            auth.check_name(server_identity, 'server_identity')
         self._local = _local_channel(address) if transport == 'auto' else None
         if transport == 'tcp' or (transport == 'auto' and self._local is None):
-            self._local = _tcp_channel(address, self._secret, wait_for_ready, self._timeout, tls)
+            self._local = _tcp_channel(address, self._secret, wait_for_ready, self._timeout, tls,
+                                       server_identity)
         self._grpc_caller: grpc_client.GrpcCaller | None = None
         self._decode = functools.partial(decode_reply, device_arrays=device_arrays)
         self._futures = _FutureMethods(self)
@@ -159,7 +170,7 @@ class Client:
         if self._grpc_caller is None:
             self._grpc_caller = grpc_client.GrpcCaller(
                 self._address, self._timeout, self._wait_for_ready, self._max_message_bytes,
-                self._secret, self._tls)
+                self._secret, self._tls, self._expected)
         return self._grpc_caller
 
     @property
@@ -203,16 +214,19 @@ class Client:
 
     def __reduce__(self):
         return (_rebuild_client, (self._address, self._timeout, self._wait_for_ready,
-                                  self._transport, self._device_arrays, self._max_message_bytes))
+                                  self._transport, self._device_arrays, self._max_message_bytes,
+                                  self._expected))
 
     def __repr__(self) -> str:
         return f'courier.Client({self._address!r})'
 
 
 def _rebuild_client(address, timeout, wait_for_ready, transport='auto', device_arrays=False,
-                    max_message_bytes=grpc_chunks.MAX_MESSAGE_BYTES) -> Client:
+                    max_message_bytes=grpc_chunks.MAX_MESSAGE_BYTES,
+                    server_identity=None) -> Client:
     return Client(address, timeout=timeout, wait_for_ready=wait_for_ready, transport=transport,
-                  device_arrays=device_arrays, max_message_bytes=max_message_bytes)
+                  device_arrays=device_arrays, max_message_bytes=max_message_bytes,
+                  server_identity=server_identity)
 
 
 class _Method:

@@ -1,9 +1,13 @@
 """The gRPC path of a ``Client``: the one that works across hosts.
 
-With a secret, every call carries a token (``auth.grpc_token``) and every
-reply must carry the server's proof of the secret before it is decoded. The
-``Endpoints`` reply is not checked: it is two plain bytes, and the raw-TCP
-handshake proves the server anyway.
+With a secret, the caller first asks the server who it is (``Endpoints``:
+its name, incarnation and raw-TCP port, MACed over a nonce of ours; see
+``auth.py``), refuses a server whose name is not the one it expects, and
+only then sends calls. Each call carries a token made for that server and
+that request body; each reply must carry the server's proof before it is
+decoded. A server that restarted refuses tokens made for its earlier
+incarnation: the caller asks again and sends the call once more (the
+refused call was never read).
 
 Requests larger than one message go as a chunk stream; a ``CHUNKED`` answer
 means the reply is pulled in chunks (see ``grpc_chunks``). Channels are
@@ -14,9 +18,8 @@ from __future__ import annotations
 
 import concurrent.futures
 import hmac
-import struct
 import threading
-from typing import Any, Callable, NamedTuple
+from typing import Any, Callable, Iterable, NamedTuple
 
 import grpc
 
@@ -81,30 +84,50 @@ class GrpcCaller:
 
     def __init__(self, address: str, timeout: float | None, wait_for_ready: bool,
                  max_message_bytes: int, secret: bytes | None = None,
-                 tls: TlsCredentials | None = None):
+                 tls: TlsCredentials | None = None, expected: str | None = None):
         self._address = address
         self._secret = secret
+        self._expected = expected  # The server's name; None: whoever proves the secret.
+        self._peer: auth.Identity | None = None  # Whom tokens are made for, once known.
         self._tls = tls
         self._timeout = timeout
         self._wait_for_ready = wait_for_ready
         self._limit = max_message_bytes
         self._stubs = _Stubs.of(channel(address, tls))
 
-    def _use(self, method: str) -> tuple[_Stubs, dict, str | None]:
-        """The stubs and options for the next call, and the proof the server must send back.
+    def _stubs_now(self) -> tuple[_Stubs, dict]:
+        """The stubs and options for the next call.
 
         A channel closed by ``fail_fast`` is replaced; calls under a fail-fast
-        rule do not wait for their server. The proof is None without a secret.
+        rule do not wait for their server.
         """
         stubs = self._stubs
         if fail_fast.closed_here(stubs.channel):
             stubs = self._stubs = _Stubs.of(channel(self._address, self._tls))
         wait = self._wait_for_ready and not fail_fast.applies(self._address)
-        options = {'timeout': self._timeout, 'wait_for_ready': wait}
+        return stubs, {'timeout': self._timeout, 'wait_for_ready': wait}
+
+    def _use(self, method: str, body: Iterable) -> tuple[_Stubs, dict, str | None]:
+        """The stubs and options of a call of ``method`` sending ``body`` (its parts), and the
+        proof the server must send back (None without a secret)."""
+        stubs, options = self._stubs_now()
         if self._secret is None:
             return stubs, options, None
-        options['metadata'], proof = auth.grpc_token(self._secret, method)  # See auth.py.
+        peer = self._peer or self.hello()[0]
+        options['metadata'], proof = auth.grpc_token(peer, method, auth.digest(body))
         return stubs, options, proof
+
+    def hello(self) -> tuple[auth.Identity, int]:
+        """Who the server is and its raw-TCP port (0: none), once it proved both."""
+        stubs, options = self._stubs_now()
+        nonce, options['metadata'] = auth.hello_request()
+        try:
+            reply = stubs.endpoints(b'', **options)
+        except grpc.RpcError as exc:
+            raise self._error(exc, 'Endpoints', stubs) from None
+        self._peer, port = auth.check_hello_reply(self._secret, nonce, reply, self._address,
+                                                  self._expected)
+        return self._peer, port
 
     def _verify(self, call, proof: str | None, method: str) -> None:
         """Refuses a reply from a server that did not prove the secret, before decoding it."""
@@ -117,6 +140,10 @@ class GrpcCaller:
                 f'its reply to {method!r} was not decoded')
 
     def _error(self, error: Exception, method: str, stubs: _Stubs) -> errors.CourierError:
+        if (isinstance(error, grpc.RpcError) and error.code() == grpc.StatusCode.UNAUTHENTICATED
+                and auth.STALE in (error.details() or '')):
+            self._peer = None  # The server restarted: ask who it is now.
+            return _Restarted(errors.translate_rpc_error(error, self._address, method).args[0])
         if fail_fast.closed_here(stubs.channel):
             return errors.CourierUnavailableError(
                 f'server unavailable calling {method!r} on {self._address}: it is gone, and '
@@ -128,15 +155,15 @@ class GrpcCaller:
         parts, _ = frames.encode(0, frames.REQUEST, request)
         size = grpc_chunks.size(parts)
         if size <= self._limit:
-            stubs, options, proof = self._use(wire.CALL)
-            stub = stubs.call
             try:
                 payload = b''.join(parts)
             except MemoryError:
                 raise MemoryError(f'cannot send {size} bytes to {request[0]!r} on '
                                   f'{self._address}: no memory for the gRPC message') from None
+            stubs, options, proof = self._use(wire.CALL, (payload,))
+            stub = stubs.call
         else:
-            stubs, options, proof = self._use(wire.CALL_CHUNKED)
+            stubs, options, proof = self._use(wire.CALL_CHUNKED, parts)
             stub, payload = stubs.call_chunked, grpc_chunks.split(parts, self._limit)
         try:
             started = (stub.future if future else stub.with_call)(payload, **options)
@@ -152,7 +179,7 @@ class GrpcCaller:
         frame = frames.from_bytes(reply)
         if frame.kind == frames.CHUNKED:
             token, _ = frame.value()
-            stubs, options, proof = self._use(wire.FETCH)
+            stubs, options, proof = self._use(wire.FETCH, (token,))
             try:
                 chunks = stubs.fetch(token, **options)
                 self._verify(chunks, proof, method)
@@ -164,6 +191,12 @@ class GrpcCaller:
         return decode(frames.from_bytes(bytearray(reply)))
 
     def call(self, request: tuple, decode: Callable) -> Any:
+        try:
+            return self._call_once(request, decode)
+        except _Restarted:  # Refused unread: sending it again cannot run it twice.
+            return self._call_once(request, decode)
+
+    def _call_once(self, request: tuple, decode: Callable) -> Any:
         (reply, call), proof, _ = self._start(request, future=False)
         self._verify(call, proof, request[0])
         return self._finish(reply, request[0], decode)
@@ -182,7 +215,11 @@ class GrpcCaller:
                                      daemon=True).start()
                     return
             except grpc.RpcError as exc:
-                result.set_exception(self._error(exc, method, stubs))
+                error = self._error(exc, method, stubs)
+                if isinstance(error, _Restarted):  # Sent again, off gRPC's callback thread.
+                    threading.Thread(target=again, name='courier-retry', daemon=True).start()
+                    return
+                result.set_exception(error)
                 return
             except errors.AuthenticationError as exc:
                 result.set_exception(exc)
@@ -195,12 +232,18 @@ class GrpcCaller:
             except BaseException as exc:  # The remote exception, rebuilt.
                 result.set_exception(exc)
 
+        def again() -> None:
+            try:
+                result.set_result(self._call_once(request, decode))
+            except BaseException as exc:
+                result.set_exception(exc)
+
         call, proof, stubs = self._start(request, future=True)
         call.add_done_callback(finish)
         return result
 
     def list_methods(self) -> list[str]:
-        stubs, options, proof = self._use(wire.LIST_METHODS)
+        stubs, options, proof = self._use(wire.LIST_METHODS, (b'',))
         try:
             reply, call = stubs.list.with_call(b'', **options)
         except grpc.RpcError as exc:
@@ -209,12 +252,9 @@ class GrpcCaller:
         return frames.from_bytes(reply).value()
 
     def tcp_port(self) -> int:
-        """The server's raw-TCP port (0: it has none). Plain bytes: nothing to unpickle."""
-        stubs, options, _ = self._use(wire.ENDPOINTS)
-        try:
-            reply = stubs.endpoints(b'', **options)
-        except grpc.RpcError as exc:
-            if exc.code() == grpc.StatusCode.UNIMPLEMENTED:
-                return 0
-            raise self._error(exc, 'Endpoints', stubs) from None
-        return struct.unpack('<H', reply)[0] if len(reply) == 2 else 0
+        """The server's raw-TCP port (0: it has none), asked afresh (it changes on restart)."""
+        return self.hello()[1]
+
+
+class _Restarted(errors.AuthenticationError):
+    """The server refused a token made for its previous incarnation (it restarted)."""

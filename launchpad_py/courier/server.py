@@ -13,8 +13,11 @@ TCP on the same interface (see ``tcp.py``), the fast path from other hosts.
 At most ``thread_pool_size`` calls run at once, whichever path they came by.
 
 With a secret (``secret=`` or the process default, see ``auth.py``), nothing
-that arrives by TCP or gRPC is decoded before its sender proved the secret.
-Binding anything but loopback without one is refused unless ``insecure=True``.
+that arrives by TCP or gRPC is decoded before its sender proved the secret
+to this server: proofs are made for its ``identity`` (a launched node's
+``label/index``) and for this start of it, so they are worthless at any other
+server, and at this one after a restart. Binding anything but loopback
+without a secret is refused unless ``insecure=True``.
 """
 
 from __future__ import annotations
@@ -34,6 +37,9 @@ from launchpad_py.courier import tls as tls_module
 _log = logging.getLogger('launchpad_py.courier')
 _clock = time.perf_counter
 
+# A gRPC connection with no call in flight for this long is closed (the client reconnects
+# on its next call): strangers cannot hold connections open, as on the raw-TCP port.
+IDLE_SECONDS = 60.0
 # Unlimited message sizes; SO_REUSEPORT off so two servers can never silently share a port.
 GRPC_OPTIONS = [
     ('grpc.max_send_message_length', -1),
@@ -70,8 +76,12 @@ class Server:
     ``tcp_transport=False`` the raw-TCP listener; ``max_message_bytes`` is
     the largest single gRPC message (bigger replies are streamed in chunks);
     ``handshake_timeout`` closes TCP connections that do not authenticate in
-    time; ``max_frame_bytes`` is the largest TCP frame accepted; ``tls``
+    time, and gRPC connections that do not finish theirs; ``idle_timeout``
+    closes gRPC connections without a call for that long (clients reconnect);
+    ``max_frame_bytes`` is the largest TCP frame accepted; ``tls``
     (``TlsCredentials``) encrypts gRPC and raw TCP (see ``tls.py``).
+    ``identity`` names the server in its proofs; clients that expect a name
+    refuse any other server (launched nodes pass ``label/index``).
     """
 
     def __init__(self, obj: Any, port: int = 0, *, host: str = '127.0.0.1',
@@ -83,7 +93,8 @@ class Server:
                  tcp_transport: bool = True,
                  handshake_timeout: float = tcp.HANDSHAKE_SECONDS,
                  max_frame_bytes: int = tcp.MAX_FRAME_BYTES,
-                 tls: tls_module.TlsCredentials | None = None):
+                 tls: tls_module.TlsCredentials | None = None,
+                 identity: str | None = None, idle_timeout: float = IDLE_SECONDS):
         if not isinstance(thread_pool_size, int) or thread_pool_size < 1:
             raise ValueError(f'thread_pool_size must be a positive int (got {thread_pool_size!r})')
         self._secret = auth.secret_for(f'{host}:{port}' if port else None, secret)
@@ -93,9 +104,12 @@ class Server:
                 'secret: anyone who reaches that address could run code in this process. Pass '
                 'secret=secrets.token_bytes(32) (clients pass the same), call '
                 'courier.set_default_secret(...), or insecure=True if the network is trusted')
+        self._name = auth.check_name(identity, f'identity of courier server {label or ""}')
+        self._identity: auth.Identity | None = None
         self._tcp_transport = tcp_transport
         self._tls = tls
         self._handshake_timeout = handshake_timeout
+        self._idle_timeout = idle_timeout
         self._max_frame_bytes = max_frame_bytes
         self._tcp: tcp.TcpListener | None = None
         self._obj = obj
@@ -144,15 +158,20 @@ class Server:
     def start(self) -> 'Server':
         # gRPC gets its own threads for the (cheap) chunk transfers; calls take
         # a permit, so thread_pool_size still bounds the calls that run at once.
-        interceptors = [] if self._secret is None else [_Guard(self._secret, self._label)]
-        server = grpc.server(self._pool, options=GRPC_OPTIONS, maximum_concurrent_rpcs=None,
-                             interceptors=interceptors)
+        self._identity = identity = auth.Identity.fresh(self._secret, self._name)
+        interceptors = [] if self._secret is None else [_Guard(identity, self._label)]
+        limits = [('grpc.server_handshake_timeout_ms', int(self._handshake_timeout * 1000)),
+                  ('grpc.max_connection_idle_ms', int(self._idle_timeout * 1000)),
+                  ('grpc.max_allowed_incoming_connections', tcp.MAX_PENDING)]
+        server = grpc.server(self._pool, options=GRPC_OPTIONS + limits,
+                             maximum_concurrent_rpcs=None, interceptors=interceptors)
         server.add_generic_rpc_handlers([grpc.method_handlers_generic_handler(wire.SERVICE, {
             'Call': grpc.unary_unary_rpc_method_handler(self._handle_call),
             'CallChunked': grpc.stream_unary_rpc_method_handler(self._handle_chunked_call),
             'Fetch': grpc.unary_stream_rpc_method_handler(self._chunks.fetch),
             'ListMethods': grpc.unary_unary_rpc_method_handler(self._handle_list_methods),
-            'Endpoints': grpc.unary_unary_rpc_method_handler(self._handle_endpoints),
+            # Answered from its metadata alone: the request is never read (see _Guard).
+            'Endpoints': grpc.stream_unary_rpc_method_handler(self._handle_endpoints),
         })])
         target = f'{self._host}:{self._requested_port}'
         try:
@@ -174,7 +193,7 @@ class Server:
                 self._local = None
         if self._tcp_transport:
             self._tcp = tcp.TcpListener(
-                self._host, self._secret, self._dispatch_frame, self._unsendable, self._pool,
+                self._host, identity, self._dispatch_frame, self._unsendable, self._pool,
                 self._label, self._initializer, handshake_timeout=self._handshake_timeout,
                 max_frame_bytes=self._max_frame_bytes,
                 tls=None if self._tls is None else self._tls.server_context(),
@@ -269,8 +288,15 @@ class Server:
     def _handle_list_methods(self, request: bytes, context: grpc.ServicerContext) -> bytes:
         return frames.to_bytes(public_methods(self._obj))
 
-    def _handle_endpoints(self, request: bytes, context: grpc.ServicerContext) -> bytes:
-        return tcp.ENDPOINTS.pack(self.tcp_port or 0)
+    def _handle_endpoints(self, requests, context: grpc.ServicerContext) -> bytes:
+        """Who this server is and its raw-TCP port, MACed over the caller's nonce."""
+        reply = auth.hello_reply(self._identity, context.invocation_metadata(),
+                                 self.tcp_port or 0)
+        if reply is None:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT,
+                          f'Endpoints needs a {auth.NONCE_BYTES}-byte {auth.HELLO_KEY} nonce '
+                          '(a client of an older launchpad_py?)')
+        return reply
 
 
 def is_loopback(host: str) -> bool:
@@ -279,36 +305,62 @@ def is_loopback(host: str) -> bool:
 
 
 class _Guard(grpc.ServerInterceptor):
-    """Refuses a gRPC call without a valid token before its request is read, let alone decoded."""
+    """Refuses a gRPC call without a valid token before its request is read, let alone decoded.
 
-    def __init__(self, secret: bytes, label: str | None):
-        self._checker = auth.TokenChecker(secret)
+    ``Endpoints`` needs no token: it reads no request and answers with a proof
+    (see ``auth.hello_reply``), which is how a client learns whom to make tokens for.
+    """
+
+    def __init__(self, identity: auth.Identity, label: str | None):
+        self._checker = auth.TokenChecker(identity)
         self._label = label or 'server'
 
     def intercept_service(self, continuation, handler_call_details):
-        why, proof = self._checker.check(handler_call_details.method,
-                                         handler_call_details.invocation_metadata)
+        method = handler_call_details.method
+        if method == wire.ENDPOINTS:
+            return continuation(handler_call_details)
+        why, body_digest, proof = self._checker.check(
+            method, handler_call_details.invocation_metadata)
         if why is None:
             handler = continuation(handler_call_details)
-            return None if handler is None else _proving(handler, proof)
+            if handler is None:
+                return None
+            return _proving(handler, body_digest, proof,
+                            lambda context: self._refuse(context, method, _OTHER_BODY))
 
         def refuse(requests, context: grpc.ServicerContext):
-            _log.warning('courier server %s: refused a gRPC call of %s from %s: %s',
-                         self._label, handler_call_details.method, context.peer(), why)
-            context.abort(grpc.StatusCode.UNAUTHENTICATED, f'refused: {why}')
+            self._refuse(context, method, why)
 
         # A streaming-request handler never reads the request: refused unread.
         return grpc.stream_unary_rpc_method_handler(refuse)
 
+    def _refuse(self, context: grpc.ServicerContext, method: str, why: str) -> None:
+        _log.warning('courier server %s: refused a gRPC call of %s from %s: %s',
+                     self._label, method, context.peer(), why)
+        context.abort(grpc.StatusCode.UNAUTHENTICATED, f'refused: {why}')
 
-def _proving(handler: grpc.RpcMethodHandler, proof: str) -> grpc.RpcMethodHandler:
-    """``handler``, first sending the server's proof of the secret (see auth.grpc_token)."""
-    def wrap(behavior):
+
+_OTHER_BODY = 'the request body is not the one its token was made for'
+
+
+def _proving(handler: grpc.RpcMethodHandler, body_digest: str, proof: str,
+             refuse: Callable) -> grpc.RpcMethodHandler:
+    """``handler``, refusing a body other than the token's, then sending the server's proof.
+
+    The body is checked before the handler decodes it: a token taken from a
+    caller cannot carry another request (see auth.grpc_token).
+    """
+    def wrap(behavior, streamed: bool):
         def run(request, context):
+            if streamed:
+                request = list(request)
+            if auth.digest(request if streamed else (request,)) != body_digest:
+                refuse(context)
             context.send_initial_metadata(((auth.PROOF_KEY, proof),))
-            return behavior(request, context)
+            return behavior(iter(request) if streamed else request, context)
         return run
 
-    kinds = ('unary_unary', 'unary_stream', 'stream_unary', 'stream_stream')
-    return handler._replace(**{k: wrap(getattr(handler, k)) for k in kinds
-                               if getattr(handler, k) is not None})
+    kinds = {'unary_unary': False, 'unary_stream': False, 'stream_unary': True,
+             'stream_stream': True}
+    return handler._replace(**{k: wrap(getattr(handler, k), streamed)
+                               for k, streamed in kinds.items() if getattr(handler, k) is not None})

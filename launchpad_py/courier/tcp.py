@@ -2,7 +2,8 @@
 
 A server's address names its gRPC port; its raw-TCP listener sits on a port
 of its own on the same interface, which a client learns once per address
-with the gRPC ``Endpoints`` call (authenticated like every call) and keeps.
+with the gRPC ``Endpoints`` call (whose answer the server signs, see
+``auth.py``) and keeps.
 Each TCP connection starts with the handshake of ``auth.py``; after it, the
 frames are those of ``frames.py`` with every buffer in band: written with
 ``sendmsg`` scatter/gather, read with ``recv_into`` into memory allocated
@@ -84,8 +85,10 @@ class Connection(uds.Connection):
 
 
 def connect(host: str, port: int, secret: bytes | None, address: str,
-            timeout: float | None, tls: ssl.SSLContext | None = None) -> Connection:
-    """An authenticated connection to ``host:port``; raises a courier error."""
+            timeout: float | None, tls: ssl.SSLContext | None = None,
+            expected: str | None = None) -> Connection:
+    """An authenticated connection to ``host:port``, whose server must be named ``expected``
+    (any name when None); raises a courier error."""
     limit = timeout or HANDSHAKE_SECONDS
     try:
         sock = socket.create_connection((host, port), timeout=limit)
@@ -96,7 +99,7 @@ def connect(host: str, port: int, secret: bytes | None, address: str,
         _tune(sock)
         if tls is not None:
             sock = tls.wrap_socket(sock, server_hostname=None if not tls.check_hostname else host)
-        auth.client_handshake(sock, secret, address, limit)
+        auth.client_handshake(sock, secret, address, limit, expected)
     except errors.CourierError:
         sock.close()
         raise
@@ -115,7 +118,7 @@ def connect(host: str, port: int, secret: bytes | None, address: str,
 class TcpListener(uds_server.LocalListener):
     """Accepts TCP connections for one server: the gate's handshake, then the Unix-socket loop."""
 
-    def __init__(self, host: str, secret: bytes | None, dispatch: Callable, unsendable: Callable,
+    def __init__(self, host: str, identity: auth.Identity, dispatch: Callable, unsendable: Callable,
                  executor, label: str | None, thread_initializer=None, *,
                  tls: ssl.SSLContext | None = None,
                  handshake_timeout: float = HANDSHAKE_SECONDS,
@@ -127,7 +130,7 @@ class TcpListener(uds_server.LocalListener):
         self._name = f'courier-{label or "server"}-tcp'
         self._watchdog.name = f'{self._name}-watchdog'
         self._host = host
-        self._secret = secret
+        self._identity = identity
         self._tls = tls
         self._handshake_timeout = handshake_timeout
         self._max_frame_bytes = max_frame_bytes
@@ -145,7 +148,7 @@ class TcpListener(uds_server.LocalListener):
             return False
         self._listener = listener
         self.port = listener.getsockname()[1]
-        self._gate = tcp_gate.Gate(listener, self._secret, self._name, self._admit, self._tls,
+        self._gate = tcp_gate.Gate(listener, self._identity, self._name, self._admit, self._tls,
                                    self._handshake_timeout, MAX_PENDING)
         self._spawn(self._gate.run)
         return True

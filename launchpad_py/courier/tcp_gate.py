@@ -37,10 +37,10 @@ class _Pending:
 class Gate:
     """Accepts on ``listener`` and runs the handshakes until ``close()``."""
 
-    def __init__(self, listener: socket.socket, secret: bytes | None, name: str,
+    def __init__(self, listener: socket.socket, identity: auth.Identity, name: str,
                  admit: Callable, tls: ssl.SSLContext | None, timeout: float, max_pending: int):
         self._listener = listener
-        self._secret = secret
+        self._identity = identity
         self._name = name
         self._admit = admit
         self._tls = tls
@@ -117,8 +117,8 @@ class Gate:
                 entry.sock.do_handshake()
                 entry.tls_done = True
             if entry.nonce is None:
-                entry.nonce, hello = auth.server_hello()
-                entry.sock.send(hello)  # 40 bytes into an empty socket buffer: never partial.
+                entry.nonce, hello = auth.server_hello(self._identity)
+                entry.sock.send(hello)  # At most 312 bytes into an empty buffer: never partial.
             while len(entry.received) < auth.CLIENT_PROOF:
                 chunk = entry.sock.recv(auth.CLIENT_PROOF - len(entry.received))
                 if not chunk:
@@ -126,7 +126,7 @@ class Gate:
                         f'closed after {len(entry.received)} of {auth.CLIENT_PROOF} '
                         'handshake bytes')
                 entry.received += chunk
-            answer = auth.check_client_proof(self._secret, entry.nonce, entry.received)
+            answer = auth.check_client_proof(self._identity, entry.nonce, entry.received)
         except (ssl.SSLWantReadError, ssl.SSLWantWriteError, BlockingIOError):
             return
         except auth.HandshakeFailed as exc:

@@ -2,7 +2,10 @@
 
 A server listening on loopback port P also listens on
 ``/tmp/launchpad_py-<uid>/courier-P.sock``. The directory is created 0700
-and must belong to this user, so only the same user can connect; a client of
+and must belong to this user, so only the same user can connect. When
+another user made that path first, it is refused and, said once in the log,
+a private directory is used instead: ``$LAUNCHPAD_PY_SOCKET_DIR``, else
+``$XDG_RUNTIME_DIR/launchpad_py``, else ``~/.launchpad_py/sockets``. A client of
 ``127.0.0.1:P`` (or ``localhost:P``) derives the path from the address, needs
 no extra round trip to find it, and falls back to gRPC when it is absent.
 
@@ -21,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import logging
 import os
 import socket
 import stat
@@ -38,20 +42,61 @@ SHM_MIN_BYTES = 256 * 1024
 _SOCKET_BUFFER = 1024 * 1024
 
 
+SOCKET_DIR_ENV = 'LAUNCHPAD_PY_SOCKET_DIR'
+# The directory every process of a user tries first ({uid}: theirs).
+SHARED_DIR = '/tmp/launchpad_py-{uid}'
+_log = logging.getLogger('launchpad_py.courier')
+_refused: set[str] = set()  # Directories already reported as unsafe (said once each).
+
+
 def runtime_dir() -> str | None:
-    """This user's private directory for courier sockets, or None if it is unsafe."""
-    path = f'/tmp/launchpad_py-{os.getuid()}'
+    """This user's private directory for courier sockets, or None if none can be had.
+
+    Every process of the user finds the same one, so a client finds a server's
+    socket from its address alone.
+    """
+    for path in _candidates():
+        why = _private(path)
+        if why is None:
+            return path
+        if path not in _refused:
+            _refused.add(path)
+            _log.warning('launchpad_py: not using %s for courier sockets and run files: %s. '
+                         'same-host calls use the next private directory that can be made (else '
+                         'gRPC). Remove it (ask its owner or an admin if it is not yours), or '
+                         'set %s to a directory only you can enter', path, why, SOCKET_DIR_ENV)
+    return None
+
+
+def _candidates() -> list[str]:
+    explicit = os.environ.get(SOCKET_DIR_ENV)
+    if explicit:
+        return [explicit]
+    found = [SHARED_DIR.format(uid=os.getuid())]
+    runtime = os.environ.get('XDG_RUNTIME_DIR')
+    if runtime and os.path.isdir(runtime):
+        found.append(os.path.join(runtime, 'launchpad_py'))
+    found.append(os.path.join(os.path.expanduser('~'), '.launchpad_py', 'sockets'))
+    return found
+
+
+def _private(path: str) -> str | None:
+    """None when ``path`` is (now) a directory of ours that nobody else may enter; else why not."""
     try:
+        os.makedirs(os.path.dirname(path), 0o700, exist_ok=True)
         os.mkdir(path, 0o700)
     except FileExistsError:
         pass
-    except OSError:
-        return None
+    except OSError as exc:
+        return f'cannot create it ({exc.strerror})'
     info = os.lstat(path)
-    if (not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid()
-            or info.st_mode & 0o077):
-        return None
-    return path
+    if not stat.S_ISDIR(info.st_mode):
+        return 'it is not a directory'
+    if info.st_uid != os.getuid():
+        return f'it belongs to uid {info.st_uid}, not {os.getuid()}'
+    if info.st_mode & 0o077:
+        return f'its mode {oct(info.st_mode & 0o777)} lets others in (0700 needed)'
+    return None
 
 
 @contextlib.contextmanager

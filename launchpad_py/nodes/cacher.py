@@ -137,7 +137,7 @@ class _ServeCaches:
                 server = courier.Server(cache, get_port_from_address(address.resolve()),
                                         host=context.bind_host, label=context.label,
                                         thread_initializer=runtime.inherit_binding(),
-                                        **self.server_kwargs)
+                                        identity=address.identity, **self.server_kwargs)
                 servers.append(server.start())
             context.report_ready()
             context.stop_event.wait()
@@ -161,8 +161,9 @@ class CacherHandle(Handle[courier.Client]):
             choice = runtime.get_node_context().index % len(self._addresses)
         except NotRunningError:  # The launching process, or a thread of its own.
             choice = random.randrange(len(self._addresses))
-        address = self._addresses[choice].resolve()
-        return courier.Client(address, **self._client_kwargs)  # type: ignore[return-value]
+        address = self._addresses[choice]
+        return courier.Client(address.resolve(), server_identity=address.identity,
+                              **self._client_kwargs)  # type: ignore[return-value]
 
 
 def _positive_ms(name: str, value: Any) -> float:

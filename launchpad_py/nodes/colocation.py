@@ -63,8 +63,9 @@ class _Colocation(Node):
 
     def _on_added(self, label: str, index: int) -> None:
         super()._on_added(label, index)
-        for node in self._nodes:
+        for position, node in enumerate(self._nodes):
             node._on_added(label, index)
+            node._name_addresses(f'{label}/{index}/{position}')  # Siblings share label/index.
 
     def _target_name(self) -> str:
         return ', '.join(node._target_name() for node in self._nodes)

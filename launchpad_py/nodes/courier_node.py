@@ -38,7 +38,8 @@ class CourierHandle(Handle[T], Generic[T]):
         return self._address
 
     def dereference(self) -> T:
-        return courier.Client(self._address.resolve(), **self._client_kwargs)  # type: ignore[return-value]
+        return courier.Client(self._address.resolve(), server_identity=self._address.identity,
+                              **self._client_kwargs)  # type: ignore[return-value]
 
     def __repr__(self) -> str:
         return f'CourierHandle({self._address!r})'
@@ -96,7 +97,8 @@ class _ServeObject:
         stand_in = _UnderConstruction(context.label)
         server = courier.Server(stand_in, get_port_from_address(self.address.resolve()),
                                 host=context.bind_host, label=f'{context.label}/{context.index}',
-                                thread_initializer=runtime.inherit_binding(), **self.server_kwargs)
+                                thread_initializer=runtime.inherit_binding(),
+                                identity=self.address.identity, **self.server_kwargs)
         server.start()
         try:
             context.report_ready()

@@ -14,6 +14,11 @@ nothing for this: they answer over their control channel as for ``lp status``.
 
 The dashboard outlives the program, so a failure stays readable, until
 ``close()`` (also on leaving ``with lp.launch(...)``) or the process ends.
+
+It lives in the launcher, so a stranger on loopback must not be able to
+weigh on it: at most ``MAX_CONNECTIONS`` are served at once (more are
+closed unanswered), each gets ``CONNECTION_SECONDS`` for its request, and a
+connection that breaks is one debug line, not a traceback.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ import http.server
 import json
 import logging
 import secrets
+import sys
 import threading
 import urllib.parse
 
@@ -30,6 +36,8 @@ from launchpad_py.observability import dashboard_page, prometheus
 
 _log = logging.getLogger(__name__)
 TAIL_LINES = 20
+MAX_CONNECTIONS = 16
+CONNECTION_SECONDS = 5.0
 
 
 class Dashboard:
@@ -113,14 +121,38 @@ class Dashboard:
 
 class _Server(http.server.ThreadingHTTPServer):
     daemon_threads = True
+    # Connections past the bound are accepted and closed at once, not left to kernel retries.
+    request_queue_size = 128
 
     def __init__(self, address, handler, dashboard: Dashboard):
         self.dashboard = dashboard
+        self._slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
         super().__init__(address, handler)
+
+    def process_request(self, request, client_address) -> None:
+        if not self._slots.acquire(blocking=False):
+            self.shutdown_request(request)  # Busy: no thread for it.
+            return
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self._slots.release()
+            raise
+
+    def process_request_thread(self, request, client_address) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._slots.release()
+
+    def handle_error(self, request, client_address) -> None:
+        _log.debug('dashboard: a connection from %s ended: %s', client_address[0],
+                   sys.exc_info()[1])
 
 
 class _Handler(http.server.BaseHTTPRequestHandler):
     server: _Server
+    timeout = CONNECTION_SECONDS  # For the request line, headers and the answer's writes.
 
     def do_GET(self) -> None:  # noqa: N802 (the http.server name)
         url = urllib.parse.urlsplit(self.path)

@@ -6,7 +6,7 @@ key of its own: the key proves a reader may see the statistics, and it is not
 the program secret, so the file gives nobody the right to call a node. Both
 go when the program ends::
 
-    $XDG_RUNTIME_DIR/launchpad_py/agent-4242-0.json   (else /tmp/launchpad_py-<uid>/)
+    $XDG_RUNTIME_DIR/launchpad_py/agent-4242-0.json   (else the courier socket directory)
 
 Requests are ``('statistics',)`` and ``('tail', 'label/index')``; replies are
 ``('reply', value)`` with plain dicts and strings. ``LAUNCHPAD_PY_RUN_DIR`` moves the directory.
@@ -22,6 +22,7 @@ import stat
 import threading
 import time
 
+from launchpad_py.courier import uds
 from launchpad_py.node_side import control_channel
 
 _log = logging.getLogger(__name__)
@@ -38,7 +39,7 @@ def run_dir(create: bool = False) -> str:
     if not path:
         runtime = os.environ.get('XDG_RUNTIME_DIR')
         path = (os.path.join(runtime, 'launchpad_py') if runtime and os.path.isdir(runtime)
-                else f'/tmp/launchpad_py-{os.getuid()}')
+                else uds.runtime_dir() or f'/tmp/launchpad_py-{os.getuid()}')
     if create:
         try:
             os.mkdir(path, 0o700)

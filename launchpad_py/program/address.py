@@ -36,6 +36,9 @@ class Address:
     def __init__(self, name: str = 'default'):
         self.name = name
         self.owner = 'a node'  # Set by the node, for error messages.
+        # The name its server proves and its clients expect ('label/index'), set when the
+        # node joins a program: a proof made for one node is worthless at another.
+        self.identity: str | None = None
         self._value: str | None = None
 
     def assign(self, value: str) -> None:

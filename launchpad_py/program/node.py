@@ -71,6 +71,13 @@ class Node(abc.ABC):
         self.label, self.index = label, index
         for address in self._addresses:
             address.owner = f'node {label!r} ({self.description})'
+        self._name_addresses(f'{label}/{index}')
+
+    def _name_addresses(self, prefix: str) -> None:
+        """Gives each address the identity its server proves: ``prefix`` (plus the address's
+        name when the node has several)."""
+        for address in self._addresses:
+            address.identity = prefix if address.name == 'default' else f'{prefix}/{address.name}'
 
     def arguments(self) -> Iterator[tuple[str, Any]]:
         """(name, value) of each user argument, for edges and error messages."""

@@ -22,29 +22,11 @@ import pytest
 
 from launchpad_py import courier
 from launchpad_py.courier import auth, frames, wire
+from attackers import Bomb as _Bomb, Target
 
 SECRET = secrets.token_bytes(32)
 HANDSHAKE_TIMEOUT = 0.5
 LOGGER = 'launchpad_py.courier'
-
-
-class _Bomb:
-    """Unpickling this creates ``path``."""
-
-    def __init__(self, path: str):
-        self.path = path
-
-    def __reduce__(self):
-        return open, (self.path, 'w')
-
-
-class Target:
-    def __init__(self):
-        self.calls = 0
-
-    def mark(self, *args) -> int:
-        self.calls += 1
-        return self.calls
 
 
 @pytest.fixture
@@ -79,6 +61,14 @@ def _closed_by_server(sock: socket.socket) -> bool:
     return True
 
 
+def _read_hello(sock: socket.socket, secret: bytes) -> tuple[bytes, auth.Identity]:
+    """The server nonce of a TCP greeting, and the identity (key) ``secret`` gives that server."""
+    hello = auth._recv_exactly(sock, auth.SERVER_HELLO)
+    name = auth._recv_exactly(sock, hello[-1]).decode()
+    nonce = hello[len(auth.MAGIC):len(auth.MAGIC) + auth.NONCE_BYTES]
+    return nonce, auth.Identity.of(secret, name, hello[len(auth.MAGIC) + auth.NONCE_BYTES:-1])
+
+
 def _authenticate(sock: socket.socket) -> None:
     auth.client_handshake(sock, SECRET, 'test', 10)
     sock.settimeout(10)
@@ -86,7 +76,7 @@ def _authenticate(sock: socket.socket) -> None:
 
 def _assert_untouched(server, target: Target, bomb: str) -> None:
     assert not os.path.exists(bomb), 'the payload was unpickled'
-    assert target.calls == 0, 'a method ran'
+    assert target.count == 0, 'a method ran'
     client = courier.Client(server.address, transport='tcp', secret=SECRET, timeout=10)
     assert client.mark() == 1  # Still serving its legitimate callers.
 
@@ -108,9 +98,9 @@ def test_wrong_secret_is_refused_before_anything_is_read(served, caplog):
     """A client proving a wrong secret is cut off; its request is never decoded."""
     server, target, bomb = served
     sock = _tcp(server)
-    hello = auth._recv_exactly(sock, auth.SERVER_HELLO)
+    server_nonce, wrong_key = _read_hello(sock, secrets.token_bytes(32))
     ours = os.urandom(auth.NONCE_BYTES)
-    wrong = auth._mac(secrets.token_bytes(32), b'client', hello[len(auth.MAGIC):], ours)
+    wrong = auth._mac(wrong_key.key, b'client', server_nonce, ours)
     sock.sendall(auth.MAGIC + ours + wrong + _bomb_frame(bomb))
     assert _closed_by_server(sock)
     assert len(_wait_for_log(caplog, sock.getsockname())) == 1
@@ -126,7 +116,7 @@ def test_wrong_secret_raises_authentication_error_in_the_client(served):
                                 secret=secrets.token_bytes(32))
         with pytest.raises(courier.AuthenticationError):
             client.mark()
-    assert target.calls == 0
+    assert target.count == 0
 
 
 def test_silent_connection_is_closed_after_the_handshake_timeout(served, caplog):
@@ -232,21 +222,21 @@ def test_flood_of_silent_connections_leaves_the_server_serving(served):
         for sock in flood:
             sock.close()
     assert not os.path.exists(bomb)
-    assert target.calls == 1
+    assert target.count == 1
 
 
 def test_replayed_handshake_is_refused(served, caplog):
     """A recorded client proof is useless on a new connection: the server's nonce changed."""
     server, target, bomb = served
     sock = _tcp(server)
-    hello = auth._recv_exactly(sock, auth.SERVER_HELLO)
+    server_nonce, identity = _read_hello(sock, SECRET)
     ours = os.urandom(auth.NONCE_BYTES)
-    recorded = auth.MAGIC + ours + auth._mac(SECRET, b'client', hello[len(auth.MAGIC):], ours)
+    recorded = auth.MAGIC + ours + auth._mac(identity.key, b'client', server_nonce, ours)
     sock.sendall(recorded)
     assert len(auth._recv_exactly(sock, auth.SERVER_PROOF)) == auth.SERVER_PROOF  # Accepted.
     sock.close()
     replay = _tcp(server)
-    auth._recv_exactly(replay, auth.SERVER_HELLO)
+    _read_hello(replay, SECRET)
     replay.sendall(recorded + _bomb_frame(bomb))
     assert _closed_by_server(replay)
     records = _wait_for_log(caplog, replay.getsockname())
@@ -262,18 +252,32 @@ def grpc_request(served):
     request = b''.join(parts)
     channel = grpc.insecure_channel(server.address)
     try:
-        yield channel.unary_unary(wire.CALL), request
+        yield channel, request
     finally:
         channel.close()
+
+
+def _grpc_identity(channel: grpc.Channel, address: str, secret: bytes) -> auth.Identity:
+    """The identity the server at ``address`` proves, with the key ``secret`` gives it."""
+    nonce, metadata = auth.hello_request()
+    reply = channel.unary_unary(wire.ENDPOINTS)(b'', metadata=metadata, timeout=10)
+    identity, _ = auth.check_hello_reply(SECRET, nonce, reply, address, None)
+    return auth.Identity.of(secret, identity.name, identity.incarnation)
+
+
+def _token(channel, server, secret: bytes, body: bytes) -> tuple:
+    identity = _grpc_identity(channel, server.address, secret)
+    return auth.grpc_token(identity, wire.CALL, auth.digest((body,)))[0]
 
 
 @pytest.mark.parametrize('token', ['none', 'wrong', 'malformed'])
 def test_grpc_call_without_a_valid_token_is_refused(served, grpc_request, caplog, token):
     """A gRPC call with no token, a wrong one or garbage is refused with UNAUTHENTICATED."""
     server, target, bomb = served
-    call, request = grpc_request
-    metadata = {'none': (), 'wrong': auth.grpc_token(secrets.token_bytes(32), wire.CALL)[0],
-                'malformed': ((auth.METADATA_KEY, 'x/y'),)}[token]
+    channel, request = grpc_request
+    call = channel.unary_unary(wire.CALL)
+    metadata = {'none': (), 'malformed': ((auth.METADATA_KEY, 'x/y'),),
+                'wrong': _token(channel, server, secrets.token_bytes(32), request)}[token]
     with pytest.raises(grpc.RpcError) as caught:
         call(request, metadata=metadata, timeout=10)
     assert caught.value.code() == grpc.StatusCode.UNAUTHENTICATED
@@ -284,28 +288,34 @@ def test_grpc_call_without_a_valid_token_is_refused(served, grpc_request, caplog
 def test_replayed_grpc_token_is_refused(served, grpc_request):
     """A valid token works once; the same token again is refused."""
     server, target, bomb = served
-    call, _ = grpc_request
+    channel, _ = grpc_request
+    call = channel.unary_unary(wire.CALL)
     harmless = b''.join(frames.encode(0, frames.REQUEST, ('mark', (), {}))[0])
-    token, _ = auth.grpc_token(SECRET, wire.CALL)
+    token = _token(channel, server, SECRET, harmless)
     call(harmless, metadata=token, timeout=10)
-    parts, _ = frames.encode(0, frames.REQUEST, ('mark', (_Bomb(bomb),), {}))
     with pytest.raises(grpc.RpcError) as caught:
-        call(b''.join(parts), metadata=token, timeout=10)
+        call(harmless, metadata=token, timeout=10)
     assert caught.value.code() == grpc.StatusCode.UNAUTHENTICATED
     assert not os.path.exists(bomb)
-    assert target.calls == 1
+    assert target.count == 1
 
 
-def test_endpoints_needs_the_secret_too(served):
-    """Even the raw-TCP port lookup is refused without the secret."""
+def test_endpoints_answers_only_with_a_proof_of_the_server(served):
+    """``Endpoints`` needs a nonce, and its answer proves the server only to holders of the secret."""
     server, _, _ = served
     channel = grpc.insecure_channel(server.address)
     try:
         with pytest.raises(grpc.RpcError) as caught:
             channel.unary_unary(wire.ENDPOINTS)(b'', timeout=10)
+        assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        nonce, metadata = auth.hello_request()
+        reply = channel.unary_unary(wire.ENDPOINTS)(b'', metadata=metadata, timeout=10)
     finally:
         channel.close()
-    assert caught.value.code() == grpc.StatusCode.UNAUTHENTICATED
+    _, port = auth.check_hello_reply(SECRET, nonce, reply, server.address, None)
+    assert port == server.tcp_port
+    with pytest.raises(courier.AuthenticationError):
+        auth.check_hello_reply(secrets.token_bytes(32), nonce, reply, server.address, None)
 
 
 def test_server_stays_up_under_concurrent_attacks(served):
@@ -380,8 +390,8 @@ def test_a_server_out_of_descriptors_drops_strangers_for_callers(tmp_path):
     server = subprocess.Popen(
         [sys.executable, '-c', OUT_OF_DESCRIPTORS_SERVER, SECRET.hex()], cwd=here,
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-        env={**os.environ, 'PYTHONPATH': os.pathsep.join([here, os.path.dirname(os.path.dirname(
-            here))])})
+        env={**os.environ, 'PYTHONPATH': os.pathsep.join(
+            [here, os.path.dirname(here), os.path.dirname(os.path.dirname(here))])})
     flood = []
     try:
         address, tcp_port = server.stdout.readline().split()
@@ -394,3 +404,30 @@ def test_a_server_out_of_descriptors_drops_strangers_for_callers(tmp_path):
             sock.close()
         server.stdin.close()
         server.wait(timeout=30)
+
+
+HTTP2_PREFACE = b'PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n' + b'\x00\x00\x00\x04\x00\x00\x00\x00\x00'
+
+
+def test_grpc_port_closes_idle_unauthenticated_connections(tmp_path):
+    """300 strangers on the gRPC port (half silent, half past HTTP/2's preface but calling
+    nothing) are all closed within the handshake and idle limits; callers are served."""
+    target = Target()
+    with courier.Server(target, secret=SECRET, handshake_timeout=HANDSHAKE_TIMEOUT,
+                        idle_timeout=1.0) as server:
+        port = server.port
+        strangers = [socket.create_connection(('127.0.0.1', port), timeout=10)
+                     for _ in range(300)]
+        try:
+            for sock in strangers[150:]:
+                sock.sendall(HTTP2_PREFACE)
+            client = courier.Client(server.address, transport='grpc', secret=SECRET, timeout=10)
+            assert client.mark() == 1
+            started = time.monotonic()
+            for sock in strangers:
+                sock.settimeout(10)
+                assert _closed_by_server(sock)
+            assert time.monotonic() - started < 10
+        finally:
+            for sock in strangers:
+                sock.close()

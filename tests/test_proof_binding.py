@@ -1,0 +1,207 @@
+"""Proofs are bound to the server they are for: no relay, no replay across the nodes of a program.
+
+The attacker (``attackers.py``) never holds the program secret: it sees the
+proofs a caller sends to wherever it dialed, and tries to spend them at
+another node of the same program. Each attack ends, if it works, with the
+attacker's pickle decoded in a node (a file appears); every test asserts
+that file is absent and the node it aimed at ran no call.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import struct
+
+import psutil
+import pytest
+
+import launchpad_py as lp
+from launchpad_py import courier
+from launchpad_py.courier import auth, wire
+from attackers import GrpcRelay, Target, TcpRelay, bomb_frame, bomb_path, bomb_request, spend
+from conftest import launch, needs_slurm, needs_ssh_hosts
+
+LAUNCH_TYPES = ['local_mt', 'local_mp', pytest.param('ssh', marks=needs_ssh_hosts),
+                pytest.param('slurm', marks=needs_slurm)]
+TRANSPORTS = ['grpc', 'tls']
+
+
+@pytest.fixture(scope='module')
+def credentials():
+    return courier.TlsCredentials.generate()
+
+
+class Launched:
+    """Nodes 'a' and 'b' of one program (one secret), serving ``Target``."""
+
+    def __init__(self, controller, a, b, tls):
+        self.controller, self.a, self.b, self.tls = controller, a, b, tls
+
+    def caller_of_a(self, dialed: str, transport: str) -> courier.Client:
+        """A legitimate caller of node 'a' that dials ``dialed`` (where the attacker sits)."""
+        address = self.a.address.resolve()
+        return courier.Client(dialed, secret=auth.secret_for(address), transport=transport,
+                              server_identity=self.a.address.identity, tls=self.tls,
+                              timeout=10, wait_for_ready=False)
+
+    def calls_at_b(self) -> int:
+        return self.b.dereference().calls()
+
+
+def _program(tls, transport: str = 'auto') -> tuple[lp.Program, object, object]:
+    program = lp.Program('proofs')
+    options = {} if tls is None else {'courier_kwargs': {'tls': tls},
+                                      'courier_client_kwargs': {'tls': tls}}
+    a = program.add_node(lp.CourierNode(Target, **options), label='a')
+    b = program.add_node(lp.CourierNode(Target, **options), label='b')
+    return program, a, b
+
+
+@pytest.fixture(params=LAUNCH_TYPES)
+def launched(request, credentials):
+    """Yields a function ``launched(transport)`` that launches the two-node program."""
+    controllers = []
+
+    def start(transport: str) -> Launched:
+        tls = credentials if transport == 'tls' else None
+        program, a, b = _program(tls)
+        controller = launch(program, request.param)
+        controllers.append(controller)
+        return Launched(controller, a, b, tls)
+
+    yield start
+    for controller in controllers:
+        controller.stop()
+
+
+def _untouched(bomb: str, program: Launched) -> None:
+    assert not os.path.exists(bomb), "the attacker's pickle was decoded in a node"
+    assert program.calls_at_b() == 0, 'a call reached node b'
+
+
+@pytest.mark.parametrize('transport', TRANSPORTS)
+def test_a_token_used_at_one_node_is_refused_at_another(launched, transport, tmp_path):
+    """Attack 1: a gRPC token seen on its way to node a (and used there) is spent at node b,
+    with its own body and with the attacker's: b refuses both, decoding nothing."""
+    program = launched(transport)
+    bomb = bomb_path(tmp_path)
+    with GrpcRelay(program.a.address.resolve(), tls=program.tls) as relay:
+        assert program.caller_of_a(relay.address, 'grpc').mark() == 1  # Passed on to a.
+        (metadata, body), = relay.calls_seen()
+    target = program.b.address.resolve()
+    assert not spend(target, metadata, bomb_request(bomb), program.tls)
+    assert not spend(target, metadata, body, program.tls)
+    _untouched(bomb, program)
+
+
+@pytest.mark.parametrize('transport', TRANSPORTS)
+def test_a_false_server_collects_no_token_it_can_spend(launched, transport, tmp_path):
+    """Attack 2: a false server where the caller dials (a dead node's port) answers the
+    caller's questions from node b; the caller sends it nothing spendable."""
+    program = launched(transport)
+    bomb = bomb_path(tmp_path)
+    with GrpcRelay(program.b.address.resolve(), tls=program.tls, only=(wire.ENDPOINTS,)) as fake:
+        with pytest.raises(courier.CourierError):
+            program.caller_of_a(fake.address, 'grpc').mark()
+        harvested = fake.calls_seen()
+    for metadata, _ in harvested:
+        assert not spend(program.b.address.resolve(), metadata, bomb_request(bomb), program.tls)
+    assert harvested == [], 'the caller sent a call to a server that is not node a'
+    _untouched(bomb, program)
+
+
+@pytest.mark.parametrize('transport', ['tcp', 'tls'])
+def test_a_raw_tcp_handshake_cannot_be_relayed_to_another_node(launched, transport, tmp_path):
+    """Attack 3: a false server points the caller's raw-TCP connection at its own relay to
+    node b (rewriting the port in the Endpoints answer); the caller refuses it, so the
+    attacker never holds a connection b has authenticated."""
+    program = launched(transport)
+    bomb = bomb_path(tmp_path)
+    b_address = program.b.address.resolve()
+    b_tcp = auth_port(b_address, program.tls)
+    relay = TcpRelay((b_address.rpartition(':')[0], b_tcp), bomb_frame(bomb), program.tls)
+    ours = struct.pack('<H', b_tcp), struct.pack('<H', relay.port)
+    try:
+        with GrpcRelay(b_address, tls=program.tls, only=(wire.ENDPOINTS,),
+                       answer=lambda method, reply: reply.replace(*ours)) as fake:
+            with pytest.raises(courier.CourierError):
+                program.caller_of_a(fake.address, 'tcp').mark()
+    finally:
+        relay.close()
+    assert not relay.relayed.is_set(), "the caller's proof reached node b"
+    _untouched(bomb, program)
+
+
+def auth_port(address: str, tls) -> int:
+    """The raw-TCP port of the server at ``address``, asked as its legitimate callers do."""
+    from launchpad_py.courier import grpc_client
+    caller = grpc_client.GrpcCaller(address, 10, True, 1 << 20, auth.secret_for(address), tls)
+    return caller.tcp_port()
+
+
+@pytest.mark.parametrize('transport', ['grpc', 'tcp'])
+def test_a_false_server_on_a_killed_nodes_port_runs_nothing(transport, tmp_path):
+    """Attack 4, end to end under local_mp: node a (lp.Restart) is SIGKILLed, the attacker
+    binds its freed port at once and answers from node b; a's next caller falls back from
+    the Unix socket to gRPC and reaches the attacker, which gets nothing to spend at b."""
+    program, a, b = _program(None)
+    bomb = bomb_path(tmp_path)
+    policy = {'a': lp.Restart(max_restarts=1, backoff=(600.0, 600.0))}  # Back after the test.
+    with lp.launch(program, launch_type='local_mp', failure_policy=policy) as controller:
+        caller = a.dereference()
+        assert caller.mark() == 1  # Over the Unix socket.
+        pid = next(s.pid for s in controller.statuses() if s.label == 'a')
+        os.kill(pid, signal.SIGKILL)
+        psutil.wait_procs([psutil.Process(pid)], timeout=30)
+        port = int(a.address.resolve().rpartition(':')[2])
+        b_address = b.address.resolve()
+        with GrpcRelay(b_address, port=port, only=(wire.ENDPOINTS,)) as fake:
+            attempt = courier.Client(a.address.resolve(), transport='auto' if transport == 'grpc'
+                                     else 'tcp', server_identity=a.address.identity,
+                                     timeout=10, wait_for_ready=False)
+            with pytest.raises(courier.CourierError):
+                attempt.mark()
+            harvested = fake.calls_seen()
+        for metadata, _ in harvested:
+            assert not spend(b_address, metadata, bomb_request(bomb))
+        assert harvested == []
+        assert not os.path.exists(bomb)
+        assert b.dereference().calls() == 0
+
+
+SECRET = bytes(range(32))
+
+
+def test_a_restarted_server_refuses_tokens_of_its_earlier_incarnation():
+    """A token accepted before a restart is refused after it (the nonce list starts empty, the
+    incarnation does not); a caller that held the old identity asks again and goes through."""
+    first = courier.Server(Target(), secret=SECRET, identity='a/0').start()
+    port = first.port
+    caller = courier.Client(first.address, transport='grpc', secret=SECRET,
+                            server_identity='a/0', timeout=10)
+    assert caller.mark() == 1
+    relay = GrpcRelay(first.address)
+    try:
+        seen = courier.Client(relay.address, transport='grpc', secret=SECRET, timeout=10)
+        assert seen.mark() == 2
+        (metadata, body), = relay.calls_seen()
+    finally:
+        relay.close()
+        first.stop()
+    with courier.Server(Target(), port, secret=SECRET, identity='a/0') as restarted:
+        assert not spend(restarted.address, metadata, body)
+        assert caller.mark() == 1 and caller.futures.mark().result(timeout=10) == 2
+
+
+def test_a_tcp_caller_refuses_a_server_of_another_name_before_proving_anything():
+    """Dialing node a's raw-TCP port and finding node b, the caller sends no proof at all."""
+    from launchpad_py.courier import tcp
+    with courier.Server(Target(), secret=SECRET, identity='b/0') as other:
+        bomb_free = TcpRelay(('127.0.0.1', other.tcp_port), b'')
+        try:
+            with pytest.raises(courier.AuthenticationError, match="not 'a/0'"):
+                tcp.connect('127.0.0.1', bomb_free.port, SECRET, 'a:0', 10, expected='a/0')
+        finally:
+            bomb_free.close()
+        assert not bomb_free.relayed.is_set()
