@@ -69,7 +69,7 @@ SLURM_PENDING_TIMEOUT = flags.DEFINE_float(
 
 
 def value_or_default(holder: flags.FlagHolder):
-    """The flag's value; while absl has not parsed flags, as ``sys.argv`` sets it, or its default."""
+    """The flag's value; before absl parses flags, as ``sys.argv`` sets it, or its default."""
     try:
         return holder.value
     except flags.UnparsedFlagAccessError:

@@ -236,8 +236,8 @@ class Server:
                 return attr
         available = ', '.join(public_methods(self._obj)) or '(none)'
         raise errors.UnknownMethodError(
-            f'{self._obj.__class__.__name__} served by {self._label or "this server"} has no public '
-            f'method {name!r}; available: {available}')
+            f'{self._obj.__class__.__name__} served by {self._label or "this server"} has no '
+            f'public method {name!r}; available: {available}')
 
     def _dispatch_frame(self, frame: frames.Frame, shard: stats.Shard | None = None) -> tuple:
         """Runs one request: ``('ok', value)`` or ``('error', RemoteFailure)``.

@@ -312,8 +312,8 @@ def _launch(program: Program, options: LaunchOptions, launch_type: str, test: bo
     for group, spec in resources.items():
         if not isinstance(spec, PythonProcess):
             raise errors.ResourcesError(
-                f'{options.resources_keyword}[{group!r}] must be lp.PythonProcess(...) for {launch_type} '
-                f'(got {spec!r})')
+                f'{options.resources_keyword}[{group!r}] must be lp.PythonProcess(...) for '
+                f'{launch_type} (got {spec!r})')
     prepared = shipping.prepare(program)
     counts = {group: 0 for group in program.groups}
     for executable, _ in prepared:
