@@ -1,12 +1,16 @@
-"""Launch-to-ready time of a 30-node program under slurm, ssh and local_mp, in one run.
+"""Launch-to-ready time of a 30-node program under slurm, ssh, ray and local_mp, in one run.
 
 Launch-to-ready is the time ``lp.launch`` takes to return: the job granted
 (slurm), every node process started and dialled back, the address table sent,
 every courier server listening. Every node is a courier server, so all 30 must
-bind. Needs the Slurm test cluster (``bash scripts/slurm_cluster.sh up``) and the
-ssh hosts (``../shared/infra/ssh_hosts.sh up``), both as root::
+bind. Needs the Slurm test cluster (``bash scripts/slurm_cluster.sh up``), the
+Ray test cluster (``bash scripts/ray_cluster.sh up``) and the ssh hosts
+(``../shared/infra/ssh_hosts.sh up``), all as root::
 
     python -m bench.launch_ready --json bench/launch_ready.json
+    python -m bench.launch_ready --nodes 300 --launch_types ray,ssh,local_mp --json bench/launch_ready_300.json
+
+Under ray each node asks for a tenth of a CPU, so 300 fit the test cluster's 48.
 
 Each launch type is launched ``--reps`` times, interleaved; the median, the
 fastest and the slowest are reported, with the time to stop the program.
@@ -24,8 +28,9 @@ import time
 
 import launchpad_py as lp
 
-LAUNCH_TYPES = ('slurm', 'ssh', 'local_mp')
+LAUNCH_TYPES = ('slurm', 'ssh', 'ray', 'local_mp')
 SSH_CONFIG = os.path.join(os.environ.get('LP_SSH_DIR', '/tmp/lp-ssh'), 'ssh_config')
+RAY_ADDRESS_FILE = os.path.join(os.environ.get('LP_RAY_DIR', '/tmp/lp-ray'), 'address')
 
 
 class Counter:
@@ -53,6 +58,10 @@ def launch_kwargs(launch_type: str, logs: str) -> dict:
     if launch_type == 'ssh':
         hosts = [lp.SshHost(name, ssh_options=['-F', SSH_CONFIG]) for name in ('h1', 'h2', 'h3')]
         return {'resources': {'server': hosts}}
+    if launch_type == 'ray':
+        with open(RAY_ADDRESS_FILE) as address:
+            return {'resources': {'server': lp.RayResources(num_cpus=0.1, scheduling='SPREAD')},
+                    'ray_options': {'address': address.read().strip()}}
     return {}
 
 
@@ -79,19 +88,28 @@ def main() -> None:
     os.environ.setdefault('SLURM_CONF', '/tmp/lp-slurm/slurm.conf')
     launch_types = args.launch_types.split(',')
     times: dict[str, list[tuple[float, float]]] = {t: [] for t in launch_types}
+    failed: dict[str, int] = {}
     with tempfile.TemporaryDirectory() as logs:
         for _ in range(args.reps):
             for launch_type in launch_types:
-                times[launch_type].append(measure(launch_type, args.nodes, logs))
+                try:
+                    times[launch_type].append(measure(launch_type, args.nodes, logs))
+                except lp.LaunchError as exc:  # Counted and shown; the others go on.
+                    failed[launch_type] = failed.get(launch_type, 0) + 1
+                    print(f'{launch_type}: launch failed: {str(exc).splitlines()[0]}',
+                          file=sys.stderr)
     rows = {}
     print(f'{args.nodes}-node program, {args.reps} launches each (seconds)', file=sys.stderr)
     print(f'{"launch type":<12}{"ready median":>14}{"min":>8}{"max":>8}{"stop median":>13}',
           file=sys.stderr)
     for launch_type, pairs in times.items():
+        if not pairs:
+            continue
         ready = [r for r, _ in pairs]
         stop = [s for _, s in pairs]
         rows[launch_type] = {'ready_median_s': statistics.median(ready), 'ready_min_s': min(ready),
-                             'ready_max_s': max(ready), 'stop_median_s': statistics.median(stop)}
+                             'ready_max_s': max(ready), 'stop_median_s': statistics.median(stop),
+                             'failed_launches': failed.get(launch_type, 0)}
         row = rows[launch_type]
         print(f'{launch_type:<12}{row["ready_median_s"]:>14.2f}{row["ready_min_s"]:>8.2f}'
               f'{row["ready_max_s"]:>8.2f}{row["stop_median_s"]:>13.2f}', file=sys.stderr)

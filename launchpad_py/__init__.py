@@ -55,6 +55,7 @@ from launchpad_py.launchers import NodeState
 from launchpad_py.launchers import NodeStatus
 from launchpad_py.launchers import ProgramController
 from launchpad_py.launchers import PythonProcess
+from launchpad_py.launchers import RayResources
 from launchpad_py.launchers import SlurmResources
 from launchpad_py.launchers import SshHost
 from launchpad_py.launchers import KubernetesResources

@@ -5,14 +5,18 @@
 #                                                      default config /tmp/lp-ssh/ssh_config)
 #   bash scripts/cluster_examples.sh slurm             job steps on the Slurm test cluster
 #                                                      (bash scripts/slurm_cluster.sh up)
+#   bash scripts/cluster_examples.sh ray               actors on the Ray test cluster
+#                                                      (bash scripts/ray_cluster.sh up)
 set -uo pipefail
 source "$(dirname "$0")/_venv.sh"
-across=${1:?usage: cluster_examples.sh ssh|slurm [SSH_CONFIG]}
+across=${1:?usage: cluster_examples.sh ssh|slurm|ray [SSH_CONFIG]}
 case $across in
   ssh) across_flags=(--lp_ssh_hosts=h1,h2,h3 "--lp_ssh_options=-F ${2:-/tmp/lp-ssh/ssh_config}") ;;
   slurm) export SLURM_CONF=${SLURM_CONF:-/tmp/lp-slurm/slurm.conf}
          across_flags=(--lp_slurm_output_dir="${TMPDIR:-/tmp}/lp-slurm-example-logs") ;;
-  *) echo "cluster_examples.sh: unknown launch type '$across' (ssh or slurm)" >&2; exit 2 ;;
+  ray) export RAY_ADDRESS=${RAY_ADDRESS:-$(cat "${LP_RAY_DIR:-/tmp/lp-ray}/address")}
+       across_flags=() ;;
+  *) echo "cluster_examples.sh: unknown launch type '$across' (ssh, slurm or ray)" >&2; exit 2 ;;
 esac
 run() {
   local name=$1 pattern=$2; shift 2

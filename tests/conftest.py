@@ -6,6 +6,7 @@ import importlib.util
 import json
 import os
 import re
+import socket
 import subprocess
 import sys
 import tempfile
@@ -37,11 +38,18 @@ slow = pytest.mark.skipif(os.environ.get('LP_SLOW_TESTS') != '1',
 needs_kubernetes_client = pytest.mark.skipif(
     importlib.util.find_spec('kubernetes') is None,
     reason="the [kubernetes] extra is not installed (pip install 'launchpad_py[kubernetes]')")
+# The Ray launcher's tests use only the cluster of scripts/ray_cluster.sh (head here, workers
+# on h1..h3), found through the address file it writes; never a cluster of the user's.
+RAY_DIR = os.environ.get('LP_RAY_DIR', '/tmp/lp-ray')
+needs_ray = pytest.mark.skipif(importlib.util.find_spec('ray') is None,
+                               reason="the [ray] extra is not installed "
+                                      "(pip install 'launchpad_py[ray]')")
 # Every launcher the conformance suite covers.
 ALL_LAUNCH_TYPES = LAUNCH_TYPES + [
     pytest.param('ssh', marks=needs_ssh_hosts),
     pytest.param('slurm', marks=needs_slurm),
-    pytest.param('kubernetes', marks=[needs_ssh_hosts, needs_kubernetes_client])]
+    pytest.param('kubernetes', marks=[needs_ssh_hosts, needs_kubernetes_client]),
+    pytest.param('ray', marks=needs_ray)]
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SLURM_LOGS = os.path.join(tempfile.gettempdir(), 'lp-slurm-test-logs')
 # Threads the library starts for a program; long-lived gRPC/channel threads are not ours.
@@ -100,6 +108,29 @@ def slurm_cluster() -> None:
                     'bring it up with `bash scripts/slurm_cluster.sh up` (as root)')
 
 
+def ray_address() -> str:
+    """The address of the test Ray cluster (scripts/ray_cluster.sh); skips, saying why, if down."""
+    try:
+        with open(os.path.join(RAY_DIR, 'address')) as address_file:
+            address = address_file.read().strip()
+    except OSError:
+        pytest.skip(f'the test Ray cluster is not up (no {RAY_DIR}/address): bring it up with '
+                    '`bash scripts/ray_cluster.sh up` (as root, after the namespace hosts)')
+    host, _, port = address.rpartition(':')
+    try:
+        socket.create_connection((host, int(port)), timeout=5).close()
+    except OSError as exc:
+        pytest.skip(f'the test Ray cluster at {address} does not answer ({exc}): '
+                    '`bash scripts/ray_cluster.sh up` (as root)')
+    return address
+
+
+@pytest.fixture
+def ray_cluster() -> str:
+    """The address of the test Ray cluster, the only one Ray tests use; skips, saying why, if down."""
+    return ray_address()
+
+
 @pytest.fixture
 def kubernetes_cluster(tmp_path, monkeypatch):
     """A fake cluster (KUBECONFIG points at it) with nodes h1..h3; h3 has GPUs and pool=a100."""
@@ -112,7 +143,8 @@ def kubernetes_cluster(tmp_path, monkeypatch):
 
 
 def launch(program, launch_type: str, **kwargs):
-    """``lp.launch``; for ssh, group number i runs on host h(i mod 3 + 1); slurm logs go to /tmp.
+    """``lp.launch``; for ssh, group number i runs on host h(i mod 3 + 1); slurm logs go to /tmp;
+    ray runs on the test Ray cluster (``ray_address``).
 
     For kubernetes (with the ``kubernetes_cluster`` fixture): every group runs the fake's image.
     """
@@ -127,6 +159,8 @@ def launch(program, launch_type: str, **kwargs):
         from kubernetes_nodes import image_for_every_group, options
         kwargs.setdefault('resources', image_for_every_group(program))
         kwargs.setdefault('kubernetes_options', options())
+    if launch_type == 'ray':
+        kwargs.setdefault('ray_options', {'address': ray_address()})
     return lp.launch(program, launch_type=launch_type, **kwargs)
 
 

@@ -19,9 +19,12 @@ pytestmark = pytest.mark.parametrize('launch_type', ALL_LAUNCH_TYPES)
 
 @pytest.fixture(autouse=True)
 def cluster_for_kubernetes(request, launch_type):
-    """Kubernetes runs against a fake cluster of its own per test (see fake_kube)."""
+    """Kubernetes runs against a fake cluster of its own per test (see fake_kube); ray on the
+    test Ray cluster, or skips saying why."""
     if launch_type == 'kubernetes':
         request.getfixturevalue('kubernetes_cluster')
+    if launch_type == 'ray':
+        request.getfixturevalue('ray_cluster')
 
 
 def _pinger_program():

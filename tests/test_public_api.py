@@ -55,7 +55,7 @@ OURS = {
     'CacherHandle', 'ColocationHandle', 'ColocationNode', 'GroupHandle', 'GroupMembers',
     'Handle', 'KubernetesResources', 'LaunchError',
     'LaunchpadError', 'NodeContext', 'NodeFailedError', 'NodeSerializationError', 'NodeState',
-    'NodeStatus', 'NotRunningError', 'ProgramController', 'ProgramError', 'ResourcesError',
+    'NodeStatus', 'NotRunningError', 'ProgramController', 'ProgramError', 'RayResources', 'ResourcesError',
     'ReverbHandle', 'Restart', 'SlurmResources', 'SshHost', 'StopProgram', 'StuckNodesError',
     'UnknownLaunchTypeError', 'get_node_context',
 }
@@ -94,7 +94,7 @@ def test_original_signatures_are_kept():
 def test_launch_type_names():
     """Launch types are an enum whose values are the launcher names."""
     assert [t.value for t in lp.LaunchType] == ['local_mt', 'local_mp', 'test_mt', 'test_mp', 'ssh',
-                                                'slurm', 'kubernetes']
+                                                'slurm', 'kubernetes', 'ray']
     assert not lp.is_local_launch('ssh') and not lp.is_local_launch_or_test('ssh')
     assert not lp.is_local_launch('slurm') and not lp.is_local_launch_or_test('slurm')
     assert lp.is_local_launch('local_mp') and not lp.is_local_launch('test_mp')

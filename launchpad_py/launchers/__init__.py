@@ -4,7 +4,7 @@
 types, capabilities; plugins through the ``launchpad_py.launchers`` entry points),
 ``options`` (the launch's options as one value) and ``signals`` (Ctrl-C). One folder per
 backend: ``local/``, ``remote/`` (shared by the multi-host ones), ``ssh/``, ``slurm/``,
-``kubernetes/``.
+``kubernetes/``, ``ray/``.
 
 May import everything below (``supervision``, ``observability``, ``nodes``, ``node_side``,
 ``program``, ``courier``); a backend never imports another backend.
@@ -18,6 +18,7 @@ from launchpad_py.launchers.registry import is_local_launch_or_test
 from launchpad_py.launchers.registry import register
 from launchpad_py.launchers.kubernetes.resources import KubernetesResources
 from launchpad_py.launchers.local.resources import PythonProcess
+from launchpad_py.launchers.ray.resources import RayResources
 from launchpad_py.launchers.slurm.resources import SlurmResources
 from launchpad_py.launchers.ssh.host import SshHost
 from launchpad_py.supervision.worker import NodeState

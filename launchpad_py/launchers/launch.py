@@ -20,6 +20,7 @@ def launch(programs: Program | Sequence[Program], launch_type=None, xm_resources
            resources: Mapping[str, Any] | None = None, dashboard: bool | None = None,
            kubernetes_options: Mapping[str, Any] | None = None,
            slurm_options: Mapping[str, Any] | None = None,
+           ray_options: Mapping[str, Any] | None = None,
            failure_policy: Mapping[str, Any] | None = None):
     """Launches one program (returns its controller) or several (returns a list).
 
@@ -30,7 +31,8 @@ def launch(programs: Program | Sequence[Program], launch_type=None, xm_resources
     ``dashboard=True`` (default: ``--lp_dashboard``) serves a web dashboard on loopback
     (see docs/observability.md). ``kubernetes_options`` and ``slurm_options`` are those
     launchers' own (namespace, dry run, ...; time limit, account, ...; see
-    docs/launchers.md). ``failure_policy`` maps group labels to ``lp.Restart(...)`` (failed
+    docs/launchers.md); ``ray_options`` the ray launcher's (cluster address, gang
+    scheduling). ``failure_policy`` maps group labels to ``lp.Restart(...)`` (failed
     nodes are restarted, keeping their address) or ``lp.StopProgram()`` (the default: a
     failure stops the program; see docs/reliability.md). Returns once every courier server
     is listening.
@@ -60,7 +62,7 @@ def launch(programs: Program | Sequence[Program], launch_type=None, xm_resources
                                        dashboard=dashboard, failure_policy=failure_policy,
                                        resources_keyword=keyword)
     options.pick_launcher_options(name, kubernetes_options=kubernetes_options,
-                                  slurm_options=slurm_options)
+                                  slurm_options=slurm_options, ray_options=ray_options)
     for program in program_list:
         program_graph.check_complete(program)
         options.check_resource_groups(program)

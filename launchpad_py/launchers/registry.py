@@ -40,6 +40,7 @@ class LaunchType(str, enum.Enum):
     SSH = 'ssh'
     SLURM = 'slurm'
     KUBERNETES = 'kubernetes'
+    RAY = 'ray'
 
     def __str__(self) -> str:
         return self.value
@@ -149,6 +150,12 @@ _BUILTIN = {backend.name: backend for backend in [
             'launchpad_py.launchers.kubernetes.resources:KubernetesResources',
             'launchpad_py.launchers.kubernetes.resources:KubernetesOptions',
             capabilities=Capabilities(gpus=True, terminal=True)),
+    # Ray places each node in an actor (a restart: a new actor on the same Ray node).
+    Backend('ray', 'launchpad_py.launchers.ray.launch:launch_ray',
+            'launchpad_py.launchers.ray.resources:RayResources',
+            'launchpad_py.launchers.ray.resources:RayOptions',
+            capabilities=Capabilities(restarts=True, elastic_groups=True, gpus=True,
+                                      terminal=True)),
 ]}
 _registered: dict[str, Backend] = {}
 

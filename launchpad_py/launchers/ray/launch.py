@@ -1,0 +1,113 @@
+"""``launch_type='ray'``: every node runs in a Ray actor on a cluster the user already has.
+
+    lp.launch(p, launch_type='ray', resources={'learner': lp.RayResources(num_gpus=1)},
+              ray_options={'address': 'auto'})
+
+Ray decides where each node runs and keeps its process alive for as long as the
+program (the actors belong to this driver: they end with it); everything after the
+start (dial back, address table, logs, stop, restarts) is ``launchers/remote/``'s,
+so nodes call each other over courier, not through Ray. With ``gang=True`` the whole
+program is one placement group: placed all at once, or the launch fails saying why.
+"""
+
+from __future__ import annotations
+
+import itertools
+import secrets
+
+from launchpad_py import errors
+from launchpad_py.launchers.options import LaunchOptions
+from launchpad_py.launchers.ray import cluster
+from launchpad_py.launchers.ray.node_host import HOST_ENV, NodeHost
+from launchpad_py.launchers.ray.resources import RayOptions, RayResources, resources_of_groups
+from launchpad_py.launchers.ray.starter import RayStarter
+from launchpad_py.launchers.remote import launch as remote
+from launchpad_py.node_side import devices
+from launchpad_py.program import Program
+from launchpad_py.supervision.controller import ProgramController
+
+
+def _gpu_presets(spec: RayResources) -> dict[str, str]:
+    """docs/gpus.md's defaults, as under local_mp: a node that may share a GPU (no whole GPU of
+    its own: Ray then shows it every GPU of its host, or a fraction of one) does not preallocate
+    GPU memory; one told to see none runs JAX on the CPU. The group's own ``env`` wins."""
+    own = dict(spec.env or {})
+    if own.get('CUDA_VISIBLE_DEVICES') == '':
+        return devices.hidden_environment(own)
+    if spec.num_gpus < 1:
+        return devices.sharing_environment(own)
+    return {}
+
+
+def _check_options(options: LaunchOptions) -> None:
+    if options.serialize_py_nodes is False:
+        raise errors.ProgramError('ray always serializes nodes to ship them to their actors; '
+                                  'leave serialize_py_nodes unset')
+
+
+class _Actors:
+    """Makes the actor of each node: its options from the group's resources, a unique name."""
+
+    def __init__(self, ray, program: Program, specs: dict[str, RayResources], ray_options,
+                 group=None, bundles: dict[tuple[str, int], int] | None = None):
+        self._ray, self._specs, self._options = ray, specs, ray_options
+        self._host_class = ray.remote(NodeHost)
+        self._prefix = f'launchpad:{program.name}:{secrets.token_hex(4)}'
+        self._group, self._bundles = group, bundles or {}
+        self._serial = itertools.count(1)  # Restarts come from several threads.
+
+    def maker(self, label: str, index: int):
+        def make(pin: str | None):
+            # A restart is a new actor, so a new name (the old one's may linger a moment).
+            name = f'{self._prefix}:{label}/{index}:{next(self._serial)}'
+            chosen = cluster.actor_options(self._specs[label], self._options, name)
+            strategies = self._ray.util.scheduling_strategies
+            bundle = self._bundles.get((label, index))
+            if bundle is not None:  # Its bundle holds its resources, and stays on one host.
+                chosen.pop('label_selector', None)
+                chosen['scheduling_strategy'] = strategies.PlacementGroupSchedulingStrategy(
+                    self._group, placement_group_bundle_index=bundle)
+            elif pin is not None:
+                chosen.pop('label_selector', None)
+                chosen['scheduling_strategy'] = strategies.NodeAffinitySchedulingStrategy(
+                    pin, soft=False)
+            return self._host_class.options(**chosen).remote()
+        return make
+
+
+def launch_ray(program: Program, options: LaunchOptions) -> ProgramController:
+    _check_options(options)
+    ray_options = RayOptions.from_dict(options.launcher_options)
+    specs = resources_of_groups(program.groups, dict(options.local_resources or {}))
+    nodes = [(label, node.index) for label in program.groups for node in program.groups[label]]
+    if not nodes:
+        raise errors.ProgramError(f'program {program.name!r} has no nodes to launch')
+    ray = cluster.connect(ray_options)
+    launcher_ip = cluster.launcher_ip(ray, ray_options)
+    group = None
+    if ray_options.gang:
+        group = cluster.reserve(ray, program.name, [specs[label].bundle() or {'CPU': 0.01}
+                                                    for label, _ in nodes], ray_options)
+    actors = _Actors(ray, program, specs, ray_options, group,
+                     {node: i for i, node in enumerate(nodes)} if group is not None else None)
+    env = remote.node_environment()
+
+    def place(label: str, index: int) -> remote.Placement:
+        spec_env = {**env, **_gpu_presets(specs[label]), **(specs[label].env or {})}
+        return remote.Placement(argv=[], host='ray', launcher_ip=launcher_ip, host_env=HOST_ENV,
+                                starter=RayStarter(actors.maker(label, index), spec_env,
+                                                   asks=specs[label].bundle()))
+
+    def release() -> None:
+        if group is not None:
+            try:
+                ray.util.remove_placement_group(group)
+            except Exception:  # Ray already gone (its driver shut down): nothing is held.
+                pass
+
+    try:
+        return remote.launch(program, options, 'ray', {node: place(*node) for node in nodes},
+                             place_new=place, on_finish=release)
+    except BaseException:
+        release()
+        raise

@@ -1,0 +1,141 @@
+"""``RayStarter``: how ``launchers/remote/`` starts one node as a Ray actor, and hears it end.
+
+The actor (``node_host.NodeHost``) says where Ray placed it, then hands over the
+node's output in batches and finally its exit code; a call failing because the actor
+died (killed, its host lost) is how the launcher learns of a death it did not ask for,
+within Ray's own failure detection (the raylet sees its worker process exit at once).
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import logging
+import threading
+from typing import Any, Callable
+
+from launchpad_py import errors
+from launchpad_py.launchers.remote.worker import Starter
+from launchpad_py.node_side import node_process
+
+#: How often a node whose actor Ray has not placed yet says so, with what it asks.
+PENDING_NOTE_S = 10.0
+#: How long one call for a node's output waits for a line (it returns at once when one comes).
+OUTPUT_WAIT_S = 30.0
+_log = logging.getLogger(__name__)
+
+
+class RayStarter(Starter):
+    """One node in one Ray actor. ``make_actor(pin)`` creates the actor (``pin``: a Ray
+    node id the actor must land on, for a restart that keeps the node's address)."""
+
+    def __init__(self, make_actor: Callable[[str | None], Any], env: dict[str, str],
+                 pin: str | None = None, asks: dict[str, float] | None = None):
+        self._make_actor, self._env, self._pin, self._asks = make_actor, env, pin, asks or {}
+        self._actor = None
+        self._started = None  # The reference to where the actor runs, once it has started.
+        self._buffer: collections.deque[bytes] = collections.deque()
+        self._finished = False
+        self.placed: dict | None = None  # node_id, host, gpus: where Ray put it.
+        self._code: int | None = None
+        self._death: str | None = None
+        self._terminating = False
+        self._ended = threading.Event()
+        self._placed = threading.Event()
+        self._lock = threading.Lock()
+
+    def start(self, boot: dict, sink) -> None:
+        with self._lock:
+            if self._terminating:  # Stopped before it started: nothing will run.
+                self._ended.set()
+                return
+            try:
+                self._actor = self._make_actor(self._pin)
+            except (TypeError, ValueError) as exc:  # Options Ray refuses (a bad runtime_env).
+                raise errors.LaunchError(f'Ray refused the actor of node {sink.name}: {exc}') \
+                    from exc
+        line = json.dumps(boot).encode() + b'\n'
+        self._started = self._actor.start.remote(line, self._env)
+        sink.follow(self)
+        threading.Thread(target=self._say_why_it_waits, args=(sink,), daemon=True,
+                         name='lp-ray-pending').start()
+
+    def _say_why_it_waits(self, sink) -> None:
+        """Every ``PENDING_NOTE_S`` until Ray places the actor: what it asks, what is free."""
+        import ray
+        while not self._placed.wait(PENDING_NOTE_S) and not self._ended.is_set():
+            free = {name: amount for name, amount in ray.available_resources().items()
+                    if name in self._asks}
+            if all(free.get(name, 0) >= amount for name, amount in self._asks.items()):
+                text = (f'Ray has not started the actor yet: it asks {self._asks} and the '
+                        'cluster has room (Ray is still starting worker processes)')
+            else:
+                text = (f'Ray has not placed the actor yet: it asks {self._asks}, the cluster '
+                        f'has {free} free')
+            _log.warning('%s: %s', sink.name, text)
+            sink.note(text)
+
+    def readline(self) -> bytes:
+        """The node's next output line (b'' at its end): ``Sink.follow`` reads us as a stream."""
+        import ray
+        while not self._buffer:
+            if self._finished:
+                return b''
+            try:
+                if self.placed is None:
+                    self.placed = ray.get(self._started)
+                    self._placed.set()
+                    continue
+                lines, code, self._finished = ray.get(self._actor.output.remote(OUTPUT_WAIT_S))
+            except ray.exceptions.RayError as exc:
+                self._death, self._finished = _first_line(exc), True
+                return b''
+            self._buffer.extend(lines)
+            self._code = code
+        return self._buffer.popleft()
+
+    def close(self) -> None:
+        """The end of the output stream, or of the program: either way the actor is done."""
+        self._ended.set()
+        self._placed.set()
+        self._kill()
+
+    def wait(self) -> int | None:
+        self._ended.wait()
+        return self._code
+
+    def terminate(self) -> bool:
+        with self._lock:
+            self._terminating = True
+        return self._kill()
+
+    def _kill(self) -> bool:
+        actor = self._actor
+        if actor is not None:
+            import ray
+            try:
+                ray.kill(actor, no_restart=True)
+            except Exception:  # Already gone, or Ray shut down: nothing left to kill.
+                pass
+        return actor is not None
+
+    def describe_exit(self, code: int | None) -> str:
+        if code is None:
+            return f'its Ray actor died: {self._death or "no exit code"}'
+        return node_process.describe_exit(code)
+
+    def taken_away(self) -> str | None:
+        if self._death is not None and not self._terminating:
+            return f'Ray ended the actor of the node: {self._death}'
+        return None
+
+    def again(self, host: str | None) -> 'RayStarter':
+        """A new actor for the same node, on the Ray node the last one ran on (the node keeps
+        its address, which its clients hold)."""
+        pin = (self.placed or {}).get('node_id') if host else None
+        return RayStarter(self._make_actor, self._env, pin, self._asks)
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0] if text else type(exc).__name__

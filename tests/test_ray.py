@@ -1,0 +1,227 @@
+"""The Ray launcher on a real Ray cluster: a head here and workers on the namespace hosts h1..h3.
+
+The cluster comes from scripts/ray_cluster.sh (CI brings it up); the ``ray_cluster``
+fixture skips these tests, saying why, when it is not up. The hosts share this process table,
+so the actors' and nodes' processes on every host are visible here. An elastic group, the
+MapReduce example, Ray Client (``ray://``) and a launcher-started local Ray are opt-in
+(``LP_SLOW_TESTS=1``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+
+import pytest
+
+import launchpad_py as lp
+from conftest import REPO, launch, marked_processes, needs_ray, slow, wait_for
+from nodes_for_tests import Pinger
+from ray_nodes import Caller, Where
+from restart_nodes import Member, Watcher
+
+def test_missing_ray_fails_with_the_pip_line():
+    """Without ray installed, launch_type='ray' fails with the pip line that installs it."""
+    source = ('import sys; sys.modules["ray"] = None\n'
+              'import launchpad_py as lp\n'
+              'from nodes_for_tests import Pinger\n'
+              'p = lp.Program("noray"); p.add_node(lp.CourierNode(Pinger), label="pinger")\n'
+              'lp.launch(p, launch_type="ray")\n')
+    done = subprocess.run([sys.executable, '-c', source], capture_output=True, text=True,
+                          timeout=60, cwd=REPO,
+                          env={**os.environ, 'PYTHONPATH': os.path.join(REPO, 'tests')})
+    assert done.returncode != 0
+    assert "pip install 'launchpad_py[ray]'" in done.stderr
+
+
+@pytest.mark.parametrize('spec, message', [
+    (dict(num_cpus=-1), 'num_cpus must be a number >= 0'),
+    (dict(scheduling='EVERYWHERE'), "scheduling must be one of"),
+    (dict(resources={'h1': 'one'}), "resources['h1'] must be a number"),
+])
+def test_bad_resources_name_the_field_and_value(spec, message):
+    """A bad RayResources field is refused when it is made, naming the field and the value."""
+    with pytest.raises(lp.ResourcesError, match=message.replace('[', r'\[')):
+        lp.RayResources(**spec)
+
+
+def test_unknown_ray_option_is_named_before_anything_starts():
+    """An unknown key of ray_options fails the launch at once, listing the known keys."""
+    program = lp.Program('badoption')
+    program.add_node(lp.CourierNode(Pinger), label='pinger')
+    with pytest.raises(lp.ResourcesError, match=r"unknown keys \['adress'\].*'address'"):
+        lp.launch(program, launch_type='ray', ray_options={'adress': 'auto'})
+
+
+@needs_ray
+def test_resources_and_labels_place_nodes_that_call_each_other_over_courier(ray_cluster):
+    """A custom resource puts one node on h1, a label selector the other on h2; they talk."""
+    program = lp.Program('placed')
+    where = program.add_node(lp.CourierNode(Where), label='where')
+    caller = program.add_node(lp.CourierNode(Caller, where), label='caller')
+    with launch(program, 'ray', resources={
+            'where': lp.RayResources(resources={'h1': 1}),
+            'caller': lp.RayResources(scheduling={'lp-host': 'h2'})}) as controller:
+        hosts = {s.label: s.host for s in controller.statuses()}
+        assert hosts == {'where': '10.250.0.11', 'caller': '10.250.0.12'}
+        assert caller.dereference().ask()['host'] == '10.250.0.11'
+        assert where.address.resolve().startswith('10.250.0.11:')
+
+
+@needs_ray
+def test_num_gpus_become_cuda_visible_devices_as_ray_assigns_them(ray_cluster):
+    """Two nodes asking one GPU each get h3's two declared GPUs, one each, as Ray assigned, and
+    keep JAX's preallocation; a node asking none may share its host's GPUs, so it does not."""
+    program = lp.Program('gpus')
+    handles = [program.add_node(lp.CourierNode(Where), label='gpu') for _ in range(2)]
+    other = program.add_node(lp.CourierNode(Where), label='cpu')
+    with launch(program, 'ray', resources={'gpu': lp.RayResources(num_gpus=1)}):
+        seen = [h.dereference().where() for h in handles]
+        cpu = other.dereference().where()
+    assert {s['host'] for s in seen} == {'10.250.0.13'}
+    assert sorted(s['gpus'] for s in seen) == ['0', '1']
+    assert [s['preallocate'] for s in seen] == [None, None]
+    assert (cpu['gpus'], cpu['preallocate']) == (None, 'false')
+
+
+@needs_ray
+def test_sigkill_of_launcher_leaves_no_actor_or_process_on_any_host(ray_cluster):
+    """SIGKILL the launcher: every actor and node process on h1..h3 is gone within seconds."""
+    import ray
+    address = ray_cluster
+    token = f'lp-raykill-{uuid.uuid4().hex}'
+    launcher = subprocess.Popen(
+        [sys.executable, os.path.join(REPO, 'tests', 'ray_nodes.py'), address, token], cwd=REPO,
+        stdout=subprocess.PIPE, text=True,
+        env={**os.environ, 'PYTHONPATH': os.path.join(REPO, 'tests')})
+    hosts = json.loads(launcher.stdout.readline())
+    assert hosts == ['10.250.0.11', '10.250.0.12', '10.250.0.13']
+    assert len(marked_processes(token)) >= 6  # An actor and its node on each host.
+    launcher.kill()
+    launcher.wait(timeout=10)
+    launcher.stdout.close()
+    start = time.monotonic()
+    wait_for(lambda: not marked_processes(token), timeout=30,
+             what=f'the actors and nodes of {token} to end')
+    print(f'every actor and node gone {time.monotonic() - start:.2f}s after SIGKILL')
+    ray.init(address=address, ignore_reinit_error=True, log_to_driver=False)
+    named = ray.util.list_named_actors(all_namespaces=True)
+    assert not [a for a in named if f'raykill{token[-6:]}' in a['name']]
+
+
+@needs_ray
+def test_killed_node_is_restarted_by_lp_restart_as_a_new_actor_at_its_address(ray_cluster):
+    """SIGKILL of a node under lp.Restart: handled within a second; a new actor serves at the same
+    address, restarts=1."""
+    program = lp.Program('rayrestart')
+    handle = program.add_node(lp.CourierNode(Member), label='member')
+    with launch(program, 'ray', failure_policy={
+            'member': lp.Restart(max_restarts=2, backoff=(0.05, 0.2))}) as controller:
+        client = handle.dereference()
+        address = handle.address.resolve()
+        old = client.who()['pid']
+        killed = time.monotonic()
+        os.kill(old, signal.SIGKILL)
+        wait_for(lambda: controller.statuses()[0].restarts == 1, timeout=30, what='the restart')
+        seen = time.monotonic() - killed
+        assert seen < 1.0, f'the crash was handled {seen:.2f}s after the kill'
+        assert client.who()['pid'] != old
+        assert handle.address.resolve() == address
+        assert controller.statuses()[0].state == lp.NodeState.RUNNING
+    print(f'restart seen {seen:.2f}s after the kill')
+
+
+@needs_ray
+def test_unsatisfiable_gang_says_why_and_gives_up_at_its_timeout(ray_cluster):
+    """A placement group no host can hold fails the launch after gang_timeout, naming the bundle."""
+    program = lp.Program('toobig')
+    program.add_node(lp.CourierNode(Pinger), label='pinger')
+    start = time.monotonic()
+    with pytest.raises(lp.LaunchError, match=r"INFEASIBLE: no host of the cluster has "
+                                             r"\{'CPU': 1, 'GPU': 8\}.*nothing was started"):
+        launch(program, 'ray', resources={'pinger': lp.RayResources(num_gpus=8)},
+               ray_options={'address': ray_cluster, 'gang': True, 'gang_timeout': 2})
+    assert 2 <= time.monotonic() - start < 15
+
+
+@needs_ray
+@slow
+def test_elastic_group_grows_with_new_actors_and_shrinks(ray_cluster):
+    """add_nodes places new actors (SPREAD over the hosts); the group handle follows both ways."""
+    program = lp.Program('rayelastic')
+    with program.group('member', elastic=True):
+        program.add_node(lp.CourierNode(Member))
+    watcher = program.add_node(lp.CourierNode(Watcher, program.group_handle('member')),
+                               label='watcher')
+    with launch(program, 'ray', resources={
+            'member': lp.RayResources(scheduling='SPREAD')}) as controller:
+        added = controller.add_nodes('member', 2)
+        assert [(s.index, s.state) for s in added] == [(1, lp.NodeState.RUNNING),
+                                                      (2, lp.NodeState.RUNNING)]
+        wait_for(lambda: len(watcher.dereference().members()['answers']) == 3,
+                 what='the watcher to see 3 members')
+        controller.remove_nodes('member', 1)
+        assert watcher.dereference().members()['answers'] == ['member/0', 'member/1']
+
+
+@needs_ray
+@slow
+def test_mapreduce_example_counts_the_same_under_ray_as_under_local_mp(tmp_path, ray_cluster):
+    """The MapReduce example over Ray actors writes the same counts as under local_mp."""
+    from examples.mapreduce.program import make_program, read_counts
+    paths = []
+    for index in range(3):
+        path = tmp_path / f'input_{index}.txt'
+        path.write_text(' '.join(f'w{(index * 7 + n) % 23}' for n in range(500 * (index + 1))))
+        paths.append(str(path))
+    counts = {}
+    for launch_type in ('local_mp', 'ray'):
+        output = str(tmp_path / f'{launch_type}.tsv')
+        launch(make_program(paths, output, 2), launch_type).wait(timeout=120)
+        counts[launch_type] = read_counts(output)
+    assert counts['ray'] == counts['local_mp'] and sum(counts['ray'].values()) == 3000
+
+
+@needs_ray
+@slow
+def test_without_an_address_or_ray_address_a_local_ray_is_started():
+    """No address and no RAY_ADDRESS: the launcher starts a Ray of its own and the program runs."""
+    source = ('import launchpad_py as lp\n'
+              'from nodes_for_tests import Pinger\n'
+              'p = lp.Program("ownray"); h = p.add_node(lp.CourierNode(Pinger), label="pinger")\n'
+              'with lp.launch(p, launch_type="ray"):\n'
+              '    print(h.dereference().ping(3))\n')
+    env = {key: value for key, value in os.environ.items() if key != 'RAY_ADDRESS'}
+    with tempfile.TemporaryDirectory(prefix='lpray', dir='/tmp') as ray_dir:  # Short: socket paths.
+        done = subprocess.run([sys.executable, '-c', source], capture_output=True, text=True,
+                              timeout=180, cwd=REPO, env={
+                                  **env, 'RAY_TMPDIR': ray_dir,
+                                  'PYTHONPATH': os.path.join(REPO, 'tests') + os.pathsep + REPO})
+        assert done.returncode == 0, done.stderr[-3000:]
+        assert "('pong', 3)" in done.stdout
+        wait_for(lambda: not marked_processes(ray_dir), timeout=30,
+                 what="the launcher's own Ray to end with it")
+
+
+@needs_ray
+@slow
+def test_ray_client_address_runs_the_program(ray_cluster):
+    """Through Ray Client (ray://head:10001, as from outside a KubeRay cluster) nodes serve."""
+    source = ('import sys, launchpad_py as lp\n'
+              'from ray_nodes import Caller, Where\n'
+              'p = lp.Program("client"); w = p.add_node(lp.CourierNode(Where), label="where")\n'
+              'c = p.add_node(lp.CourierNode(Caller, w), label="caller")\n'
+              'with lp.launch(p, launch_type="ray", ray_options={"address": sys.argv[1]}):\n'
+              '    print(c.dereference().ask()["host"])\n')
+    client_address = f'ray://{ray_cluster.rpartition(":")[0]}:10001'
+    done = subprocess.run([sys.executable, '-c', source, client_address], capture_output=True,
+                          text=True, timeout=120, cwd=REPO,
+                          env={**os.environ, 'PYTHONPATH': os.path.join(REPO, 'tests')})
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip().startswith('10.250.0.1')
