@@ -42,14 +42,21 @@ class NodeFailedError(LaunchpadError, RuntimeError):
 
     ``label`` and ``index`` name the node; ``remote_traceback`` is the
     traceback text from where it failed; ``__cause__`` is the original
-    exception where it could be rebuilt.
+    exception where it could be rebuilt. When the node failed because a node
+    it called raised, ``raised_in`` says where (``"method 'step' of node
+    'worker/1'"``) and the message names that node first, the caller second.
     """
 
-    def __init__(self, label: str, index: int, remote_traceback: str, summary: str):
-        super().__init__(f'node {label!r} (index {index}) failed: {summary}\n{remote_traceback}')
+    def __init__(self, label: str, index: int, remote_traceback: str, summary: str,
+                 raised_in: str | None = None):
+        caller = f'node {label!r} (index {index})'
+        where = (f'{raised_in} raised, called by {caller}' if raised_in
+                 else f'{caller} failed')
+        super().__init__(f'{where}: {summary}\n{remote_traceback}')
         self.label = label
         self.index = index
         self.remote_traceback = remote_traceback
+        self.raised_in = raised_in
 
 
 class StuckNodesError(LaunchpadError, RuntimeError):

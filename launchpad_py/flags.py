@@ -1,6 +1,18 @@
-"""Command-line flags read by launchers; defined as soon as the package is imported."""
+"""Command-line flags read by launchers; defined as soon as the package is imported.
+
+A script that never lets absl parse its command line (no ``app.run``) still
+gets its ``--lp_*`` flags: the first read parses them from ``sys.argv``
+(``--lp_x=v``, ``--lp_x v``, ``--lp_bool``, ``--nolp_bool``) and warns about
+``--lp_*`` names that are no flag of ours. Other flags stay unparsed.
+"""
+
+import re
+import sys
+import warnings
 
 from absl import flags
+
+from launchpad_py import errors
 
 LAUNCH_TYPE = flags.DEFINE_string(
     'lp_launch_type', 'local_mt',
@@ -9,14 +21,6 @@ LAUNCH_TYPE = flags.DEFINE_string(
 TERMINATION_NOTICE_SECS = flags.DEFINE_integer(
     'lp_termination_notice_secs', 10,
     'Seconds a node has to exit after a stop request before its process is killed.')
-
-
-def value_or_default(holder: flags.FlagHolder):
-    """The flag's value, or its default while flags are not parsed (tests, notebooks)."""
-    try:
-        return holder.value
-    except flags.UnparsedFlagAccessError:
-        return holder.default
 SSH_HOSTS = flags.DEFINE_list(
     'lp_ssh_hosts', [],
     'For --lp_launch_type=ssh: hosts (names or ssh aliases) that the nodes of groups without '
@@ -62,3 +66,50 @@ SLURM_PENDING_TIMEOUT = flags.DEFINE_float(
     'lp_slurm_pending_timeout', 0,
     'For --lp_launch_type=slurm: give up (and cancel the job) after it has been pending this many '
     'seconds; 0 waits as long as the scheduler takes, reporting why every 30 s.')
+
+
+def value_or_default(holder: flags.FlagHolder):
+    """The flag's value; before absl parses flags, as ``sys.argv`` sets it, or its default."""
+    try:
+        return holder.value
+    except flags.UnparsedFlagAccessError:
+        parse_own_flags(sys.argv[1:])
+        return flags.FLAGS[holder.name].value
+
+
+_parsed_argv: list[str] | None = None
+_OWN = re.compile(r'--(no)?(lp_\w+)(?:=(.*))?$', re.DOTALL)
+
+
+def parse_own_flags(argv: list[str]) -> None:
+    """Sets our flags from the ``--lp_*`` arguments of ``argv`` (once per distinct ``argv``)."""
+    global _parsed_argv
+    if argv == _parsed_argv:
+        return
+    _parsed_argv = list(argv)
+    unknown = []
+    args = iter(argv)
+    for arg in args:
+        if arg == '--':
+            break
+        match = _OWN.match(arg)
+        if match is None:
+            continue
+        negated, name, value = match.groups()
+        if name not in flags.FLAGS:
+            unknown.append(arg)
+            continue
+        flag = flags.FLAGS[name]
+        if flag.boolean and value is None:
+            value = 'false' if negated else 'true'
+        elif value is None:
+            value = next(args, None)
+        if value is None or (negated and not flag.boolean):
+            raise errors.ProgramError(f'flag --{name} needs a value, as in --{name}=...')
+        try:
+            flag.parse(value)
+        except flags.IllegalFlagValueError as exc:
+            raise errors.ProgramError(f'bad value {value!r} for flag --{name}: {exc}') from None
+    if unknown:
+        warnings.warn(f'launchpad_py ignored {", ".join(unknown)}: no such flag (see '
+                      f'--helpfull of a script that calls absl.app.run)', stacklevel=3)

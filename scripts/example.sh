@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs the main example, actor-learner RL on CartPole, as separate processes in .venv
 # (created on first use). It prints the evaluator's mean return every few seconds and
-# ends by itself at a mean return of 450 (or after 500k environment steps).
+# ends by itself at a mean return of 450 (or after 1.5 million environment steps).
 source "$(dirname "$0")/_venv.sh"
 # With an NVIDIA GPU here the learner should train on it: add JAX's CUDA plugin (once) for the
 # jax version .venv has. The learner's first line says which device it uses.

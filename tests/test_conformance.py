@@ -76,7 +76,7 @@ def test_remote_exception_keeps_type_message_and_traceback(launch_type):
             handle.dereference().fail('no such key')
     assert isinstance(info.value.__cause__, courier.RemoteTraceback)
     assert 'in fail' in info.value.remote_traceback
-    assert any("'pinger'" in note and "'fail'" in note for note in info.value.__notes__)
+    assert any("'pinger/0'" in note and "'fail'" in note for note in info.value.__notes__)
 
 
 def test_stop_from_a_side_thread_of_a_node(launch_type):

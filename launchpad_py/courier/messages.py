@@ -54,6 +54,8 @@ class RemoteFailure:
             exc = errors.RemoteError(f'{self.type_name}: {self.message}')
         exc.__cause__ = errors.RemoteTraceback(self.traceback)
         exc.remote_traceback = self.traceback  # type: ignore[attr-defined]
+        if getattr(exc, 'remote_origin', None) is None:  # Passed on by a peer: keep the first.
+            exc.remote_origin = (self.label, self.method)  # type: ignore[attr-defined]
         where = f'node {self.label!r}' if self.label else 'a courier server'
         exc.add_note(f'raised remotely by method {self.method!r} of {where}')
         return exc

@@ -60,7 +60,7 @@ def public_methods(obj: Any) -> list[str]:
             continue
         if callable(attr):
             names.append(name)
-    if callable(obj):
+    if '__call__' in dir(obj):  # Not callable(): a stand-in for the object must not count.
         names.append('__call__')
     return sorted(names)
 
@@ -225,7 +225,7 @@ class Server:
         self.stop()
 
     def _resolve(self, name: str):
-        if name == '__call__' and callable(self._obj):
+        if name == '__call__' and '__call__' in dir(self._obj):
             return self._obj
         if not name.startswith('_') and name != 'run':
             try:
@@ -236,8 +236,8 @@ class Server:
                 return attr
         available = ', '.join(public_methods(self._obj)) or '(none)'
         raise errors.UnknownMethodError(
-            f'{type(self._obj).__name__} served by {self._label or "this server"} has no public '
-            f'method {name!r}; available: {available}')
+            f'{self._obj.__class__.__name__} served by {self._label or "this server"} has no '
+            f'public method {name!r}; available: {available}')
 
     def _dispatch_frame(self, frame: frames.Frame, shard: stats.Shard | None = None) -> tuple:
         """Runs one request: ``('ok', value)`` or ``('error', RemoteFailure)``.

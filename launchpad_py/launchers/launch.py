@@ -49,6 +49,7 @@ def launch(programs: Program | Sequence[Program], launch_type=None, xm_resources
     if resources is not None and local_resources is not None:
         raise errors.ResourcesError('pass resources= or local_resources= (its older name), '
                                     'not both')
+    keyword = 'local_resources' if local_resources is not None else 'resources'
     if resources is not None:
         local_resources = resources
     many = not isinstance(programs, Program)
@@ -58,10 +59,12 @@ def launch(programs: Program | Sequence[Program], launch_type=None, xm_resources
             raise errors.ProgramError(f'lp.launch expects lp.Program objects (got {program!r})')
     options = LaunchOptions.from_flags(local_resources=local_resources, terminal=terminal,
                                        test_case=test_case, serialize_py_nodes=serialize_py_nodes,
-                                       dashboard=dashboard, failure_policy=failure_policy)
+                                       dashboard=dashboard, failure_policy=failure_policy,
+                                       resources_keyword=keyword)
     options.pick_launcher_options(name, kubernetes_options=kubernetes_options,
                                   slurm_options=slurm_options, ray_options=ray_options)
     for program in program_list:
+        program_graph.check_complete(program)
         options.check_resource_groups(program)
         options.check_failure_policy(program)
         backend.check(options, program)

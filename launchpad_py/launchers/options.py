@@ -13,6 +13,8 @@ from launchpad_py.program import Program
 @dataclasses.dataclass
 class LaunchOptions:
     local_resources: Mapping[str, Any] | None = None
+    #: The keyword the user gave them by, as errors should name it.
+    resources_keyword: str = 'resources'
     terminal: str | None = None
     test_case: Any = None
     serialize_py_nodes: bool | None = None

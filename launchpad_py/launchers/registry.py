@@ -106,7 +106,7 @@ class Backend:
         if options.local_resources and self.resources is None:
             who = ' '.join(filter(None, [self.name, self.why_no_resources]))
             raise errors.ResourcesError(
-                f'{who} cannot apply local_resources (got groups '
+                f'{who} cannot apply {options.resources_keyword}= (got groups '
                 f'{sorted(options.local_resources)}); launch with {_able("resources")}')
         if options.terminal and not capabilities.terminal:
             raise errors.ProgramError(

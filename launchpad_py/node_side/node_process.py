@@ -112,8 +112,9 @@ def run(channel: Channel, program_name: str, bind_host: str,
     except SystemExit as exc:
         if exc.code not in (None, 0):
             return _report_failure(channel, finished, exc)
-    except BaseException as exc:  # Everything a node raises is reported to the parent.
-        return _report_failure(channel, finished, exc)
+    except BaseException as exc:  # Everything a node raises is reported to the parent...
+        if not runtime.ended_by_stop(exc, scope):  # ...but a stop: the node ends quietly.
+            return _report_failure(channel, finished, exc)
     finished.set()
     channel.send('finished')
     return 0
@@ -148,7 +149,9 @@ def bound_addresses(executable: Executable) -> dict[str, str]:
 
 def _report_failure(channel: Channel, finished: threading.Event, exc: BaseException) -> int:
     text = ''.join(traceback.format_exception(exc))
-    sys.stderr.write(text)
+    # One line here; the launcher shows the traceback, once, where it reports the failure.
+    sys.stderr.write(f'node failed: {type(exc).__name__}: {exc} (traceback in the launcher\'s '
+                     f'report)\n')
     sys.stderr.flush()
     try:
         exception_bytes = serialization.dumps(exc)

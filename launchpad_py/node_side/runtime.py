@@ -19,6 +19,7 @@ from typing import Callable
 
 from launchpad_py import errors
 from launchpad_py.courier import fail_fast
+from launchpad_py.courier.errors import CourierCancelledError, CourierUnavailableError
 
 _log = logging.getLogger(__name__)
 
@@ -89,6 +90,27 @@ class ProgramScope:
                 self._handlers.remove(handler)
             except ValueError:
                 raise ValueError(f'{handler!r} is not a registered stop handler') from None
+
+
+#: How long a node whose call found its peer gone waits for the stop that explains it.
+STOP_NOTICE_SECONDS = 5.0
+
+
+def ended_by_stop(exc: BaseException, scope: ProgramScope) -> bool:
+    """Whether ``exc`` only says that the program is stopping: then the node ends quietly.
+
+    While a program stops its servers go one by one, and a node still calling
+    one gets ``CourierUnavailableError`` (or, its call cut short,
+    ``CourierCancelledError``): that is the stop, not a failure. The
+    stop may reach this node just after its call failed, hence the short wait.
+    """
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        if isinstance(exc, (CourierUnavailableError, CourierCancelledError)):
+            return scope.stop_event.wait(STOP_NOTICE_SECONDS)
+        seen.add(id(exc))
+        exc = exc.__cause__ or exc.__context__
+    return False
 
 
 _thread_scope = threading.local()

@@ -76,6 +76,10 @@ class _UnderConstruction:
     def __dir__(self) -> list[str]:
         return dir(self._target())
 
+    @property  # type: ignore[misc]
+    def __class__(self):  # Errors name the user's class: the server reads obj.__class__.
+        return type(self._target())
+
     def __call__(self, *args, **kwargs) -> Any:
         return self._target()(*args, **kwargs)
 
@@ -118,7 +122,8 @@ def start_server(obj: Any, address: Address, context: ExecutionContext,
     """
     kwargs = {'secret': runtime.current_scope().secret, **server_kwargs}
     server = courier.Server(obj, address.port_to_bind(), host=context.bind_host,
-                            label=context.label, thread_initializer=runtime.inherit_binding(),
+                            label=f'{context.label}/{context.index}',
+                            thread_initializer=runtime.inherit_binding(),
                             identity=address.identity, **kwargs).start()
     address.bound(server.address)
     return server

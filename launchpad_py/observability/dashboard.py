@@ -187,6 +187,6 @@ def open_dashboard(controller, graph, port: int = 0) -> Dashboard:
     """Starts the dashboard and prints where it is (with its token) in the launcher's log."""
     board = Dashboard(controller, graph, port)
     message = f'launchpad_py: dashboard of program {controller.name!r}: {board.url}'
-    print(message, flush=True)
-    _log.info(message)
+    print(message, flush=True)  # Printed, not logged: under app.run a log line would repeat it.
+    _log.debug(message)
     return board

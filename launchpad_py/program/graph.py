@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Mapping
 
+from launchpad_py import errors
 from launchpad_py.program.address import Address
 from launchpad_py.program.group_handle import GroupHandle
 from launchpad_py.program.handle import Dereferenceable, find_handles
@@ -43,9 +44,18 @@ class ProgramGraph:
     edges: list[GraphEdge]
     groups: dict[str, list[str]]
 
+    @property
+    def missing(self) -> list[str]:
+        """Targets of edges that are no node of the program (``'not added: ...'``)."""
+        return list(dict.fromkeys(e.target for e in self.edges if e.target.startswith(NOT_ADDED)))
+
 
 def structure(program) -> ProgramGraph:
-    """The nodes and edges of ``program`` (an ``lp.Program``)."""
+    """The nodes and edges of ``program`` (an ``lp.Program``).
+
+    A handle of a node that was never added still draws its edge, to a node
+    named ``'not added: CourierNode(Learner)'`` (``lp.launch`` refuses such a program).
+    """
     owner: dict[int, str] = {}
     nodes, groups = [], {}
     for label, members in program.groups.items():
@@ -76,10 +86,28 @@ def _pointed_nodes(handle, owner: dict[int, str]) -> list[str]:
     """The nodes whose addresses ``handle`` holds, found among its attributes."""
     found: list[str] = []
     for address in _addresses_in(handle, depth=0):
-        name = owner.get(id(address))
-        if name is not None and name not in found:
+        name = owner.get(id(address), f'{NOT_ADDED}{address.owner}')
+        if name not in found:
             found.append(name)
     return found
+
+
+#: How ``structure`` names a node that a handle points to but the program does not hold.
+NOT_ADDED = 'not added: '
+
+
+def check_complete(program) -> None:
+    """Raises ``ProgramError`` when a node holds a handle of a node the program does not hold.
+
+    Such a handle would only fail inside the running node; this names both nodes now.
+    """
+    for edge in structure(program).edges:
+        if edge.target.startswith(NOT_ADDED):
+            missing = edge.target[len(NOT_ADDED):]
+            raise errors.ProgramError(
+                f'node {edge.source!r} of program {program.name!r} holds a handle of '
+                f'{missing} (argument {edge.argument!r}), which was never added to the program: '
+                f'add it with program.add_node(...) before lp.launch')
 
 
 def _addresses_in(obj: Any, depth: int) -> list[Address]:
@@ -122,6 +150,9 @@ def to_dot(program, resources: Mapping[str, Any] | None = None) -> str:
             text = f'{name}\n{kinds[name]}' + (f'\n{_short(spec)}' if spec is not None else '')
             lines.append(f'    {_quote(name)} [label={_quote(text)}];')
         lines.append('  }')
+    for name in graph.missing:
+        lines.append(f'  {_quote(name)} [style="rounded,dashed", color="#cc0000", '
+                     f'fillcolor="#fff0f0"];')
     for edge in graph.edges:
         lines.append(f'  {_quote(edge.source)} -> {_quote(edge.target)} '
                      f'[label={_quote(edge.argument)}];')

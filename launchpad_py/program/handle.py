@@ -28,6 +28,16 @@ class Dereferenceable(abc.ABC, Generic[T]):
 class Handle(Dereferenceable[T], Generic[T]):
     """A reference to a node that turns into a client inside a running program."""
 
+    def __getattr__(self, name: str) -> Any:
+        # Only names the handle lacks get here: a method of the node, called on the handle.
+        if name.startswith('_'):
+            raise AttributeError(name)
+        raise AttributeError(
+            f'{self!r} has no attribute {name!r}: a handle is not a client. It becomes a client '
+            f'of its node inside a running node that received it among its arguments. To call '
+            f'the node from the launching script, launch the program first and call '
+            f'handle.dereference().{name}(...)')
+
 
 def _children(obj: Any) -> Iterator[Any]:
     if isinstance(obj, Dereferenceable):

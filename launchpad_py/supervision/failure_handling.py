@@ -71,12 +71,12 @@ class Failures:
                 self.startup_failure = worker
             worker.state, worker.failure = NodeState.FAILED, failure
             self.failed = worker
-            _log.error('node %s of program %r failed: %s', worker.name, self._name, failure.summary)
+            _log.error('%s (program %r): %s', _who(worker, failure), self._name, failure.summary)
             return Then.ABORT_LAUNCH if self.startup_failure is worker else Then.STOP
         if self._is_the_cause(failure):
             # The first failure only lost a peer, or the program stopped because the scheduler
             # ended it: this failure is why, so it is what wait() raises.
-            _log.error('node %s of program %r failed: %s', worker.name, self._name, failure.summary)
+            _log.error('%s (program %r): %s', _who(worker, failure), self._name, failure.summary)
             worker.state, worker.failure, self.failed = NodeState.FAILED, failure, worker
         else:
             worker.state = NodeState.STOPPED
@@ -87,6 +87,11 @@ class Failures:
         first = self.failed
         if failure.by_scheduler:  # Its stop requests (SIGTERM) come before the nodes end.
             return first is None or not first.failure.by_scheduler
+        if first is None and failure.raised and not failure.follows_from_a_peer:
+            # A node that raised while the program stopped still failed (a test's cleanup
+            # may stop the program before its node got to raise); calls cut by the stop
+            # end their node quietly (node_side.runtime.ended_by_stop), so are not seen here.
+            return True
         return (first is not None and first.failure.follows_from_a_peer
                 and not failure.follows_from_a_peer)
 
@@ -96,8 +101,9 @@ class Failures:
             return
         self.seen = True
         failure = worker.failure
-        error = errors.NodeFailedError(worker.label, worker.index, failure.traceback, failure.summary)
-        raise error from failure.exception
+        error = errors.NodeFailedError(worker.label, worker.index, failure.traceback,
+                                       failure.summary, failure.raised_in)
+        raise error from _without_traceback(failure.exception)
 
     def report_unseen(self) -> None:
         """At interpreter exit: a failure nobody waited for still fails the script."""
@@ -172,3 +178,20 @@ class Failures:
             if worker.state == NodeState.RESTARTING:
                 self._alarms.cancel(('restart', worker))
                 worker.state, worker.ended_at = NodeState.STOPPED, time.time()
+
+
+def _who(worker: Worker, failure: FailureReport) -> str:
+    """The node that raised first, then its caller: what a failure's first line names."""
+    if failure.raised_in:
+        return f'{failure.raised_in} raised, called by node {worker.name!r}'
+    return f'node {worker.name} failed'
+
+
+def _without_traceback(exc: BaseException | None) -> BaseException | None:
+    """``exc`` as the cause of a ``NodeFailedError``, whose message already holds its traceback.
+
+    Printed whole, the chain would repeat that traceback.
+    """
+    if exc is not None:
+        exc.__traceback__, exc.__cause__, exc.__suppress_context__ = None, None, True
+    return exc

@@ -15,7 +15,7 @@ import traceback
 from typing import TYPE_CHECKING, Callable
 
 from launchpad_py.node_side import node_process
-from launchpad_py.courier.errors import CourierUnavailableError
+from launchpad_py.courier.errors import CourierCancelledError, CourierUnavailableError
 from launchpad_py.errors import PeerFailedError
 from launchpad_py.node_state import ENDED, NodeState, NodeStatus
 
@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from launchpad_py.supervision.metrics_probe import MetricsProbe
 
 # A node that raised one of these failed because a node it called had failed or gone.
-_CONSEQUENCES = (CourierUnavailableError, PeerFailedError)
+_CONSEQUENCES = (CourierUnavailableError, CourierCancelledError, PeerFailedError)
 
 
 @dataclasses.dataclass
@@ -40,11 +40,22 @@ class FailureReport:
     traceback: str
     exception: BaseException | None = None
     by_scheduler: bool = False
+    #: The node's code raised (rather than its process dying or being killed).
+    raised: bool = False
 
     @classmethod
     def from_exception(cls, exc: BaseException) -> 'FailureReport':
         text = ''.join(traceback.format_exception(exc))
-        return cls(f'{type(exc).__name__}: {exc}', text, exc)
+        return cls(f'{type(exc).__name__}: {exc}', text, exc, raised=True)
+
+    @property
+    def raised_in(self) -> str | None:
+        """Where a peer call the node made raised first: "method 'step' of node 'worker/1'"."""
+        origin = getattr(self.exception, 'remote_origin', None)
+        if origin is None:
+            return None
+        label, method = origin
+        return f"method {method!r} of {f'node {label!r}' if label else 'a courier server'}"
 
     @property
     def follows_from_a_peer(self) -> bool:
@@ -276,7 +287,7 @@ def relay_node_messages(channel, worker: Worker, probe: MetricsProbe, where: str
         elif kind == 'failed':
             _, summary, text, exception_bytes = message
             failure = FailureReport(summary + where, text,
-                                    node_process.rebuild_exception(exception_bytes))
+                                    node_process.rebuild_exception(exception_bytes), raised=True)
         elif kind == 'finished':
             finished = True
         elif kind == 'metrics':

@@ -336,8 +336,8 @@ def _launch(program: Program, options: LaunchOptions, launch_type: str, test: bo
     for group, spec in resources.items():
         if not isinstance(spec, PythonProcess):
             raise errors.ResourcesError(
-                f'local_resources[{group!r}] must be lp.PythonProcess(...) for {launch_type} '
-                f'(got {spec!r})')
+                f'{options.resources_keyword}[{group!r}] must be lp.PythonProcess(...) for '
+                f'{launch_type} (got {spec!r})')
     prepared = shipping.prepare(program)
     check_open_files(program.name, launch_type, len(prepared), _FILES_PER_NODE)
     counts = {group: 0 for group in program.groups}

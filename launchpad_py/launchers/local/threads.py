@@ -13,7 +13,7 @@ from __future__ import annotations
 import concurrent.futures
 import threading
 
-from launchpad_py.node_side import node_logging, node_metrics, runtime
+from launchpad_py.node_side import labelled_output, node_logging, node_metrics, runtime
 from launchpad_py.courier import serialization
 from launchpad_py.supervision import (address_book, elastic, program_secret, rundir, shipping,
                                       stuck_threads)
@@ -47,8 +47,11 @@ class ThreadWorker(Worker):
                                    self._scope.stop_event)
         try:
             self._executable.main(context)
-        except BaseException as exc:  # Reported to the supervisor, which decides.
-            self.events.exited(self, 1, FailureReport.from_exception(exc))
+        except BaseException as exc:  # Reported to the supervisor, which decides...
+            if runtime.ended_by_stop(exc, self._scope):  # ...but a call cut by the stop is none.
+                self.events.exited(self, 0, None)
+            else:
+                self.events.exited(self, 1, FailureReport.from_exception(exc))
         else:
             self.events.exited(self, 0, None)
 
@@ -94,6 +97,8 @@ def _launch(program: Program, options: LaunchOptions, launch_type: str, test: bo
     check_open_files(program.name, launch_type, len(executables), 8)
     groups = elastic.groups_of(program, new_worker=None)
     node_logging.configure_launcher()
+    if not test:  # Under test_mt, the test framework's capture keeps its plain lines.
+        labelled_output.install()
     rundir.sweep()  # Sockets a killed launcher's nodes left; ours are made after this.
     issued = program_secret.issue()
     servers: list[str] = []  # Filled as nodes report where they listen.
