@@ -41,7 +41,9 @@ def test_added_nodes_serve_and_the_group_handle_lists_them():
         version = seen.wait_for_change(before['version'], 30)
         after = seen.members()
         assert after['names'] == after['answers'] == [f'member/{i}' for i in range(4)]
-        assert after['version'] == version > before['version']
+        # Each added node may be published on its own, so the handle can have moved on once
+        # more between the wait and the read; it never goes back.
+        assert after['version'] >= version > before['version']
         local = members.dereference()
         assert [c.who()['pid'] for c in local.clients()] == [
             s.pid for s in controller.statuses() if s.label == 'member']

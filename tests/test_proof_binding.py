@@ -20,7 +20,7 @@ import launchpad_py as lp
 from launchpad_py import courier
 from launchpad_py.courier import auth, messages
 from attackers import GrpcRelay, Target, TcpRelay, bomb_frame, bomb_path, bomb_request, spend
-from conftest import launch, needs_slurm, needs_ssh_hosts
+from conftest import launch, needs_slurm, needs_ssh_hosts, wait_for
 
 LAUNCH_TYPES = ['local_mt', 'local_mp', pytest.param('ssh', marks=needs_ssh_hosts),
                 pytest.param('slurm', marks=needs_slurm)]
@@ -140,6 +140,15 @@ def auth_port(address: str, tls) -> int:
     return caller.tcp_port()
 
 
+def _has_ended(pid: int) -> bool:
+    """Whether ``pid`` is dead: reaped already (its supervisor may be quicker than the test)
+    or a zombie, whose sockets are closed either way."""
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
 @pytest.mark.parametrize('transport', ['grpc', 'tcp'])
 def test_a_false_server_on_a_killed_nodes_port_runs_nothing(transport, tmp_path):
     """Attack 4, end to end under local_mp: node a (lp.Restart) is SIGKILLed, the attacker
@@ -153,7 +162,7 @@ def test_a_false_server_on_a_killed_nodes_port_runs_nothing(transport, tmp_path)
         assert caller.mark() == 1  # Over the Unix socket.
         pid = next(s.pid for s in controller.statuses() if s.label == 'a')
         os.kill(pid, signal.SIGKILL)
-        psutil.wait_procs([psutil.Process(pid)], timeout=30)
+        wait_for(lambda: _has_ended(pid), timeout=30, what=f'node a (pid {pid}) to end')
         port = int(a.address.resolve().rpartition(':')[2])
         b_address = b.address.resolve()
         with GrpcRelay(b_address, port=port, only=(messages.ENDPOINTS,)) as fake:
