@@ -63,3 +63,17 @@ class LaunchOptions:
             raise errors.ResourcesError(
                 f'resources name groups {unknown} that program {program.name!r} does not '
                 f'have; its groups are {sorted(program.groups)}')
+
+
+def only_known_keys(keyword: str, given: Mapping[str, Any] | None, options_type: type) -> dict:
+    """``given`` as a dict, once every key names a field of the dataclass ``options_type``.
+
+    A misspelt launcher option would otherwise be dropped without a word.
+    """
+    given = dict(given or {})
+    known = [field.name for field in dataclasses.fields(options_type)]
+    unknown = sorted(set(given) - set(known))
+    if unknown:
+        raise errors.ResourcesError(f'{keyword} has unknown keys {unknown}; the known ones are '
+                                    f'{known}')
+    return given

@@ -14,6 +14,7 @@ import re
 from typing import Any, Mapping
 
 from launchpad_py import errors
+from launchpad_py.launchers import options
 
 # A Kubernetes quantity: a number, then a binary (Ki..Ei) or decimal (m, k..E) suffix or exponent.
 _QUANTITY = re.compile(r'^[0-9]+(\.[0-9]+)?(m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei|[eE][0-9]+)?$')
@@ -138,12 +139,7 @@ class KubernetesOptions:
 
     @classmethod
     def from_mapping(cls, given: Mapping[str, Any]) -> 'KubernetesOptions':
-        known = {field.name for field in dataclasses.fields(cls)}
-        unknown = sorted(set(given) - known)
-        if unknown:
-            raise errors.ProgramError(f'kubernetes_options has unknown keys {unknown}; known: '
-                                      f'{sorted(known)}')
-        return cls(**given)
+        return cls(**options.only_known_keys('kubernetes_options', given, cls))
 
 
 def resources_of_groups(groups: list[str], given: Mapping[str, Any],

@@ -16,6 +16,7 @@ import os
 from typing import Any, Mapping
 
 from launchpad_py import errors
+from launchpad_py.launchers import options
 
 #: How a group's nodes spread over the cluster: Ray's strategies, or a dict of node labels.
 SCHEDULING = ('DEFAULT', 'SPREAD', 'PACK')
@@ -116,15 +117,9 @@ class RayOptions:
 
     @classmethod
     def from_dict(cls, given: Mapping[str, Any] | None) -> 'RayOptions':
-        given = dict(given or {})
-        known = [field.name for field in dataclasses.fields(cls)]
-        unknown = sorted(set(given) - set(known))
-        if unknown:
-            raise errors.ResourcesError(f'ray_options has unknown keys {unknown}; the known ones '
-                                        f'are {known}')
-        options = cls(**given)
-        options.check()
-        return options
+        made = cls(**options.only_known_keys('ray_options', given, cls))
+        made.check()
+        return made
 
     def check(self) -> None:
         for key in ('address', 'namespace', 'launcher_address'):

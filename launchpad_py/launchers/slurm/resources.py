@@ -18,6 +18,7 @@ import shlex
 from typing import Any, Mapping
 
 from launchpad_py import errors, flags
+from launchpad_py.launchers import options
 
 _MEM = re.compile(r'(\d+)([KMGT]?)', re.IGNORECASE)
 _MEGABYTES = {'K': 1 / 1024, 'M': 1, '': 1, 'G': 1024, 'T': 1024 * 1024}
@@ -102,12 +103,7 @@ class SlurmOptions:
     @classmethod
     def from_flags(cls, given: Mapping[str, Any] | None) -> 'SlurmOptions':
         """The flags' values, overridden by the keys of ``given`` that are not None."""
-        given = dict(given or {})
-        known = [field.name for field in dataclasses.fields(cls)]
-        unknown = sorted(set(given) - set(known))
-        if unknown:
-            raise errors.ResourcesError(f'slurm_options has unknown keys {unknown}; the known '
-                                        f'ones are {known}')
+        given = options.only_known_keys('slurm_options', given, cls)
         values = {
             'time': flags.value_or_default(flags.SLURM_TIME) or None,
             'account': flags.value_or_default(flags.SLURM_ACCOUNT) or None,
