@@ -35,7 +35,7 @@ def test_a_server_out_of_descriptors_names_the_limit(tmp_path):
     done = run_script(_SCRIPT, '100', '100', f'meeting_program(300, {str(result)!r}, 10)',
                       timeout=180)
     assert done.returncode != 0
-    assert ('[meeting/0] courier server meeting cannot accept a same-host connection: out of '
+    assert ('[meeting/0] courier server meeting/0 cannot accept a same-host connection: out of '
             'file descriptors: the open-file limit (RLIMIT_NOFILE) of this process is 100, '
             'hard 100' in done.stdout + done.stderr), done.stderr[-3000:]
     assert not result.exists()

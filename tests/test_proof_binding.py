@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import struct
 
-import psutil
 import pytest
 
 import launchpad_py as lp
@@ -140,13 +140,21 @@ def auth_port(address: str, tls) -> int:
     return caller.tcp_port()
 
 
-def _has_ended(pid: int) -> bool:
-    """Whether ``pid`` is dead: reaped already (its supervisor may be quicker than the test)
-    or a zombie, whose sockets are closed either way."""
+def _is_free(port: int) -> bool:
+    """Whether a listener could bind 127.0.0.1:``port`` now, as the attacker polls for it.
+
+    The node's pid turns zombie while its other threads still hold its sockets, so the
+    port, not the process, is what to wait for.
+    """
+    probe = socket.socket()
+    probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
-        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
+        probe.bind(('127.0.0.1', port))
         return True
+    except OSError:
+        return False
+    finally:
+        probe.close()
 
 
 @pytest.mark.parametrize('transport', ['grpc', 'tcp'])
@@ -162,8 +170,8 @@ def test_a_false_server_on_a_killed_nodes_port_runs_nothing(transport, tmp_path)
         assert caller.mark() == 1  # Over the Unix socket.
         pid = next(s.pid for s in controller.statuses() if s.label == 'a')
         os.kill(pid, signal.SIGKILL)
-        wait_for(lambda: _has_ended(pid), timeout=30, what=f'node a (pid {pid}) to end')
         port = int(a.address.resolve().rpartition(':')[2])
+        wait_for(lambda: _is_free(port), timeout=30, what=f'port {port} of killed node a to be free')
         b_address = b.address.resolve()
         with GrpcRelay(b_address, port=port, only=(messages.ENDPOINTS,)) as fake:
             attempt = courier.Client(a.address.resolve(), transport='auto' if transport == 'grpc'
