@@ -352,37 +352,3 @@ def test_time_limit_ends_the_program_and_wait_says_so():
     with pytest.raises(lp.NodeFailedError, match=r'Slurm job \d+ reached its time limit '
                                                  r'\(JobState=TIMEOUT\)'):
         running.wait(timeout=180)
-
-
-def _handed_back(host: str) -> bool:
-    """Whether ``host`` is idle again; resumes it while it is down. (With ReturnToService=2 it
-    comes back by itself; a resume sent while the lost job is still being cleaned up leaves
-    the host 'mixed' with no job on it for minutes, so resume is sent only to a down host.)"""
-    state = subprocess.run(['sinfo', '--noheader', '--nodes', host, '--format=%T'],
-                           capture_output=True, text=True, timeout=30).stdout.split()[0]
-    if state.startswith('down'):
-        subprocess.run(['scontrol', 'update', f'nodename={host}', 'state=resume'],
-                       capture_output=True, timeout=30)
-    return state == 'idle'
-
-
-@slow
-@pytest.mark.parametrize('policy', [None, _QUICK_RESTART], ids=['default', 'restart'])
-def test_lost_host_ends_the_program_and_wait_says_the_job_lost_a_node(policy):
-    """A Slurm host taken down under a running node (as when a machine dies): the job ends
-    NODE_FAIL, wait() says so, nothing is restarted, and the host is handed back afterwards.
-    Opt-in: it takes a host of the shared test cluster down, and one slow to come back would
-    fail the Slurm tests after it."""
-    program = lp.Program('host_lost')
-    program.add_node(lp.PyNode(serve_forever), label='waiter')
-    running = launch(program, 'slurm', failure_policy=policy and {'waiter': policy})
-    (status,) = running.statuses()
-    try:
-        subprocess.run(['scontrol', 'update', f'nodename={status.host}', 'state=down',
-                        'reason=launchpad_py test: host lost'], check=True, timeout=30)
-        with pytest.raises(lp.NodeFailedError, match=r'Slurm job \d+ lost a node '
-                                                     r'\(JobState=NODE_FAIL\)'):
-            running.wait(timeout=60)
-    finally:
-        wait_for(lambda: _handed_back(status.host), timeout=60, what=f'{status.host} to be idle again')
-    assert not _alive(status.pid) and running.statuses()[0].restarts == 0
