@@ -77,3 +77,18 @@ def only_known_keys(keyword: str, given: Mapping[str, Any] | None, options_type:
         raise errors.ResourcesError(f'{keyword} has unknown keys {unknown}; the known ones are '
                                     f'{known}')
     return given
+
+
+def specs_of_groups(group_labels, resources: Mapping[str, Any], spec_type: type,
+                    launch_type: str) -> dict:
+    """Each group's spec (``spec_type()`` where none is given), each checked to be a
+    ``spec_type``: one backend's resources type never stands in for another's."""
+    specs = {}
+    for label in group_labels:
+        spec = resources.get(label, spec_type())
+        if not isinstance(spec, spec_type):
+            raise errors.ResourcesError(f'resources[{label!r}] must be '
+                                        f'lp.{spec_type.__name__}(...) for {launch_type} '
+                                        f'(got {spec!r})')
+        specs[label] = spec
+    return specs

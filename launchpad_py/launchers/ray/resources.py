@@ -148,11 +148,4 @@ class RayOptions:
 
 def resources_of_groups(group_labels, resources: Mapping[str, Any]) -> dict[str, RayResources]:
     """Each group's ``RayResources`` (the default one where none is given)."""
-    result = {}
-    for label in group_labels:
-        spec = resources.get(label, RayResources())
-        if not isinstance(spec, RayResources):
-            raise errors.ResourcesError(f'resources[{label!r}] must be lp.RayResources(...) for '
-                                        f'ray (got {spec!r})')
-        result[label] = spec
-    return result
+    return options.specs_of_groups(group_labels, resources, RayResources, 'ray')

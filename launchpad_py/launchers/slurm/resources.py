@@ -19,6 +19,7 @@ from typing import Any, Mapping
 
 from launchpad_py import errors, flags
 from launchpad_py.launchers import options
+from launchpad_py.launchers.options import specs_of_groups
 
 _MEM = re.compile(r'(\d+)([KMGT]?)', re.IGNORECASE)
 _MEGABYTES = {'K': 1 / 1024, 'M': 1, '': 1, 'G': 1024, 'T': 1024 * 1024}
@@ -141,13 +142,8 @@ class SlurmOptions:
 def resources_of_groups(group_labels, resources: Mapping[str, Any],
                         options: SlurmOptions) -> dict[str, SlurmResources]:
     """Each group's ``SlurmResources`` (the default one where none is given), partition filled in."""
-    result = {}
-    for label in group_labels:
-        spec = resources.get(label, SlurmResources())
-        if not isinstance(spec, SlurmResources):
-            raise errors.ResourcesError(f'resources[{label!r}] must be lp.SlurmResources(...) for '
-                                        f'slurm (got {spec!r})')
+    result = specs_of_groups(group_labels, resources, SlurmResources, 'slurm')
+    for label, spec in result.items():
         if spec.partition is None and options.partition is not None:
-            spec = dataclasses.replace(spec, partition=options.partition)
-        result[label] = spec
+            result[label] = dataclasses.replace(spec, partition=options.partition)
     return result
