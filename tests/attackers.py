@@ -60,7 +60,7 @@ def bomb_frame(path: str) -> bytes:
 def _channel(address: str, tls) -> grpc.Channel:
     if tls is None:
         return grpc.insecure_channel(address)
-    from launchpad_py.courier.tls import GRPC_CHANNEL_OPTIONS
+    from launchpad_py.courier.transports.tls import GRPC_CHANNEL_OPTIONS
     return grpc.secure_channel(address, tls.grpc_channel_credentials(),
                                options=GRPC_CHANNEL_OPTIONS)
 

@@ -135,7 +135,7 @@ def test_a_raw_tcp_handshake_cannot_be_relayed_to_another_node(launched, transpo
 
 def auth_port(address: str, tls) -> int:
     """The raw-TCP port of the server at ``address``, asked as its legitimate callers do."""
-    from launchpad_py.courier import grpc_client
+    from launchpad_py.courier.transports import grpc_client
     caller = grpc_client.GrpcCaller(address, 10, True, 1 << 20, auth.secret_for(address), tls)
     return caller.tcp_port()
 
@@ -213,7 +213,7 @@ def test_a_restarted_server_refuses_tokens_of_its_earlier_incarnation():
 
 def test_a_tcp_caller_refuses_a_server_of_another_name_before_proving_anything():
     """Dialing node a's raw-TCP port and finding node b, the caller sends no proof at all."""
-    from launchpad_py.courier import tcp
+    from launchpad_py.courier.transports import tcp
     with courier.Server(Target(), secret=SECRET, identity='b/0') as other:
         bomb_free = TcpRelay(('127.0.0.1', other.tcp_port), b'')
         try:

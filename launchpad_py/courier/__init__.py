@@ -27,7 +27,7 @@ from launchpad_py.courier.auth import default_secret
 from launchpad_py.courier.auth import forget_secret
 from launchpad_py.courier.auth import register_secret
 from launchpad_py.courier.auth import set_default_secret
-from launchpad_py.courier.tls import TlsCredentials
+from launchpad_py.courier.transports.tls import TlsCredentials
 
 # Failing fast on servers that are gone (used when a program stops)
 from launchpad_py.courier.fail_fast import fail_fast_on_unavailable
