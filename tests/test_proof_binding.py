@@ -9,10 +9,13 @@ that file is absent and the node it aimed at ran no call.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
 import struct
+import subprocess
+import sys
 
 import pytest
 
@@ -180,6 +183,59 @@ def test_a_false_server_on_a_killed_nodes_port_runs_nothing(transport, tmp_path)
             with pytest.raises(courier.CourierError):
                 attempt.mark()
             harvested = fake.calls_seen()
+        for metadata, _ in harvested:
+            assert not spend(b_address, metadata, bomb_request(bomb))
+        assert harvested == []
+        assert not os.path.exists(bomb)
+        assert b.dereference().calls() == 0
+
+
+def _attacker_on_host_of(status, address: str, target: str) -> subprocess.Popen:
+    """The false server of ``attackers.py``, started on the host of the node ``status``
+    (inside that host's network namespace) as user nobody, for ``address``'s port.
+
+    It keeps one capability, CAP_DAC_READ_SEARCH, only so that it can load this
+    test's interpreter from under /root (0700 here); it reads nothing of the program.
+    """
+    host, _, port = address.rpartition(':')
+    tests = os.path.dirname(os.path.abspath(__file__))
+    command = ['ip', 'netns', 'exec', f'lp-{status.host}', 'setpriv', '--reuid=nobody',
+               '--regid=nogroup', '--clear-groups', '--inh-caps=+dac_read_search',
+               '--ambient-caps=+dac_read_search', 'env', 'HOME=/tmp', 'GRPC_VERBOSITY=NONE',
+               f'PYTHONPATH={os.path.dirname(tests)}:{tests}', sys.executable,
+               os.path.join(tests, 'attackers.py'), 'false-server', host, port, target]
+    return subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+
+
+@pytest.mark.parametrize('transport', ['grpc', 'tcp'])
+@pytest.mark.parametrize('launch_type', [pytest.param('ssh', marks=needs_ssh_hosts),
+                                         pytest.param('slurm', marks=needs_slurm)])
+def test_another_user_on_a_killed_nodes_host_runs_nothing(launch_type, transport, tmp_path):
+    """Attack 4 across hosts: node a (lp.Restart) is SIGKILLed on its host; user nobody on
+    that host binds a's freed address and answers from node b; a's next caller reaches it
+    (it answers Endpoints) and sends it nothing spendable, and b runs no call."""
+    program, a, b = _program(None)
+    bomb = bomb_path(tmp_path)
+    policy = {'a': lp.Restart(max_restarts=1, backoff=(600.0, 600.0))}  # Back after the test.
+    with launch(program, launch_type, failure_policy=policy) as controller:
+        assert a.dereference().mark() == 1
+        status = next(s for s in controller.statuses() if s.label == 'a')
+        address, b_address = a.address.resolve(), b.address.resolve()
+        os.kill(status.pid, signal.SIGKILL)
+        attacker = _attacker_on_host_of(status, address, b_address)
+        try:
+            assert attacker.stdout.readline() == 'ready as uid 65534\n'  # Bound a's port.
+            caller = courier.Client(address, transport=transport, timeout=10,
+                                    server_identity=a.address.identity, wait_for_ready=False)
+            with pytest.raises(courier.AuthenticationError, match="not 'a/0'"):
+                caller.mark()
+        finally:
+            attacker.stdin.close()
+            seen = [json.loads(line) for line in attacker.stdout]
+            attacker.wait(timeout=30)
+        assert [m for m, _, _ in seen].count(messages.ENDPOINTS) >= 1  # The caller reached it.
+        harvested = [(tuple(map(tuple, md)), bytes.fromhex(body)) for m, md, body in seen
+                     if m != messages.ENDPOINTS]
         for metadata, _ in harvested:
             assert not spend(b_address, metadata, bomb_request(bomb))
         assert harvested == []
