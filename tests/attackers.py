@@ -204,11 +204,18 @@ def false_server(host: str, port: int, target: str, seconds: float = 60.0) -> No
     """Binds ``host:port`` as soon as it is free (a killed node's port, polled as an attacker
     would), answers ``Endpoints`` from ``target`` and passes nothing else on; prints
     ``ready as uid N``, then, once stdin closes, each call it saw as a JSON line
-    ``[method, [[key, value], ...], body hex]``."""
+    ``[method, [[key, value], ...], body hex]``.
+
+    Its first line of stdin is empty, or the program's TLS certificate and key (PEM, hex,
+    space-separated): the strongest attacker, who holds those but not the secret.
+    """
+    from launchpad_py.courier import TlsCredentials
+    pem = sys.stdin.readline().split()
+    tls = TlsCredentials(*map(bytes.fromhex, pem)) if pem else None
     deadline = time.monotonic() + seconds
     while True:
         try:
-            relay = GrpcRelay(target, host=host, port=port, only=(messages.ENDPOINTS,))
+            relay = GrpcRelay(target, host=host, port=port, tls=tls, only=(messages.ENDPOINTS,))
             break
         except RuntimeError:  # Still held by the dying node's sockets.
             if time.monotonic() > deadline:
