@@ -81,11 +81,7 @@ class Connection:
             return True
 
     def close(self) -> None:
-        try:
-            self.sock.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass
-        self.sock.close()
+        uds.shut(self.sock)
 
 
 def connect(host: str, port: int, secret: bytes | None, address: str,

@@ -176,6 +176,15 @@ def tune(sock: socket.socket) -> None:
             pass
 
 
+def shut(sock: socket.socket) -> None:
+    """Closes ``sock`` after shutting it down, so a thread reading it wakes at once."""
+    try:
+        sock.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass
+    sock.close()
+
+
 class Connection:
     """One Unix-socket connection: framed sends under a lock, a reader, segments."""
 
@@ -213,11 +222,7 @@ class Connection:
         return False
 
     def close(self) -> None:
-        try:
-            self.sock.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass
-        self.sock.close()
+        shut(self.sock)
         self.reader.close()
         self.pool.close()
 
