@@ -9,6 +9,7 @@ its handshake in ``tcp_handshakes``), each optionally under TLS (``tls``).
 The two socket paths share ``sockets/`` (a client's channel and a
 listener's serving of framed calls).
 
-May import: the rest of ``courier`` (frames, messages, auth, stats, errors),
-never ``courier.client`` or ``courier.server``, which pick from the registry.
+May import the rest of ``courier`` (frames, messages, auth, stats, errors, ...)
+but never ``courier.client``, ``courier.server`` or ``courier.batching``: those
+pick from the registry (a contract in ``pyproject.toml``).
 """
