@@ -225,3 +225,36 @@ def test_ray_client_address_runs_the_program(ray_cluster):
                           env={**os.environ, 'PYTHONPATH': os.path.join(REPO, 'tests')})
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.strip().startswith('10.250.0.1')
+
+
+def _only_the_test_cluster_runs_here(address: str) -> None:
+    """Skips unless the one Ray this machine runs is the suite's: 'auto' must not find a user's."""
+    from ray._private.services import find_gcs_addresses
+    running = set(find_gcs_addresses())
+    if running != {address}:
+        pytest.skip(f"'auto' would pick among the Rays running here ({sorted(running)}), not only "
+                    f'the test cluster {address}')
+
+
+@needs_ray
+@pytest.mark.parametrize('how', ['address_auto', 'RAY_ADDRESS'])
+def test_the_cluster_is_found_by_auto_or_by_ray_address(ray_cluster, how):
+    """ray_options={'address': 'auto'} finds the Ray running on this machine; without the option,
+    RAY_ADDRESS names the cluster. Either way the nodes run on the cluster's worker hosts."""
+    _only_the_test_cluster_runs_here(ray_cluster)
+    options = '{"address": "auto"}' if how == 'address_auto' else '{}'
+    source = ('import launchpad_py as lp\n'
+              'from ray_nodes import Caller, Where\n'
+              'p = lp.Program("found"); w = p.add_node(lp.CourierNode(Where), label="where")\n'
+              'c = p.add_node(lp.CourierNode(Caller, w), label="caller")\n'
+              f'with lp.launch(p, launch_type="ray", ray_options={options}) as controller:\n'
+              '    print(c.dereference().ask()["host"])\n')
+    env = {key: value for key, value in os.environ.items() if key != 'RAY_ADDRESS'}
+    if how == 'RAY_ADDRESS':
+        env['RAY_ADDRESS'] = ray_cluster
+    done = subprocess.run([sys.executable, '-c', source], capture_output=True, text=True,
+                          timeout=120, cwd=REPO,
+                          env={**env, 'PYTHONPATH': os.path.join(REPO, 'tests')})
+    assert done.returncode == 0, done.stderr[-3000:]
+    # The worker hosts are 10.250.0.11-13; a Ray started here instead would place on this host.
+    assert done.stdout.strip() in ('10.250.0.11', '10.250.0.12', '10.250.0.13'), done.stdout

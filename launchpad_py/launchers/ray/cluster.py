@@ -38,7 +38,7 @@ def connect(options: RayOptions):
     """
     ray = ray_module()
     if not ray.is_initialized():
-        address = options.cluster_address()
+        address = _found(options.cluster_address())
         main = threading.current_thread() is threading.main_thread()
         sigterm = signal.getsignal(signal.SIGTERM) if main else None
         try:
@@ -51,6 +51,23 @@ def connect(options: RayOptions):
             if main:  # ray.init makes SIGTERM raise SystemExit; the launcher behaves as elsewhere.
                 signal.signal(signal.SIGTERM, sigterm)
     return ray
+
+
+def _found(address: str) -> str:
+    """``'auto'`` as the ``host:port`` of the cluster Ray finds on this machine.
+
+    Given ``'auto'``, Ray advertises this driver on the interface of the default route,
+    which a cluster on a private network (the test hosts, a lab's subnet) may not reach:
+    the driver's actors then die at once, "all references removed". Given the head's
+    address, Ray picks the interface that routes to it. Anything else is kept as given.
+    """
+    if address != 'auto':
+        return address
+    try:
+        from ray._private import services
+        return services.get_ray_address_from_environment('auto', None) or address
+    except Exception:  # A Ray without this helper: let ray.init look, as before.
+        return address
 
 
 def launcher_ip(ray, options: RayOptions) -> str:
