@@ -44,6 +44,7 @@ def test_missing_ray_fails_with_the_pip_line():
     (dict(num_cpus=-1), 'num_cpus must be a number >= 0'),
     (dict(scheduling='EVERYWHERE'), "scheduling must be one of"),
     (dict(resources={'h1': 'one'}), "resources['h1'] must be a number"),
+    (dict(nodes_per_actor=0), 'nodes_per_actor must be an int >= 1'),
 ])
 def test_bad_resources_name_the_field_and_value(spec, message):
     """A bad RayResources field is refused when it is made, naming the field and the value."""
@@ -135,6 +136,43 @@ def test_killed_node_is_restarted_by_lp_restart_as_a_new_actor_at_its_address(ra
         assert handle.address.resolve() == address
         assert controller.statuses()[0].state == lp.NodeState.RUNNING
     print(f'restart seen {seen:.2f}s after the kill')
+
+
+@needs_ray
+def test_packed_nodes_share_actors_restart_alone_and_split_their_gpus(ray_cluster):
+    """nodes_per_actor=2: four nodes in two actors, two GPU nodes in one actor with one GPU
+    each; a packed node SIGKILLed under lp.Restart comes back in the same actor at its address
+    while its actor-mate runs on untouched; the stop leaves no actor or node process."""
+    token = f'lp-raypack-{uuid.uuid4().hex}'
+    marked = {'LP_TEST_TOKEN': token}
+    program = lp.Program('raypacked')
+    packed = [program.add_node(lp.CourierNode(Where), label='packed') for _ in range(4)]
+    gpu = [program.add_node(lp.CourierNode(Where), label='gpu') for _ in range(2)]
+    with launch(program, 'ray', resources={
+            'packed': lp.RayResources(resources={'h1': 1}, nodes_per_actor=2, env=marked,
+                                      runtime_env={'env_vars': marked}),
+            'gpu': lp.RayResources(num_gpus=1, nodes_per_actor=2)},
+            failure_policy={'packed': lp.Restart(max_restarts=2, backoff=(0.05, 0.2))}
+            ) as controller:
+        seen = [handle.dereference().where() for handle in packed]
+        assert {s['host'] for s in seen} == {'10.250.0.11'}
+        actors = [s['actor_pid'] for s in seen]
+        assert actors[0] == actors[1] != actors[2] == actors[3]
+        on_gpus = [handle.dereference().where() for handle in gpu]
+        assert on_gpus[0]['actor_pid'] == on_gpus[1]['actor_pid']
+        assert sorted(s['gpus'] for s in on_gpus) == ['0', '1']
+        address = packed[0].address.resolve()
+        os.kill(seen[0]['pid'], signal.SIGKILL)
+        first = lambda: next(s for s in controller.statuses()
+                             if (s.label, s.index) == ('packed', 0))
+        wait_for(lambda: first().restarts == 1 and first().state == lp.NodeState.RUNNING,
+                 timeout=30, what='the restart of packed/0')
+        again = packed[0].dereference().where()
+        assert again['pid'] != seen[0]['pid'] and again['actor_pid'] == actors[0]
+        assert packed[0].address.resolve() == address
+        assert packed[1].dereference().where()['pid'] == seen[1]['pid']
+    wait_for(lambda: not marked_processes(token), timeout=30,
+             what='the packed actors and their nodes to end')
 
 
 @needs_ray

@@ -84,14 +84,18 @@ def launcher_ip(ray, options: RayOptions) -> str:
 
 
 def actor_options(spec: RayResources, options: RayOptions, name: str) -> dict[str, Any]:
-    """What ``NodeHost.options(...)`` gets for a node of a group with ``spec``."""
+    """What ``NodeHost.options(...)`` gets for an actor of a group with ``spec``: the asks
+    of all ``spec.nodes_per_actor`` nodes it holds."""
     runtime_env = {**(options.runtime_env or {}), **(spec.runtime_env or {})}
-    chosen: dict[str, Any] = {'name': name, 'num_cpus': spec.num_cpus, 'num_gpus': spec.num_gpus,
-                              'max_restarts': 0, 'max_concurrency': 4}
+    nodes = spec.nodes_per_actor
+    # Each node's output is a long poll: one thread each, and a few for starts and stops.
+    chosen: dict[str, Any] = {'name': name, 'num_cpus': spec.num_cpus * nodes,
+                              'num_gpus': spec.num_gpus * nodes, 'max_restarts': 0,
+                              'max_concurrency': 3 + nodes}
     if spec.memory:
-        chosen['memory'] = spec.memory
+        chosen['memory'] = spec.memory * nodes
     if spec.resources:
-        chosen['resources'] = dict(spec.resources)
+        chosen['resources'] = {key: amount * nodes for key, amount in spec.resources.items()}
     if runtime_env:
         chosen['runtime_env'] = runtime_env
     if not isinstance(spec.scheduling, str):  # Node labels.
