@@ -67,6 +67,9 @@ def test_restarted_node_finds_its_checkpoint_in_the_same_directory(tmp_path, mon
         after = client.where()
         assert after['pid'] != before['pid'] and after['dir'] == before['dir']
         assert client.count() == 3
+    # The launch's own directory could serve only its restarts: it goes with the program.
+    assert not (tmp_path / '.launchpad_py' / 'checkpoints').exists() or not os.listdir(
+        tmp_path / '.launchpad_py' / 'checkpoints')
 
 
 def test_sigterm_from_a_scheduler_runs_the_checkpoint_first(tmp_path, monkeypatch):
@@ -105,7 +108,7 @@ def test_actor_learner_learner_resumes_after_sigkill_with_its_step_and_return(
     with lp.launch(program, launch_type='local_mp', failure_policy={
             'learner': lp.Restart(max_restarts=1, backoff=(0.05, 0.2))}) as controller:
         client = learner.dereference()
-        wait_for(lambda: client.progress()['step'] >= 10, timeout=120,
+        wait_for(lambda: client.progress()['step'] >= 10, timeout=300,
                  what='the learner to train 10 steps')
         status = next(s for s in controller.statuses() if s.label == 'learner')
         os.kill(status.pid, signal.SIGKILL)
@@ -113,7 +116,7 @@ def test_actor_learner_learner_resumes_after_sigkill_with_its_step_and_return(
             saved = pickle.load(f)  # Written by the learner; nothing writes it now.
         assert saved['step'] >= 10 and saved['step'] % 5 == 0
         wait_for(lambda: next(s for s in controller.statuses() if s.label == 'learner').restarts
-                 == 1, timeout=60, what='the restart of the learner')
+                 == 1, timeout=300, what='the restart of the learner')
         progress = client.progress()
         assert progress['step'] >= saved['step']
         assert progress['env_steps'] >= saved['env_steps'] > 0

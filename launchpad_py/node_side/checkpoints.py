@@ -25,6 +25,7 @@ import hashlib
 import hmac
 import logging
 import os
+import shutil
 import threading
 import time
 import weakref
@@ -42,11 +43,24 @@ def _root(scope: runtime.ProgramScope) -> str:
     given = os.environ.get(ROOT_ENV)
     if given:
         return os.path.join(os.path.abspath(os.path.expanduser(given)), scope.name)
-    # One launch's nodes share its secret; a name derived from it tells nothing of it.
-    run = (hmac.new(scope.secret, b'launchpad_py checkpoint directory', hashlib.sha256)
-           .hexdigest()[:16] if scope.secret else 'unsecured')
+    return private_root(scope.name, scope.secret)
+
+
+def private_root(program_name: str, secret: bytes | None) -> str:
+    """The directory of one launch's checkpoints where no root is given: named from the
+    program's secret, which every start of its nodes shares, no other launch has, and a
+    name derived from it does not reveal."""
+    run = (hmac.new(secret, b'launchpad_py checkpoint directory', hashlib.sha256)
+           .hexdigest()[:16] if secret else 'unsecured')
     return os.path.join(os.path.expanduser('~'), '.launchpad_py', 'checkpoints',
-                        f'{scope.name}-{run}')
+                        f'{program_name}-{run}')
+
+
+def remove_private_root(program_name: str, secret: bytes | None) -> None:
+    """Removes a finished launch's own directory (no later launch can find it); checkpoints
+    under a given root are the user's and stay."""
+    if not os.environ.get(ROOT_ENV):
+        shutil.rmtree(private_root(program_name, secret), ignore_errors=True)
 
 
 def checkpoint_dir() -> str:

@@ -13,7 +13,8 @@ from __future__ import annotations
 import concurrent.futures
 import threading
 
-from launchpad_py.node_side import labelled_output, node_logging, node_metrics, runtime
+from launchpad_py.node_side import (checkpoints, labelled_output, node_logging, node_metrics,
+                                     runtime)
 from launchpad_py.courier import serialization
 from launchpad_py.supervision import (address_book, elastic, program_secret, rundir, shipping,
                                       stuck_threads)
@@ -108,6 +109,7 @@ def _launch(program: Program, options: LaunchOptions, launch_type: str, test: bo
     def finish() -> None:
         book.finish()
         issued.forget()
+        checkpoints.remove_private_root(program.name, issued.secret)
 
     controller = ProgramController(program.name, launch_type, options.grace,
                                    keep_process_alive=not test, on_finish=finish,
