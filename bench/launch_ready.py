@@ -10,7 +10,9 @@ Ray test cluster (``bash scripts/ray_cluster.sh up``) and the ssh hosts
     python -m bench.launch_ready --json bench/launch_ready.json
     python -m bench.launch_ready --nodes 300 --launch_types ray,ssh,local_mp --json bench/launch_ready_300.json
 
-Under ray each node asks for a tenth of a CPU, so 300 fit the test cluster's 48.
+Under ray each node asks for a tenth of a CPU, so 300 fit the test cluster's 48; with
+``--ray_nodes_per_actor 10`` ten nodes share one actor (a Ray worker process costs far more
+memory than a node: 300 nodes in 300 actors do not fit this machine's memory).
 
 Each launch type is launched ``--reps`` times, interleaved; the median, the
 fastest and the slowest are reported, with the time to stop the program.
@@ -52,7 +54,7 @@ def program_of(nodes: int) -> lp.Program:
     return program
 
 
-def launch_kwargs(launch_type: str, logs: str) -> dict:
+def launch_kwargs(launch_type: str, logs: str, nodes_per_actor: int = 1) -> dict:
     if launch_type == 'slurm':
         return {'slurm_options': {'output_dir': logs}}
     if launch_type == 'ssh':
@@ -60,16 +62,20 @@ def launch_kwargs(launch_type: str, logs: str) -> dict:
         return {'resources': {'server': hosts}}
     if launch_type == 'ray':
         with open(RAY_ADDRESS_FILE) as address:
-            return {'resources': {'server': lp.RayResources(num_cpus=0.1, scheduling='SPREAD')},
+            spec = lp.RayResources(num_cpus=0.1, scheduling='SPREAD',
+                                   nodes_per_actor=nodes_per_actor)
+            return {'resources': {'server': spec},
                     'ray_options': {'address': address.read().strip()}}
     return {}
 
 
-def measure(launch_type: str, nodes: int, logs: str) -> tuple[float, float]:
+def measure(launch_type: str, nodes: int, logs: str, nodes_per_actor: int = 1
+            ) -> tuple[float, float]:
     """(seconds to ready, seconds to stop) of one launch."""
     program = program_of(nodes)
     start = time.perf_counter()
-    controller = lp.launch(program, launch_type=launch_type, **launch_kwargs(launch_type, logs))
+    controller = lp.launch(program, launch_type=launch_type,
+                           **launch_kwargs(launch_type, logs, nodes_per_actor))
     ready = time.perf_counter() - start
     assert all(s.state == lp.NodeState.RUNNING for s in controller.statuses())
     start = time.perf_counter()
@@ -83,17 +89,21 @@ def main() -> None:
     parser.add_argument('--nodes', type=int, default=30)
     parser.add_argument('--reps', type=int, default=5)
     parser.add_argument('--launch_types', default=','.join(LAUNCH_TYPES))
+    parser.add_argument('--ray_nodes_per_actor', type=int, default=1,
+                        help='RayResources(nodes_per_actor=...) of the ray launches')
     parser.add_argument('--json', help='also write the results to this file')
     args = parser.parse_args()
     os.environ.setdefault('SLURM_CONF', '/tmp/lp-slurm/slurm.conf')
     launch_types = args.launch_types.split(',')
+    load_before = os.getloadavg()[0]
     times: dict[str, list[tuple[float, float]]] = {t: [] for t in launch_types}
     failed: dict[str, int] = {}
     with tempfile.TemporaryDirectory() as logs:
         for _ in range(args.reps):
             for launch_type in launch_types:
                 try:
-                    times[launch_type].append(measure(launch_type, args.nodes, logs))
+                    times[launch_type].append(
+                        measure(launch_type, args.nodes, logs, args.ray_nodes_per_actor))
                 except lp.LaunchError as exc:  # Counted and shown; the others go on.
                     failed[launch_type] = failed.get(launch_type, 0) + 1
                     print(f'{launch_type}: launch failed: {str(exc).splitlines()[0]}',
@@ -115,7 +125,10 @@ def main() -> None:
               f'{row["ready_max_s"]:>8.2f}{row["stop_median_s"]:>13.2f}', file=sys.stderr)
     if args.json:
         with open(args.json, 'w') as f:
-            json.dump({'nodes': args.nodes, 'reps': args.reps, 'results': rows}, f, indent=2)
+            json.dump({'nodes': args.nodes, 'reps': args.reps,
+                       'ray_nodes_per_actor': args.ray_nodes_per_actor,
+                       'load_average_1min': [load_before, os.getloadavg()[0]],
+                       'cpus': os.cpu_count(), 'results': rows}, f, indent=2)
 
 
 if __name__ == '__main__':

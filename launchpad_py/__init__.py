@@ -46,6 +46,8 @@ from launchpad_py.nodes import ReverbNode
 # Inside a running node
 from launchpad_py.node_side.runtime import NodeContext
 from launchpad_py.node_side.runtime import get_node_context
+from launchpad_py.node_side.checkpoints import checkpoint_dir
+from launchpad_py.node_side.checkpoints import register_checkpoint_handler
 
 # Launch, and what happens when nodes fail
 from launchpad_py.program.failure_policy import Restart

@@ -19,6 +19,7 @@ class Where:
 
     def where(self):
         return {'host': os.environ.get('LAUNCHPAD_PY_RAY_HOST'), 'pid': os.getpid(),
+                'actor_pid': os.getppid(),
                 'gpus': os.environ.get('CUDA_VISIBLE_DEVICES'),
                 'preallocate': os.environ.get('XLA_PYTHON_CLIENT_PREALLOCATE')}
 

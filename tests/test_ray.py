@@ -44,6 +44,7 @@ def test_missing_ray_fails_with_the_pip_line():
     (dict(num_cpus=-1), 'num_cpus must be a number >= 0'),
     (dict(scheduling='EVERYWHERE'), "scheduling must be one of"),
     (dict(resources={'h1': 'one'}), "resources['h1'] must be a number"),
+    (dict(nodes_per_actor=0), 'nodes_per_actor must be an int >= 1'),
 ])
 def test_bad_resources_name_the_field_and_value(spec, message):
     """A bad RayResources field is refused when it is made, naming the field and the value."""
@@ -138,6 +139,43 @@ def test_killed_node_is_restarted_by_lp_restart_as_a_new_actor_at_its_address(ra
 
 
 @needs_ray
+def test_packed_nodes_share_actors_restart_alone_and_split_their_gpus(ray_cluster):
+    """nodes_per_actor=2: four nodes in two actors, two GPU nodes in one actor with one GPU
+    each; a packed node SIGKILLed under lp.Restart comes back in the same actor at its address
+    while its actor-mate runs on untouched; the stop leaves no actor or node process."""
+    token = f'lp-raypack-{uuid.uuid4().hex}'
+    marked = {'LP_TEST_TOKEN': token}
+    program = lp.Program('raypacked')
+    packed = [program.add_node(lp.CourierNode(Where), label='packed') for _ in range(4)]
+    gpu = [program.add_node(lp.CourierNode(Where), label='gpu') for _ in range(2)]
+    with launch(program, 'ray', resources={
+            'packed': lp.RayResources(resources={'h1': 1}, nodes_per_actor=2, env=marked,
+                                      runtime_env={'env_vars': marked}),
+            'gpu': lp.RayResources(num_gpus=1, nodes_per_actor=2)},
+            failure_policy={'packed': lp.Restart(max_restarts=2, backoff=(0.05, 0.2))}
+            ) as controller:
+        seen = [handle.dereference().where() for handle in packed]
+        assert {s['host'] for s in seen} == {'10.250.0.11'}
+        actors = [s['actor_pid'] for s in seen]
+        assert actors[0] == actors[1] != actors[2] == actors[3]
+        on_gpus = [handle.dereference().where() for handle in gpu]
+        assert on_gpus[0]['actor_pid'] == on_gpus[1]['actor_pid']
+        assert sorted(s['gpus'] for s in on_gpus) == ['0', '1']
+        address = packed[0].address.resolve()
+        os.kill(seen[0]['pid'], signal.SIGKILL)
+        first = lambda: next(s for s in controller.statuses()
+                             if (s.label, s.index) == ('packed', 0))
+        wait_for(lambda: first().restarts == 1 and first().state == lp.NodeState.RUNNING,
+                 timeout=30, what='the restart of packed/0')
+        again = packed[0].dereference().where()
+        assert again['pid'] != seen[0]['pid'] and again['actor_pid'] == actors[0]
+        assert packed[0].address.resolve() == address
+        assert packed[1].dereference().where()['pid'] == seen[1]['pid']
+    wait_for(lambda: not marked_processes(token), timeout=30,
+             what='the packed actors and their nodes to end')
+
+
+@needs_ray
 def test_unsatisfiable_gang_says_why_and_gives_up_at_its_timeout(ray_cluster):
     """A placement group no host can hold fails the launch after gang_timeout, naming the bundle."""
     program = lp.Program('toobig')
@@ -225,3 +263,36 @@ def test_ray_client_address_runs_the_program(ray_cluster):
                           env={**os.environ, 'PYTHONPATH': os.path.join(REPO, 'tests')})
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.strip().startswith('10.250.0.1')
+
+
+def _only_the_test_cluster_runs_here(address: str) -> None:
+    """Skips unless the one Ray this machine runs is the suite's: 'auto' must not find a user's."""
+    from ray._private.services import find_gcs_addresses
+    running = set(find_gcs_addresses())
+    if running != {address}:
+        pytest.skip(f"'auto' would pick among the Rays running here ({sorted(running)}), not only "
+                    f'the test cluster {address}')
+
+
+@needs_ray
+@pytest.mark.parametrize('how', ['address_auto', 'RAY_ADDRESS'])
+def test_the_cluster_is_found_by_auto_or_by_ray_address(ray_cluster, how):
+    """ray_options={'address': 'auto'} finds the Ray running on this machine; without the option,
+    RAY_ADDRESS names the cluster. Either way the nodes run on the cluster's worker hosts."""
+    _only_the_test_cluster_runs_here(ray_cluster)
+    options = '{"address": "auto"}' if how == 'address_auto' else '{}'
+    source = ('import launchpad_py as lp\n'
+              'from ray_nodes import Caller, Where\n'
+              'p = lp.Program("found"); w = p.add_node(lp.CourierNode(Where), label="where")\n'
+              'c = p.add_node(lp.CourierNode(Caller, w), label="caller")\n'
+              f'with lp.launch(p, launch_type="ray", ray_options={options}) as controller:\n'
+              '    print(c.dereference().ask()["host"])\n')
+    env = {key: value for key, value in os.environ.items() if key != 'RAY_ADDRESS'}
+    if how == 'RAY_ADDRESS':
+        env['RAY_ADDRESS'] = ray_cluster
+    done = subprocess.run([sys.executable, '-c', source], capture_output=True, text=True,
+                          timeout=120, cwd=REPO,
+                          env={**env, 'PYTHONPATH': os.path.join(REPO, 'tests')})
+    assert done.returncode == 0, done.stderr[-3000:]
+    # The worker hosts are 10.250.0.11-13; a Ray started here instead would place on this host.
+    assert done.stdout.strip() in ('10.250.0.11', '10.250.0.12', '10.250.0.13'), done.stdout

@@ -92,6 +92,15 @@ class Trainer:
         self._params, self._opt_state, metrics = self._step(self._params, self._opt_state, batch)
         return {name: float(value) for name, value in metrics.items()}
 
+    def state(self) -> dict:
+        """Parameters and optimizer state as host arrays: what a checkpoint holds."""
+        return jax.device_get({'params': self._params, 'opt_state': self._opt_state})
+
+    def restore(self, state: dict) -> None:
+        """Continues from ``state()`` of an earlier trainer (same network and optimizer)."""
+        self._params = jax.device_put(state['params'], self.device)
+        self._opt_state = jax.device_put(state['opt_state'], self.device)
+
     def numpy_params(self) -> network.Params:
         """The parameters as host numpy arrays, ready to ship to actors."""
         return jax.tree_util.tree_map(np.asarray, jax.device_get(self._params))

@@ -23,6 +23,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
+import pickle
 import threading
 import time
 
@@ -47,10 +49,17 @@ class Config:
     # ~600k (500k stopped about 1 run in 10 short of it).
     max_env_steps: int = 1_500_000
     seed: int = 0
+    checkpoint_every: int = 100     # learner steps between checkpoints (0: only before a stop)
 
 
 class Learner:
-    """Trains on batches of unrolls and serves the newest parameters."""
+    """Trains on batches of unrolls and serves the newest parameters.
+
+    It saves its parameters, optimizer state and counters in ``lp.checkpoint_dir()``
+    every ``checkpoint_every`` steps and before a planned stop (``checkpoint()``), and
+    starts from the last save: restarted after a crash (``lp.Restart``), or relaunched
+    with the same ``LAUNCHPAD_PY_CHECKPOINT_DIR``, it goes on where it was.
+    """
 
     def __init__(self, config: Config, replay=None):
         from examples.actor_learner import learning  # JAX stays out of the other nodes.
@@ -62,12 +71,37 @@ class Learner:
         self._queue = (replay_lib.ReverbQueue(replay, self._stop) if replay is not None
                        else replay_lib.InMemoryQueue(self._stop))
         self._lock = threading.Lock()
+        self._training = threading.Lock()  # A checkpoint sees parameters and state of one step.
         self._params = (0, self._trainer.numpy_params())
         self._env_steps = 0
         self._train_returns: list[float] = []
         self._unrolls: dict[int, list[int]] = {}  # Actor index -> numbers of its unrolls.
         self._waited_s = self._updating_s = 0.0  # Where the learner's loop spends its time.
+        self._checkpoint_path = os.path.join(lp.checkpoint_dir(), 'learner.pkl')
+        self._resume()
         print(f'learner: training on {self._trainer.device}', flush=True)
+
+    def _resume(self) -> None:
+        if not os.path.exists(self._checkpoint_path):
+            return
+        with open(self._checkpoint_path, 'rb') as f:
+            saved = pickle.load(f)
+        self._trainer.restore(saved['trainer'])
+        self._params = (saved['step'], self._trainer.numpy_params())
+        self._env_steps, self._train_returns = saved['env_steps'], saved['train_returns']
+        print(f'learner: resumed from step {saved["step"]} ({saved["env_steps"]} env steps)',
+              flush=True)
+
+    def checkpoint(self) -> None:
+        """Saves the learner's state (atomically: a crash mid-write keeps the last one)."""
+        with self._training, self._lock:
+            saved = {'step': self._params[0], 'env_steps': self._env_steps,
+                     'train_returns': self._train_returns[-20:],
+                     'trainer': self._trainer.state()}
+        temporary = self._checkpoint_path + '.tmp'
+        with open(temporary, 'wb') as f:
+            pickle.dump(saved, f)
+        os.replace(temporary, self._checkpoint_path)
 
     def add_trajectory(self, unroll: dict[str, np.ndarray], source: tuple[int, int] | None = None
                        ) -> None:
@@ -107,15 +141,19 @@ class Learner:
             if batch is None:
                 return
             taken = time.perf_counter()
-            metrics = self._trainer.update(self._stack(batch))
-            params = self._trainer.numpy_params()
-            with self._lock:
-                step = self._params[0] + 1
-                self._params = (step, params)
-                self._env_steps += sum(len(u['actions']) for u in batch)
-                self._train_returns.extend(float(r) for u in batch for r in u['episode_returns'])
-                self._waited_s += taken - began
-                self._updating_s += time.perf_counter() - taken
+            with self._training:
+                metrics = self._trainer.update(self._stack(batch))
+                params = self._trainer.numpy_params()
+                with self._lock:
+                    step = self._params[0] + 1
+                    self._params = (step, params)
+                    self._env_steps += sum(len(u['actions']) for u in batch)
+                    self._train_returns.extend(float(r) for u in batch
+                                               for r in u['episode_returns'])
+                    self._waited_s += taken - began
+                    self._updating_s += time.perf_counter() - taken
+            if self._config.checkpoint_every and step % self._config.checkpoint_every == 0:
+                self.checkpoint()
             if step % 50 == 0:
                 progress, rate = self.progress(), self._env_steps / (time.monotonic() - start)
                 recent = progress['train_return']

@@ -41,6 +41,7 @@ class ProgramScope:
         self._ended = False
         self._request_program_stop = request_program_stop or self.handle_stop
         self._handlers: list[Callable[[], None]] = []
+        self._first: list[Callable[[], None]] = []  # Run before the handlers (checkpoints).
         self._lock = threading.Lock()
         self._stopping = False
 
@@ -54,7 +55,7 @@ class ProgramScope:
             if self._stopping:
                 return
             self._stopping = True
-            handlers, self._handlers = self._handlers, []
+            handlers, self._handlers, self._first = self._first + self._handlers, [], []
             if not self._ended:  # Nodes now end in any order: never wait for one gone.
                 self._end_fail_fast = fail_fast.fail_fast_on_unavailable(self.servers)
         for handler in handlers:
@@ -83,6 +84,14 @@ class ProgramScope:
                 run_now = False
         if run_now:  # Registered after the stop: it still runs, once.
             handler()
+
+    def run_first_on_stop(self, handler: Callable[[], None]) -> None:
+        """Like a stop handler, but run before every stop handler: while the node is whole."""
+        with self._lock:
+            if not self._stopping:
+                self._first.append(handler)
+                return
+        handler()
 
     def unregister_stop_handler(self, handler: Callable[[], None]) -> None:
         with self._lock:

@@ -12,7 +12,7 @@ import threading
 from typing import Any, Callable, Generic, Iterator, TypeVar
 
 from launchpad_py import courier, errors
-from launchpad_py.node_side import runtime
+from launchpad_py.node_side import checkpoints, runtime
 from launchpad_py.nodes.deferred_call import DeferredCall, target_name
 from launchpad_py.program.address import Address
 from launchpad_py.program.handle import Handle
@@ -104,6 +104,7 @@ class _ServeObject:
                 stand_in.finish(error=exc)
                 raise
             stand_in.finish(obj)
+            checkpoints.register_object(obj)
             run = getattr(obj, 'run', None)
             if self.run_enabled and callable(run):
                 run()

@@ -10,6 +10,7 @@ import dataclasses
 import logging
 from typing import Any, Callable, Iterator
 
+from launchpad_py.node_side import checkpoints
 from launchpad_py.nodes.deferred_call import DeferredCall, target_name
 from launchpad_py.program.handle import Handle
 from launchpad_py.program.node import ExecutionContext, Executable, Node
@@ -43,6 +44,7 @@ class _BuildAndRun:
     def __call__(self, context: ExecutionContext) -> None:
         context.report_ready()
         obj = self.call()
+        checkpoints.register_object(obj)
         if self.run_enabled:
             run = getattr(obj, 'run', None)
             if not callable(run):

@@ -24,7 +24,7 @@ import tempfile
 import threading
 
 from launchpad_py import errors
-from launchpad_py.node_side import flag_transfer, node_process
+from launchpad_py.node_side import checkpoints, flag_transfer, node_process
 from launchpad_py.courier import serialization
 from launchpad_py.node_side import control_channel
 from launchpad_py.supervision import (address_book, metrics_probe, output, program_secret,
@@ -316,6 +316,7 @@ class _ProgramSetup(start_program.Launch):
     def finish(self) -> None:
         self.book.finish()
         self.issued_secret.forget()
+        checkpoints.remove_private_root(self.program_name, self.secret)
         if self.control is not None:
             self.control.close()
         if self._fork_server is not None:

@@ -13,7 +13,8 @@ from __future__ import annotations
 import concurrent.futures
 import threading
 
-from launchpad_py.node_side import labelled_output, node_logging, node_metrics, runtime
+from launchpad_py.node_side import (checkpoints, labelled_output, node_logging, node_metrics,
+                                     runtime)
 from launchpad_py.courier import serialization
 from launchpad_py.supervision import (address_book, program_secret, rundir, shipping,
                                       stuck_threads)
@@ -99,6 +100,7 @@ class _ThreadLaunch(start_program.Launch):
         if not test:  # Under test_mt, the test framework's capture keeps its plain lines.
             labelled_output.install()
         rundir.sweep()  # Sockets a killed launcher's nodes left; ours are made after this.
+        self._program = program.name
         self._issued = program_secret.issue()
         self._servers: list[str] = []  # Filled as nodes report where they listen.
         self._book = address_book.AddressBook(program.name, self._issued, self._servers)
@@ -120,6 +122,7 @@ class _ThreadLaunch(start_program.Launch):
     def finish(self) -> None:
         self._book.finish()
         self._issued.forget()
+        checkpoints.remove_private_root(self._program, self._issued.secret)
 
 
 def _launch(program: Program, options: LaunchOptions, launch_type: str, test: bool):

@@ -38,7 +38,7 @@ def connect(options: RayOptions):
     """
     ray = ray_module()
     if not ray.is_initialized():
-        address = options.cluster_address()
+        address = _found(options.cluster_address())
         main = threading.current_thread() is threading.main_thread()
         sigterm = signal.getsignal(signal.SIGTERM) if main else None
         try:
@@ -51,6 +51,23 @@ def connect(options: RayOptions):
             if main:  # ray.init makes SIGTERM raise SystemExit; the launcher behaves as elsewhere.
                 signal.signal(signal.SIGTERM, sigterm)
     return ray
+
+
+def _found(address: str) -> str:
+    """``'auto'`` as the ``host:port`` of the cluster Ray finds on this machine.
+
+    Given ``'auto'``, Ray advertises this driver on the interface of the default route,
+    which a cluster on a private network (the test hosts, a lab's subnet) may not reach:
+    the driver's actors then die at once, "all references removed". Given the head's
+    address, Ray picks the interface that routes to it. Anything else is kept as given.
+    """
+    if address != 'auto':
+        return address
+    try:
+        from ray._private import services
+        return services.get_ray_address_from_environment('auto', None) or address
+    except Exception:  # A Ray without this helper: let ray.init look, as before.
+        return address
 
 
 def launcher_ip(ray, options: RayOptions) -> str:
@@ -67,14 +84,18 @@ def launcher_ip(ray, options: RayOptions) -> str:
 
 
 def actor_options(spec: RayResources, options: RayOptions, name: str) -> dict[str, Any]:
-    """What ``NodeHost.options(...)`` gets for a node of a group with ``spec``."""
+    """What ``NodeHost.options(...)`` gets for an actor of a group with ``spec``: the asks
+    of all ``spec.nodes_per_actor`` nodes it holds."""
     runtime_env = {**(options.runtime_env or {}), **(spec.runtime_env or {})}
-    chosen: dict[str, Any] = {'name': name, 'num_cpus': spec.num_cpus, 'num_gpus': spec.num_gpus,
-                              'max_restarts': 0, 'max_concurrency': 4}
+    nodes = spec.nodes_per_actor
+    # Each node's output is a long poll: one thread each, and a few for starts and stops.
+    chosen: dict[str, Any] = {'name': name, 'num_cpus': spec.num_cpus * nodes,
+                              'num_gpus': spec.num_gpus * nodes, 'max_restarts': 0,
+                              'max_concurrency': 3 + nodes}
     if spec.memory:
-        chosen['memory'] = spec.memory
+        chosen['memory'] = spec.memory * nodes
     if spec.resources:
-        chosen['resources'] = dict(spec.resources)
+        chosen['resources'] = {key: amount * nodes for key, amount in spec.resources.items()}
     if runtime_env:
         chosen['runtime_env'] = runtime_env
     if not isinstance(spec.scheduling, str):  # Node labels.

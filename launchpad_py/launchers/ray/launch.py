@@ -14,12 +14,14 @@ from __future__ import annotations
 
 import itertools
 import secrets
+import threading
 
 from launchpad_py import errors
 from launchpad_py.launchers.options import LaunchOptions
 from launchpad_py.launchers.ray import cluster
 from launchpad_py.launchers.ray.node_host import HOST_ENV, NodeHost
 from launchpad_py.launchers.ray.resources import RayOptions, RayResources, resources_of_groups
+from launchpad_py.launchers.ray.shared_actor import SharedActor
 from launchpad_py.launchers.ray.starter import RayStarter
 from launchpad_py.launchers.remote import launch as remote
 from launchpad_py.node_side import devices
@@ -46,7 +48,8 @@ def _check_options(options: LaunchOptions) -> None:
 
 
 class _Actors:
-    """Makes the actor of each node: its options from the group's resources, a unique name."""
+    """The actors nodes run in: node i of a group in actor i // ``nodes_per_actor`` of it,
+    each with its options from the group's resources and a unique name."""
 
     def __init__(self, ray, program: Program, specs: dict[str, RayResources], ray_options,
                  group=None, bundles: dict[tuple[str, int], int] | None = None):
@@ -55,14 +58,25 @@ class _Actors:
         self._prefix = f'launchpad:{program.name}:{secrets.token_hex(4)}'
         self._group, self._bundles = group, bundles or {}
         self._serial = itertools.count(1)  # Restarts come from several threads.
+        self._shares: dict[tuple[str, int], SharedActor] = {}
+        self._lock = threading.Lock()
 
-    def maker(self, label: str, index: int):
+    def place(self, label: str, index: int) -> tuple[SharedActor, int]:
+        """The actor share of node ``label/index``, and its slot in that actor."""
+        slots = self._specs[label].nodes_per_actor
+        which = (label, index // slots)
+        with self._lock:
+            if which not in self._shares:
+                self._shares[which] = SharedActor(self._maker(*which), slots)
+            return self._shares[which], index % slots
+
+    def _maker(self, label: str, number: int):
         def make(pin: str | None):
-            # A restart is a new actor, so a new name (the old one's may linger a moment).
-            name = f'{self._prefix}:{label}/{index}:{next(self._serial)}'
+            # A new actor gets a new name (a killed one's may linger a moment).
+            name = f'{self._prefix}:{label}/{number}:{next(self._serial)}'
             chosen = cluster.actor_options(self._specs[label], self._options, name)
             strategies = self._ray.util.scheduling_strategies
-            bundle = self._bundles.get((label, index))
+            bundle = self._bundles.get((label, number))
             if bundle is not None:  # Its bundle holds its resources, and stays on one host.
                 chosen.pop('label_selector', None)
                 chosen['scheduling_strategy'] = strategies.PlacementGroupSchedulingStrategy(
@@ -84,19 +98,25 @@ def launch_ray(program: Program, options: LaunchOptions) -> ProgramController:
         raise errors.ProgramError(f'program {program.name!r} has no nodes to launch')
     ray = cluster.connect(ray_options)
     launcher_ip = cluster.launcher_ip(ray, ray_options)
+    # The actors of the nodes there are now, in order: (group, its actor number).
+    shares = list(dict.fromkeys((label, index // specs[label].nodes_per_actor)
+                                for label, index in nodes))
     group = None
     if ray_options.gang:
-        group = cluster.reserve(ray, program.name, [specs[label].bundle() or {'CPU': 0.01}
-                                                    for label, _ in nodes], ray_options)
+        group = cluster.reserve(ray, program.name, [
+            specs[label].bundle(specs[label].nodes_per_actor) or {'CPU': 0.01}
+            for label, _ in shares], ray_options)
     actors = _Actors(ray, program, specs, ray_options, group,
-                     {node: i for i, node in enumerate(nodes)} if group is not None else None)
+                     {share: i for i, share in enumerate(shares)} if group is not None else None)
     env = remote.node_environment()
 
     def place(label: str, index: int) -> remote.Placement:
-        spec_env = {**env, **_gpu_presets(specs[label]), **(specs[label].env or {})}
+        spec = specs[label]
+        spec_env = {**env, **_gpu_presets(spec), **(spec.env or {})}
+        share, slot = actors.place(label, index)
         return remote.Placement(argv=[], host='ray', launcher_ip=launcher_ip, host_env=HOST_ENV,
-                                starter=RayStarter(actors.maker(label, index), spec_env,
-                                                   asks=specs[label].bundle()))
+                                starter=RayStarter(share, f'{label}/{index}', slot, spec_env,
+                                                   asks=spec.bundle(spec.nodes_per_actor)))
 
     def release() -> None:
         if group is not None:

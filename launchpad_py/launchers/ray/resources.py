@@ -46,7 +46,11 @@ class RayResources:
     ``scheduling``: ``'DEFAULT'`` or ``'PACK'`` (Ray's default: fill a host before the
     next), ``'SPREAD'`` (over as many hosts as it can), or node labels the host must
     carry (Ray's label selector: ``{'ray.io/accelerator-type': 'H100'}``). ``env``:
-    extra variables of the node process.
+    extra variables of the node process. ``nodes_per_actor``: how many of the group's
+    nodes share one actor (node i in actor i // k), which asks k times the above and
+    splits its GPUs evenly between them; a Ray worker process costs far more memory than
+    a node, so packing is what lets hundreds of small nodes fit on a few hosts. A
+    node's crash still restarts only that node; the actor's loss ends all of its nodes.
     """
 
     num_cpus: float = 1
@@ -56,6 +60,7 @@ class RayResources:
     runtime_env: Mapping[str, Any] | None = None
     scheduling: str | Mapping[str, str] = 'DEFAULT'
     env: Mapping[str, str] | None = None
+    nodes_per_actor: int = 1
 
     def __post_init__(self) -> None:
         _number('RayResources', 'num_cpus', self.num_cpus)
@@ -79,16 +84,21 @@ class RayResources:
                 for k, v in env.items()):
             raise errors.ResourcesError(f'RayResources env must map variable names to strings '
                                         f'(got {env!r})')
+        if isinstance(self.nodes_per_actor, bool) or not isinstance(self.nodes_per_actor, int) \
+                or self.nodes_per_actor < 1:
+            raise errors.ResourcesError(f'RayResources nodes_per_actor must be an int >= 1 '
+                                        f'(got {self.nodes_per_actor!r})')
 
     def __hash__(self) -> int:  # Holds dicts; the text says it all.
         return hash(repr(self))
 
-    def bundle(self) -> dict[str, float]:
-        """The resources of one node as a placement-group bundle."""
+    def bundle(self, nodes: int = 1) -> dict[str, float]:
+        """The resources of ``nodes`` nodes as a placement-group bundle (an actor's: all its
+        nodes')."""
         bundle = {'CPU': self.num_cpus, 'GPU': self.num_gpus, **(self.resources or {})}
         if self.memory:
             bundle['memory'] = self.memory
-        return {name: amount for name, amount in bundle.items() if amount}
+        return {name: amount * nodes for name, amount in bundle.items() if amount}
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""``RayStarter``: how ``launchers/remote/`` starts one node as a Ray actor, and hears it end.
+"""``RayStarter``: how ``launchers/remote/`` starts one node in a Ray actor, and hears it end.
 
 The actor (``node_host.NodeHost``) says where Ray placed it, then hands over the
 node's output in batches and finally its exit code; a call failing because the actor
@@ -9,12 +9,14 @@ within Ray's own failure detection (the raylet sees its worker process exit at o
 from __future__ import annotations
 
 import collections
+import itertools
 import json
 import logging
 import threading
 from typing import Any, Callable
 
 from launchpad_py import errors
+from launchpad_py.launchers.ray.shared_actor import SharedActor
 from launchpad_py.launchers.remote.worker import Starter
 from launchpad_py.node_side import node_process
 
@@ -23,15 +25,19 @@ PENDING_NOTE_S = 10.0
 #: How long one call for a node's output waits for a line (it returns at once when one comes).
 OUTPUT_WAIT_S = 30.0
 _log = logging.getLogger(__name__)
+_STARTS = itertools.count(1)
 
 
 class RayStarter(Starter):
-    """One node in one Ray actor. ``make_actor(pin)`` creates the actor (``pin``: a Ray
-    node id the actor must land on, for a restart that keeps the node's address)."""
+    """One node in a Ray actor it may share with other nodes of its group (``share``), in
+    ``slot`` of the actor's ``share.slots``. ``pin``: a Ray node id a new actor must land
+    on, for a restart that keeps the node's address."""
 
-    def __init__(self, make_actor: Callable[[str | None], Any], env: dict[str, str],
+    def __init__(self, share: SharedActor, name: str, slot: int, env: dict[str, str],
                  pin: str | None = None, asks: dict[str, float] | None = None):
-        self._make_actor, self._env, self._pin, self._asks = make_actor, env, pin, asks or {}
+        self._share, self._name, self._slot = share, name, slot
+        self._env, self._pin, self._asks = env, pin, asks or {}
+        self._key = f'{name}#{next(_STARTS)}'  # Unique per start: a restart's output is its own.
         self._actor = None
         self._started = None  # The reference to where the actor runs, once it has started.
         self._buffer: collections.deque[bytes] = collections.deque()
@@ -50,12 +56,13 @@ class RayStarter(Starter):
                 self._ended.set()
                 return
             try:
-                self._actor = self._make_actor(self._pin)
+                self._actor = self._share.join(self._key, self._pin)
             except (TypeError, ValueError) as exc:  # Options Ray refuses (a bad runtime_env).
                 raise errors.LaunchError(f'Ray refused the actor of node {sink.name}: {exc}') \
                     from exc
         line = json.dumps(boot).encode() + b'\n'
-        self._started = self._actor.start.remote(line, self._env)
+        self._started = self._actor.start.remote(self._key, line, self._env, self._slot,
+                                                 self._share.slots)
         sink.follow(self)
         threading.Thread(target=self._say_why_it_waits, args=(sink,), daemon=True,
                          name='lp-ray-pending').start()
@@ -86,19 +93,23 @@ class RayStarter(Starter):
                     self.placed = ray.get(self._started)
                     self._placed.set()
                     continue
-                lines, code, self._finished = ray.get(self._actor.output.remote(OUTPUT_WAIT_S))
+                lines, code, self._finished = ray.get(
+                    self._actor.output.remote(self._key, OUTPUT_WAIT_S))
             except ray.exceptions.RayError as exc:
                 self._death, self._finished = _first_line(exc), True
+                self._share.lost(self._actor)
                 return b''
             self._buffer.extend(lines)
             self._code = code
         return self._buffer.popleft()
 
     def close(self) -> None:
-        """The end of the output stream, or of the program: either way the actor is done."""
+        """The end of the output stream, or of the program: either way this node is done."""
         self._ended.set()
         self._placed.set()
-        self._kill()
+        if self._actor is not None:
+            self._share.stop(self._key)
+            self._share.leave(self._key)
 
     def wait(self) -> int | None:
         self._ended.wait()
@@ -107,17 +118,7 @@ class RayStarter(Starter):
     def terminate(self) -> bool:
         with self._lock:
             self._terminating = True
-        return self._kill()
-
-    def _kill(self) -> bool:
-        actor = self._actor
-        if actor is not None:
-            import ray
-            try:
-                ray.kill(actor, no_restart=True)
-            except Exception:  # Already gone, or Ray shut down: nothing left to kill.
-                pass
-        return actor is not None
+        return self._actor is not None and self._share.stop(self._key)
 
     def describe_exit(self, code: int | None) -> str:
         if code is None:
@@ -130,10 +131,10 @@ class RayStarter(Starter):
         return None
 
     def again(self, host: str | None) -> 'RayStarter':
-        """A new actor for the same node, on the Ray node the last one ran on (the node keeps
-        its address, which its clients hold)."""
+        """The same node again: in its actor while that lives, else in a new one on the Ray
+        node the last one ran on (the node keeps its address, which its clients hold)."""
         pin = (self.placed or {}).get('node_id') if host else None
-        return RayStarter(self._make_actor, self._env, pin, self._asks)
+        return RayStarter(self._share, self._name, self._slot, self._env, pin, self._asks)
 
 
 def _first_line(exc: BaseException) -> str:

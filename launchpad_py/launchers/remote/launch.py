@@ -35,6 +35,7 @@ from typing import Callable
 from launchpad_py import errors
 from launchpad_py.launchers import start_program
 from launchpad_py.launchers.options import LaunchOptions
+from launchpad_py.node_side import checkpoints
 from launchpad_py.launchers.remote.setup import HEARTBEAT_S, HEARTBEAT_TIMEOUT_S, RemoteSetup
 from launchpad_py.launchers.remote.worker import CommandStarter, Placement, RemoteWorker, Starter
 from launchpad_py.program import AbstractAddressBuilder, Executable, Program
@@ -47,9 +48,13 @@ __all__ = ['HEARTBEAT_S', 'HEARTBEAT_TIMEOUT_S', 'CommandStarter', 'Placement', 
 
 
 def node_environment() -> dict[str, str]:
-    """Variables a node on a host sharing our filesystem needs: our import path, unbuffered output."""
-    return {'PYTHONPATH': os.pathsep.join(p for p in sys.path if p and os.path.isdir(p)),
-            'PYTHONUNBUFFERED': '1'}
+    """Variables a node on a host sharing our filesystem needs: our import path, unbuffered
+    output, and our checkpoint root if we have one (``node_side/checkpoints.py``)."""
+    env = {'PYTHONPATH': os.pathsep.join(p for p in sys.path if p and os.path.isdir(p)),
+           'PYTHONUNBUFFERED': '1'}
+    if os.environ.get(checkpoints.ROOT_ENV):
+        env[checkpoints.ROOT_ENV] = os.environ[checkpoints.ROOT_ENV]
+    return env
 
 
 class _Unbound(AbstractAddressBuilder):
