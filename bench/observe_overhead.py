@@ -77,14 +77,15 @@ STRIPPED = [
      '            size = len(frame.pickled)\n            if frame.buffers:\n'
      '                size += stats.buffer_bytes(frame.buffers)\n'
      '            (shard or self.stats.shard()).count(frame.method, start, size, ok)\n', ''),
-    ('launchpad_py/courier/server.py',
-     '        self.stats.sent(len(reply))  # Counted before it leaves, like the other paths.\n', ''),
-    ('launchpad_py/courier/uds.py',
+    ('launchpad_py/courier/transports/grpc_server.py',
+     '        serving.stats.sent(len(reply))  # Counted before it leaves, like the other paths.\n',
+     ''),
+    ('launchpad_py/courier/transports/uds.py',
      '            if counts is not None:\n                counts.bytes_out += len(parts[0])\n', ''),
-    ('launchpad_py/courier/uds.py',
+    ('launchpad_py/courier/transports/uds.py',
      '        if counts is not None:\n            counts.bytes_out += frames.encoded_size(parts)\n',
      ''),
-    ('launchpad_py/courier/tcp.py',
+    ('launchpad_py/courier/transports/tcp.py',
      '        if counts is not None:\n            counts.bytes_out += len(parts[0]) if len(parts) == 1 '
      'else frames.encoded_size(parts)\n', ''),
 ]

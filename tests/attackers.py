@@ -7,15 +7,21 @@ proof to any server with any body. ``TcpRelay`` passes a raw-TCP handshake
 between a caller and another server, then uses the connection it won.
 ``Target`` counts its calls; ``bomb_request`` is a request whose unpickling
 creates a file, so the file's absence proves nothing was decoded.
+
+Run as a program, it is the false server of a killed node on that node's host,
+as another user (see ``false_server``).
 """
 
 from __future__ import annotations
 
 import concurrent.futures
+import json
 import os
 import pickle
 import socket
+import sys
 import threading
+import time
 
 import grpc
 
@@ -60,7 +66,7 @@ def bomb_frame(path: str) -> bytes:
 def _channel(address: str, tls) -> grpc.Channel:
     if tls is None:
         return grpc.insecure_channel(address)
-    from launchpad_py.courier.tls import GRPC_CHANNEL_OPTIONS
+    from launchpad_py.courier.transports.tls import GRPC_CHANNEL_OPTIONS
     return grpc.secure_channel(address, tls.grpc_channel_credentials(),
                                options=GRPC_CHANNEL_OPTIONS)
 
@@ -95,8 +101,12 @@ class GrpcRelay(grpc.GenericRpcHandler):
                                    options=[('grpc.so_reuseport', 0)])
         self._server.add_generic_rpc_handlers([self])
         where = f'{host}:{port}'
-        self.port = (self._server.add_insecure_port(where) if tls is None else
-                     self._server.add_secure_port(where, tls.grpc_server_credentials()))
+        try:
+            self.port = (self._server.add_insecure_port(where) if tls is None else
+                         self._server.add_secure_port(where, tls.grpc_server_credentials()))
+        except RuntimeError:  # The port is taken.
+            self._channel.close()
+            raise
         self.address = f'{host}:{self.port}'
         self._server.start()
 
@@ -188,3 +198,38 @@ class TcpRelay:
 
 def bomb_path(directory) -> str:
     return os.path.join(str(directory), 'attacker-code-ran')
+
+
+def false_server(host: str, port: int, target: str, seconds: float = 60.0) -> None:
+    """Binds ``host:port`` as soon as it is free (a killed node's port, polled as an attacker
+    would), answers ``Endpoints`` from ``target`` and passes nothing else on; prints
+    ``ready as uid N``, then, once stdin closes, each call it saw as a JSON line
+    ``[method, [[key, value], ...], body hex]``.
+
+    Its first line of stdin is empty, or the program's TLS certificate and key (PEM, hex,
+    space-separated): the strongest attacker, who holds those but not the secret.
+    """
+    from launchpad_py.courier import TlsCredentials
+    pem = sys.stdin.readline().split()
+    tls = TlsCredentials(*map(bytes.fromhex, pem)) if pem else None
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            relay = GrpcRelay(target, host=host, port=port, tls=tls, only=(messages.ENDPOINTS,))
+            break
+        except RuntimeError:  # Still held by the dying node's sockets.
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.01)
+    print(f'ready as uid {os.getuid()}', flush=True)
+    sys.stdin.read()
+    relay.close()
+    for method, metadata, body in relay.seen:
+        print(json.dumps([method, [list(item) for item in metadata], body.hex()]), flush=True)
+
+
+if __name__ == '__main__':
+    # python tests/attackers.py false-server HOST PORT TARGET
+    if sys.argv[1:2] != ['false-server'] or len(sys.argv) != 5:
+        sys.exit('usage: attackers.py false-server HOST PORT TARGET')
+    false_server(sys.argv[2], int(sys.argv[3]), sys.argv[4])

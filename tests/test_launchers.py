@@ -219,7 +219,7 @@ def test_test_case_cleanup_reraises_node_failure():
 def test_node_specs_are_removed_once_read():
     """A node's spec (pickled code) does not stay on disk once its process has read it."""
     import glob
-    from launchpad_py.courier import uds
+    from launchpad_py.courier.transports import uds
     program = lp.Program('spec_cleanup_check')
     program.add_node(lp.CourierNode(Greeter), label='spec_cleanup_check_greeter')
     pattern = f'{uds.runtime_dir()}/launch-*/spec_cleanup_check_greeter_0.spec'

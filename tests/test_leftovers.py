@@ -16,7 +16,7 @@ import pytest
 import launchpad_py as lp
 from conftest import REPO, run_script
 from launchpad_py import courier
-from launchpad_py.courier import uds
+from launchpad_py.courier.transports import uds
 from launchpad_py.supervision import rundir
 from process_nodes import Describe
 

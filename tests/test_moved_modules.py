@@ -34,3 +34,15 @@ def test_old_command_runs_the_new_one_with_a_warning(old, new):
     assert result.returncode == 0, result.stderr
     assert f'python -m {new}' in result.stdout
     assert f'DeprecationWarning: {old} moved to {new}' in result.stderr
+
+
+@pytest.mark.parametrize('old, new', [('uds', 'transports.uds'),
+                                      ('socket_channel', 'transports.sockets.socket_channel')])
+def test_a_courier_module_moved_into_transports_is_found_with_a_warning(old, new):
+    """``from launchpad_py.courier import uds`` (as code written before issue 24 does) warns
+    and gives the module at its new path."""
+    from launchpad_py import courier
+    with pytest.warns(DeprecationWarning, match=f'launchpad_py.courier.{old} moved to '
+                                                f'launchpad_py.courier.{new}'):
+        module = getattr(courier, old)
+    assert module is importlib.import_module(f'launchpad_py.courier.{new}')

@@ -9,10 +9,13 @@ that file is absent and the node it aimed at ran no call.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
 import struct
+import subprocess
+import sys
 
 import pytest
 
@@ -135,7 +138,7 @@ def test_a_raw_tcp_handshake_cannot_be_relayed_to_another_node(launched, transpo
 
 def auth_port(address: str, tls) -> int:
     """The raw-TCP port of the server at ``address``, asked as its legitimate callers do."""
-    from launchpad_py.courier import grpc_client
+    from launchpad_py.courier.transports import grpc_client
     caller = grpc_client.GrpcCaller(address, 10, True, 1 << 20, auth.secret_for(address), tls)
     return caller.tcp_port()
 
@@ -157,12 +160,32 @@ def _is_free(port: int) -> bool:
         probe.close()
 
 
-@pytest.mark.parametrize('transport', ['grpc', 'tcp'])
-def test_a_false_server_on_a_killed_nodes_port_runs_nothing(transport, tmp_path):
+def _caller_after_kill(a, transport: str, tls, local: bool) -> courier.Client:
+    """A new caller of node a: ``grpc`` (on one host: ``auto``, which falls back from the
+    Unix socket to gRPC), ``tcp``, or ``tls`` (gRPC under the program's TLS credentials)."""
+    chosen = {'grpc': 'auto' if local else 'grpc', 'tcp': 'tcp', 'tls': 'grpc'}[transport]
+    return courier.Client(a.address.resolve(), transport=chosen, tls=tls, timeout=10,
+                          server_identity=a.address.identity, wait_for_ready=False)
+
+
+def _nothing_harvested(seen: list, b_address: str, bomb: str, tls) -> None:
+    """The false server saw the caller (Endpoints) and no call; nothing it saw runs at b."""
+    assert messages.ENDPOINTS in [method for method, _, _ in seen]  # The caller reached it.
+    harvested = [(metadata, body) for method, metadata, body in seen
+                 if method != messages.ENDPOINTS]
+    for metadata, _ in harvested:
+        assert not spend(b_address, metadata, bomb_request(bomb), tls)
+    assert harvested == [], 'the caller sent a call to a server that is not node a'
+    assert not os.path.exists(bomb)
+
+
+@pytest.mark.parametrize('transport', ['grpc', 'tcp', 'tls'])
+def test_a_false_server_on_a_killed_nodes_port_runs_nothing(transport, tmp_path, credentials):
     """Attack 4, end to end under local_mp: node a (lp.Restart) is SIGKILLed, the attacker
     binds its freed port at once and answers from node b; a's next caller falls back from
     the Unix socket to gRPC and reaches the attacker, which gets nothing to spend at b."""
-    program, a, b = _program(None)
+    tls = credentials if transport == 'tls' else None
+    program, a, b = _program(tls)
     bomb = bomb_path(tmp_path)
     policy = {'a': lp.Restart(max_restarts=1, backoff=(600.0, 600.0))}  # Back after the test.
     with lp.launch(program, launch_type='local_mp', failure_policy=policy) as controller:
@@ -173,17 +196,63 @@ def test_a_false_server_on_a_killed_nodes_port_runs_nothing(transport, tmp_path)
         port = int(a.address.resolve().rpartition(':')[2])
         wait_for(lambda: _is_free(port), timeout=30, what=f'port {port} of killed node a to be free')
         b_address = b.address.resolve()
-        with GrpcRelay(b_address, port=port, only=(messages.ENDPOINTS,)) as fake:
-            attempt = courier.Client(a.address.resolve(), transport='auto' if transport == 'grpc'
-                                     else 'tcp', server_identity=a.address.identity,
-                                     timeout=10, wait_for_ready=False)
-            with pytest.raises(courier.CourierError):
-                attempt.mark()
-            harvested = fake.calls_seen()
-        for metadata, _ in harvested:
-            assert not spend(b_address, metadata, bomb_request(bomb))
-        assert harvested == []
-        assert not os.path.exists(bomb)
+        with GrpcRelay(b_address, port=port, tls=tls, only=(messages.ENDPOINTS,)) as fake:
+            with pytest.raises(courier.AuthenticationError, match="not 'a/0'"):
+                _caller_after_kill(a, transport, tls, local=True).mark()
+            seen = fake.seen
+        _nothing_harvested(seen, b_address, bomb, tls)
+        assert b.dereference().calls() == 0
+
+
+def _attacker_on_host_of(status, address: str, target: str) -> subprocess.Popen:
+    """The false server of ``attackers.py``, started on the host of the node ``status``
+    (inside that host's network namespace) as user nobody, for ``address``'s port.
+
+    It keeps one capability, CAP_DAC_READ_SEARCH, only so that it can load this
+    test's interpreter from under /root (0700 here); it reads nothing of the program.
+    """
+    host, _, port = address.rpartition(':')
+    tests = os.path.dirname(os.path.abspath(__file__))
+    command = ['ip', 'netns', 'exec', f'lp-{status.host}', 'setpriv', '--reuid=nobody',
+               '--regid=nogroup', '--clear-groups', '--inh-caps=+dac_read_search',
+               '--ambient-caps=+dac_read_search', 'env', 'HOME=/tmp', 'GRPC_VERBOSITY=NONE',
+               f'PYTHONPATH={os.path.dirname(tests)}:{tests}', sys.executable,
+               os.path.join(tests, 'attackers.py'), 'false-server', host, port, target]
+    return subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+
+
+@pytest.mark.parametrize('transport', ['grpc', 'tcp', 'tls'])
+@pytest.mark.parametrize('launch_type', [pytest.param('ssh', marks=needs_ssh_hosts),
+                                         pytest.param('slurm', marks=needs_slurm)])
+def test_another_user_on_a_killed_nodes_host_runs_nothing(launch_type, transport, tmp_path,
+                                                          credentials):
+    """Attack 4 across hosts: node a (lp.Restart) is SIGKILLed on its host; user nobody on
+    that host binds a's freed address and answers from node b; a's next caller reaches it
+    (it answers Endpoints) and sends it nothing spendable, and b runs no call."""
+    tls = credentials if transport == 'tls' else None
+    program, a, b = _program(tls)
+    bomb = bomb_path(tmp_path)
+    policy = {'a': lp.Restart(max_restarts=1, backoff=(600.0, 600.0))}  # Back after the test.
+    with launch(program, launch_type, failure_policy=policy) as controller:
+        assert a.dereference().mark() == 1
+        status = next(s for s in controller.statuses() if s.label == 'a')
+        address, b_address = a.address.resolve(), b.address.resolve()
+        os.kill(status.pid, signal.SIGKILL)
+        attacker = _attacker_on_host_of(status, address, b_address)
+        try:
+            attacker.stdin.write('' if tls is None else
+                                 f'{tls.certificate.hex()} {tls.private_key.hex()}')
+            attacker.stdin.write('\n')
+            attacker.stdin.flush()
+            assert attacker.stdout.readline() == 'ready as uid 65534\n'  # Bound a's port.
+            with pytest.raises(courier.AuthenticationError, match="not 'a/0'"):
+                _caller_after_kill(a, transport, tls, local=False).mark()
+        finally:
+            attacker.stdin.close()
+            seen = [json.loads(line) for line in attacker.stdout]
+            attacker.wait(timeout=30)
+        _nothing_harvested([(m, tuple(map(tuple, md)), bytes.fromhex(body))
+                            for m, md, body in seen], b_address, bomb, tls)
         assert b.dereference().calls() == 0
 
 
@@ -213,7 +282,7 @@ def test_a_restarted_server_refuses_tokens_of_its_earlier_incarnation():
 
 def test_a_tcp_caller_refuses_a_server_of_another_name_before_proving_anything():
     """Dialing node a's raw-TCP port and finding node b, the caller sends no proof at all."""
-    from launchpad_py.courier import tcp
+    from launchpad_py.courier.transports import tcp
     with courier.Server(Target(), secret=SECRET, identity='b/0') as other:
         bomb_free = TcpRelay(('127.0.0.1', other.tcp_port), b'')
         try:

@@ -5,10 +5,11 @@
     future = client.futures.add(1, 2)     # concurrent.futures.Future
     courier.list_methods(client)          # ['add', ...]
 
-A client of a server on this host's loopback talks over its Unix socket
-(large arrays through shared memory) and falls back to gRPC whenever that
-socket is not there; a client of a server on another host talks raw TCP
-(see ``tcp.py``). ``transport='grpc'`` or ``'tcp'`` forces one. Channels and
+A client takes the first transport of ``transports/registry.py`` that
+reaches its server: on this host's loopback its Unix socket (large arrays
+through shared memory), falling back to gRPC whenever that socket is not
+there; on another host raw TCP (see ``transports/tcp.py``).
+``transport='grpc'`` or ``'tcp'`` forces one. Channels and
 connections are shared per address within a process, so many clients of one
 server cost one.
 
@@ -25,77 +26,15 @@ from __future__ import annotations
 import concurrent.futures
 import datetime
 import functools
-import threading
 from typing import Any
 
-from launchpad_py.courier import (auth, errors, frames, grpc_client, grpc_chunks, serialization,
-                                  socket_channel, tcp, uds)
-from launchpad_py.courier.tls import TlsCredentials
+from launchpad_py.courier import auth, frames, serialization
+from launchpad_py.courier.transports import grpc_chunks, grpc_client, interface, registry
+from launchpad_py.courier.transports.sockets import socket_channel
+from launchpad_py.courier.transports.tls import TlsCredentials
 
 Timeout = float | int | datetime.timedelta | None
-TRANSPORTS = ('auto', 'grpc', 'tcp')
-
-_channels: dict[tuple, socket_channel.SocketChannel] = {}
-_channels_lock = threading.Lock()
-
-
-def _local_channel(address: str) -> socket_channel.SocketChannel | None:
-    port = uds.local_port(address)
-    if port is None:
-        return None
-    with _channels_lock:
-        channel = _channels.get(('unix', address))
-        if channel is None:
-            channel = _channels[('unix', address)] = socket_channel.SocketChannel(
-                address, functools.partial(uds.connect, port))
-        return channel
-
-
-def _tcp_channel(address: str, secret: bytes | None, wait_for_ready: bool,
-                 timeout: float | None, tls: TlsCredentials | None,
-                 expected: str | None) -> socket_channel.SocketChannel:
-    key = ('tcp', address, secret, tls, expected)
-    with _channels_lock:
-        channel = _channels.get(key)
-        if channel is None:
-            finder = _TcpPort(address, secret, wait_for_ready, timeout, tls, expected)
-            channel = _channels[key] = socket_channel.SocketChannel(address, finder.connect)
-        return channel
-
-
-class _TcpPort:
-    """Finds a server's raw-TCP port (one gRPC call, kept) and connects to it."""
-
-    def __init__(self, address: str, secret: bytes | None, wait_for_ready: bool,
-                 timeout: float | None, tls: TlsCredentials | None, expected: str | None):
-        self._address = address
-        self._expected = expected
-        self._host = address.rpartition(':')[0].strip('[]')
-        self._secret = secret
-        self._tls = None if tls is None else tls.client_context()
-        self._grpc = grpc_client.GrpcCaller(address, timeout, wait_for_ready,
-                                            grpc_chunks.MAX_MESSAGE_BYTES, secret, tls, expected)
-        self._port: int | None = None
-
-    def connect(self, timeout: float | None) -> tcp.Connection | None:
-        """A new connection; None when the server has no raw-TCP listener (use gRPC)."""
-        fresh = self._port is None
-        if fresh:
-            self._port = self._grpc.tcp_port()
-        if not self._port:
-            return None
-        try:
-            return tcp.connect(self._host, self._port, self._secret, self._address, timeout,
-                               self._tls, self._expected)
-        except errors.CourierUnavailableError:
-            if fresh:
-                raise
-        self._port = self._grpc.tcp_port()  # The cached port may be a restarted server's.
-        if not self._port:
-            return None
-        return tcp.connect(self._host, self._port, self._secret, self._address, timeout,
-                           self._tls, self._expected)
-
+TRANSPORTS = registry.CHOICES
 
 def _seconds(timeout: Timeout) -> float | None:
     """Falsy means no deadline; timedelta, int and float are accepted."""
@@ -152,14 +91,13 @@ class Client:
         self._device_arrays = device_arrays
         self._max_message_bytes = max_message_bytes
         self._secret = auth.secret_for(address, secret)
-        self._tls = tls
         self._expected = server_identity
         if server_identity is not None:
             auth.check_name(server_identity, 'server_identity')
-        self._local = _local_channel(address) if transport == 'auto' else None
-        if transport == 'tcp' or (transport == 'auto' and self._local is None):
-            self._local = _tcp_channel(address, self._secret, wait_for_ready, self._timeout, tls,
-                                       server_identity)
+        self._dial = interface.Dial(address, self._secret, self._timeout, wait_for_ready, tls,
+                                    server_identity, max_message_bytes)
+        # The fastest path that reaches the server (None: gRPC only).
+        self._local = registry.dial(transport, self._dial)
         self._grpc_caller: grpc_client.GrpcCaller | None = None
         self._decode = functools.partial(decode_reply, device_arrays=device_arrays)
         self._futures = _FutureMethods(self)
@@ -168,9 +106,7 @@ class Client:
     def _grpc(self) -> grpc_client.GrpcCaller:
         # Made on first use: a client that only ever talks locally opens no gRPC channel.
         if self._grpc_caller is None:
-            self._grpc_caller = grpc_client.GrpcCaller(
-                self._address, self._timeout, self._wait_for_ready, self._max_message_bytes,
-                self._secret, self._tls, self._expected)
+            self._grpc_caller = registry.ADDRESS.dial(self._dial)
         return self._grpc_caller
 
     @property

@@ -75,7 +75,7 @@ def _child(fds: list[int], spec_path: str, env: dict, cwd: str, inherited: list[
 
 def _remove_socket_files() -> None:
     try:
-        from launchpad_py.courier import uds_server
+        from launchpad_py.courier.transports import uds_server
         uds_server.remove_socket_files()
     except BaseException:  # Nothing may keep a forked child from exiting.
         pass

@@ -18,7 +18,7 @@ import sys
 
 def _kill_own_group() -> None:
     try:
-        from launchpad_py.courier import uds_server
+        from launchpad_py.courier.transports import uds_server
         uds_server.remove_socket_files()  # SIGKILL would leave them behind.
         os.killpg(os.getpgrp(), signal.SIGKILL)
     finally:

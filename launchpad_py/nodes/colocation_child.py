@@ -40,7 +40,7 @@ def main(fd: int) -> int:
 
 
 def _supervisor_gone() -> None:
-    from launchpad_py.courier import uds_server
+    from launchpad_py.courier.transports import uds_server
     uds_server.remove_socket_files()  # os._exit runs no atexit hook.
     os._exit(1)
 

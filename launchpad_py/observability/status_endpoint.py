@@ -22,7 +22,7 @@ import stat
 import threading
 import time
 
-from launchpad_py.courier import uds
+from launchpad_py.courier.transports import uds
 from launchpad_py.node_side import control_channel
 
 _log = logging.getLogger(__name__)

@@ -27,7 +27,7 @@ import os
 import shutil
 import tempfile
 
-from launchpad_py.courier import uds
+from launchpad_py.courier.transports import uds
 
 _log = logging.getLogger(__name__)
 _PREFIX = 'launch-'

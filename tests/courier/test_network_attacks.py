@@ -22,6 +22,7 @@ import pytest
 
 from launchpad_py import courier
 from launchpad_py.courier import auth, frames, messages
+from launchpad_py.courier.transports import grpc_tokens, tcp_handshakes
 from attackers import Bomb as _Bomb, Target
 
 SECRET = secrets.token_bytes(32)
@@ -63,14 +64,15 @@ def _closed_by_server(sock: socket.socket) -> bool:
 
 def _read_hello(sock: socket.socket, secret: bytes) -> tuple[bytes, auth.Identity]:
     """The server nonce of a TCP greeting, and the identity (key) ``secret`` gives that server."""
-    hello = auth._recv_exactly(sock, auth.SERVER_HELLO)
-    name = auth._recv_exactly(sock, hello[-1]).decode()
-    nonce = hello[len(auth.MAGIC):len(auth.MAGIC) + auth.NONCE_BYTES]
-    return nonce, auth.Identity.of(secret, name, hello[len(auth.MAGIC) + auth.NONCE_BYTES:-1])
+    hello = tcp_handshakes.recv_exactly(sock, tcp_handshakes.SERVER_HELLO)
+    name = tcp_handshakes.recv_exactly(sock, hello[-1]).decode()
+    nonce = hello[len(tcp_handshakes.MAGIC):len(tcp_handshakes.MAGIC) + auth.NONCE_BYTES]
+    incarnation = hello[len(tcp_handshakes.MAGIC) + auth.NONCE_BYTES:-1]
+    return nonce, auth.Identity.of(secret, name, incarnation)
 
 
 def _authenticate(sock: socket.socket) -> None:
-    auth.client_handshake(sock, SECRET, 'test', 10)
+    tcp_handshakes.client_handshake(sock, SECRET, 'test', 10)
     sock.settimeout(10)
 
 
@@ -100,8 +102,8 @@ def test_wrong_secret_is_refused_before_anything_is_read(served, caplog):
     sock = _tcp(server)
     server_nonce, wrong_key = _read_hello(sock, secrets.token_bytes(32))
     ours = os.urandom(auth.NONCE_BYTES)
-    wrong = auth._mac(wrong_key.key, b'client', server_nonce, ours)
-    sock.sendall(auth.MAGIC + ours + wrong + _bomb_frame(bomb))
+    wrong = auth.mac(wrong_key.key, b'client', server_nonce, ours)
+    sock.sendall(tcp_handshakes.MAGIC + ours + wrong + _bomb_frame(bomb))
     assert _closed_by_server(sock)
     assert len(_wait_for_log(caplog, sock.getsockname())) == 1
     sock.close()
@@ -136,7 +138,7 @@ def test_garbage_bytes_are_refused(served, caplog):
     """Random bytes instead of a handshake close the connection."""
     server, target, bomb = served
     sock = _tcp(server)
-    sock.sendall(os.urandom(auth.CLIENT_PROOF) + _bomb_frame(bomb))
+    sock.sendall(os.urandom(tcp_handshakes.CLIENT_PROOF) + _bomb_frame(bomb))
     assert _closed_by_server(sock)
     assert len(_wait_for_log(caplog, sock.getsockname())) == 1
     sock.close()
@@ -183,8 +185,8 @@ def test_truncated_handshake_is_refused(served, caplog):
     """Half a handshake, then the peer hangs up: closed, logged, nothing read further."""
     server, target, bomb = served
     sock = _tcp(server)
-    auth._recv_exactly(sock, auth.SERVER_HELLO)
-    sock.sendall(auth.MAGIC + os.urandom(10))
+    tcp_handshakes.recv_exactly(sock, tcp_handshakes.SERVER_HELLO)
+    sock.sendall(tcp_handshakes.MAGIC + os.urandom(10))
     sock.shutdown(socket.SHUT_WR)
     assert _closed_by_server(sock)
     assert len(_wait_for_log(caplog, sock.getsockname())) == 1
@@ -231,9 +233,10 @@ def test_replayed_handshake_is_refused(served, caplog):
     sock = _tcp(server)
     server_nonce, identity = _read_hello(sock, SECRET)
     ours = os.urandom(auth.NONCE_BYTES)
-    recorded = auth.MAGIC + ours + auth._mac(identity.key, b'client', server_nonce, ours)
+    recorded = tcp_handshakes.MAGIC + ours + auth.mac(identity.key, b'client', server_nonce, ours)
     sock.sendall(recorded)
-    assert len(auth._recv_exactly(sock, auth.SERVER_PROOF)) == auth.SERVER_PROOF  # Accepted.
+    answer = tcp_handshakes.recv_exactly(sock, tcp_handshakes.SERVER_PROOF)
+    assert len(answer) == tcp_handshakes.SERVER_PROOF  # Accepted.
     sock.close()
     replay = _tcp(server)
     _read_hello(replay, SECRET)
@@ -259,15 +262,15 @@ def grpc_request(served):
 
 def _grpc_identity(channel: grpc.Channel, address: str, secret: bytes) -> auth.Identity:
     """The identity the server at ``address`` proves, with the key ``secret`` gives it."""
-    nonce, metadata = auth.hello_request()
+    nonce, metadata = grpc_tokens.hello_request()
     reply = channel.unary_unary(messages.ENDPOINTS)(b'', metadata=metadata, timeout=10)
-    identity, _ = auth.check_hello_reply(SECRET, nonce, reply, address, None)
+    identity, _ = grpc_tokens.check_hello_reply(SECRET, nonce, reply, address, None)
     return auth.Identity.of(secret, identity.name, identity.incarnation)
 
 
 def _token(channel, server, secret: bytes, body: bytes) -> tuple:
     identity = _grpc_identity(channel, server.address, secret)
-    return auth.grpc_token(identity, messages.CALL, auth.digest((body,)))[0]
+    return grpc_tokens.grpc_token(identity, messages.CALL, grpc_tokens.digest((body,)))[0]
 
 
 @pytest.mark.parametrize('token', ['none', 'wrong', 'malformed'])
@@ -276,7 +279,7 @@ def test_grpc_call_without_a_valid_token_is_refused(served, grpc_request, caplog
     server, target, bomb = served
     channel, request = grpc_request
     call = channel.unary_unary(messages.CALL)
-    metadata = {'none': (), 'malformed': ((auth.METADATA_KEY, 'x/y'),),
+    metadata = {'none': (), 'malformed': ((grpc_tokens.METADATA_KEY, 'x/y'),),
                 'wrong': _token(channel, server, secrets.token_bytes(32), request)}[token]
     with pytest.raises(grpc.RpcError) as caught:
         call(request, metadata=metadata, timeout=10)
@@ -308,14 +311,14 @@ def test_endpoints_answers_only_with_a_proof_of_the_server(served):
         with pytest.raises(grpc.RpcError) as caught:
             channel.unary_unary(messages.ENDPOINTS)(b'', timeout=10)
         assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
-        nonce, metadata = auth.hello_request()
+        nonce, metadata = grpc_tokens.hello_request()
         reply = channel.unary_unary(messages.ENDPOINTS)(b'', metadata=metadata, timeout=10)
     finally:
         channel.close()
-    _, port = auth.check_hello_reply(SECRET, nonce, reply, server.address, None)
+    _, port = grpc_tokens.check_hello_reply(SECRET, nonce, reply, server.address, None)
     assert port == server.tcp_port
     with pytest.raises(courier.AuthenticationError):
-        auth.check_hello_reply(secrets.token_bytes(32), nonce, reply, server.address, None)
+        grpc_tokens.check_hello_reply(secrets.token_bytes(32), nonce, reply, server.address, None)
 
 
 def test_server_stays_up_under_concurrent_attacks(served):

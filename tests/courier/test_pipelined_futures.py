@@ -14,7 +14,7 @@ import threading
 import pytest
 
 from launchpad_py import courier
-from launchpad_py.courier import reader_handover
+from launchpad_py.courier.transports.sockets import reader_handover
 
 TRANSPORTS = ['auto', 'tcp']
 

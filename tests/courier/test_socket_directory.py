@@ -12,7 +12,7 @@ VICTIM = '''
 import logging, sys
 logging.basicConfig(level=logging.WARNING, format='%(message)s')
 from launchpad_py import courier
-from launchpad_py.courier import uds
+from launchpad_py.courier.transports import uds
 uds.SHARED_DIR = sys.argv[1]
 class Echo:
     def echo(self, value):

@@ -16,9 +16,10 @@ import threading
 from launchpad_py.node_side import (checkpoints, labelled_output, node_logging, node_metrics,
                                      runtime)
 from launchpad_py.courier import serialization
-from launchpad_py.supervision import (address_book, elastic, program_secret, rundir, shipping,
+from launchpad_py.supervision import (address_book, program_secret, rundir, shipping,
                                       stuck_threads)
 from launchpad_py.supervision.controller import ProgramController
+from launchpad_py.launchers import start_program
 from launchpad_py.launchers.local.resources import check_open_files
 from launchpad_py.launchers.options import LaunchOptions
 from launchpad_py.supervision.worker import Events, FailureReport, Worker
@@ -85,41 +86,59 @@ class ThreadWorker(Worker):
         self._thread.join(timeout)
 
 
+class _ThreadLaunch(start_program.Launch):
+    """What the node threads of one program share: its secret and its address book.
+
+    Threads write to the launching process's terminal (no log files); the nodes are
+    the launcher's own objects, so the controller's stop scope is theirs too.
+    """
+
+    mode = 'current_terminal'
+
+    def __init__(self, program: Program, executables: list[Executable], test: bool):
+        node_logging.configure_launcher()
+        if not test:  # Under test_mt, the test framework's capture keeps its plain lines.
+            labelled_output.install()
+        rundir.sweep()  # Sockets a killed launcher's nodes left; ours are made after this.
+        self._program = program.name
+        self._issued = program_secret.issue()
+        self._servers: list[str] = []  # Filled as nodes report where they listen.
+        self._book = address_book.AddressBook(program.name, self._issued, self._servers)
+        self._book.expect(executables)
+        self._scope: runtime.ProgramScope | None = None
+
+    def attach(self, controller: ProgramController) -> None:
+        self._scope = scope = controller.scope
+        scope.servers = self._servers
+        scope.secret = self._issued.secret
+        scope.register_stop_handler(self._book.stop)
+
+    def new_worker(self, executable: Executable, data: bytes, events: Events) -> ThreadWorker:
+        return ThreadWorker(executable, self._scope, events, self._book, data)
+
+    def log_line(self, worker: Worker) -> str:
+        return f'{worker.name}: this terminal'  # Never asked: threads write no log files.
+
+    def finish(self) -> None:
+        self._book.finish()
+        self._issued.forget()
+        checkpoints.remove_private_root(self._program, self._issued.secret)
+
+
 def _launch(program: Program, options: LaunchOptions, launch_type: str, test: bool):
     if options.serialize_py_nodes is False:
         prepared = shipping.prepare(program, serialize=False)
-        executables = [e for e, _ in prepared]
     else:
         # Each node gets its own copy of its arguments, as it would in a process;
         # this also reports unpicklable arguments as early as local_mp would.
-        prepared = shipping.prepare(program)
-        executables = [serialization.loads(data) for _, data in prepared]
+        prepared = [(serialization.loads(data), data) for _, data in shipping.prepare(program)]
+    executables = [executable for executable, _ in prepared]
     # Every node's listeners, and both ends of every connection between nodes, live here.
     check_open_files(program.name, launch_type, len(executables), 8)
-    groups = elastic.groups_of(program, new_worker=None)
-    node_logging.configure_launcher()
-    if not test:  # Under test_mt, the test framework's capture keeps its plain lines.
-        labelled_output.install()
-    rundir.sweep()  # Sockets a killed launcher's nodes left; ours are made after this.
-    issued = program_secret.issue()
-    servers: list[str] = []  # Filled as nodes report where they listen.
-    book = address_book.AddressBook(program.name, issued, servers)
-    book.expect(executables)
-
-    def finish() -> None:
-        book.finish()
-        issued.forget()
-        checkpoints.remove_private_root(program.name, issued.secret)
-
-    controller = ProgramController(program.name, launch_type, options.grace,
-                                   keep_process_alive=not test, on_finish=finish,
-                                   failure_policy=options.failure_policy, groups=groups)
-    controller.scope.servers = servers
-    controller.scope.secret = issued.secret
-    controller.scope.register_stop_handler(book.stop)
-    workers = [ThreadWorker(e, controller.scope, controller.events, book, data)
-               for e, (_, data) in zip(executables, prepared)]
-    return controller.start(workers, options.ready_timeout)
+    # A node cannot be stopped alone here, so no group grows (grows=False).
+    return start_program.start(program, options, launch_type, prepared,
+                               lambda: _ThreadLaunch(program, executables, test),
+                               keep_process_alive=not test, grows=False)
 
 
 def launch_local(program: Program, options: LaunchOptions) -> ProgramController:

@@ -1,10 +1,19 @@
-"""The door of a raw-TCP listener: every handshake in flight, in one thread.
+"""The raw-TCP handshake: what each side proves, and the door that runs it for a listener.
 
-Unauthenticated connections cost a socket and a few bytes each, never a
+The server greets with a fresh nonce, its incarnation and name; the client
+refuses a name it did not expect, then answers with its own nonce and
+``HMAC(key, 'client' | both nonces)`` under the server's key (``auth.py``);
+the server answers ``HMAC(key, 'server' | both nonces)``. The client's
+messages have fixed sizes, so nothing is allocated or decoded on the peer's
+say-so. An insecure server (no secret) runs the same exchange under the key
+of an empty secret, so both ends still agree they speak courier.
+
+The door (``Gate``) runs every handshake in flight of one listener in one
+thread. Unauthenticated connections cost a socket and a few bytes each, never a
 thread or an allocation sized by the peer, so a flood of connections that
 never authenticate cannot starve legitimate callers: when ``max_pending``
 are waiting, the oldest is dropped. Each connection gets ``timeout`` seconds
-to finish (TLS, if any, then the proof of ``auth.py``); one that fails is
+to finish (TLS, if any, then the proof); one that fails is
 closed and logged once with its address. Authenticated sockets go to
 ``admit(sock, peer)`` in blocking mode.
 """
@@ -12,16 +21,94 @@ closed and logged once with its address. Authenticated sockets go to
 from __future__ import annotations
 
 import errno
+import hmac
 import logging
+import os
 import selectors
 import socket
 import ssl
 import time
 from typing import Callable
 
-from launchpad_py.courier import auth
+from launchpad_py.courier import auth, errors
 
 _log = logging.getLogger('launchpad_py.courier')
+
+MAGIC = b'LPCOUR2\n'
+# The greeting's fixed part: magic, server nonce, incarnation, length of the name.
+SERVER_HELLO = len(MAGIC) + auth.NONCE_BYTES + auth.INCARNATION_BYTES + 1
+CLIENT_PROOF = len(MAGIC) + auth.NONCE_BYTES + auth.MAC_BYTES
+SERVER_PROOF = auth.MAC_BYTES
+
+
+class HandshakeFailed(Exception):
+    """The peer did not prove the secret; the message says how (for the server's log)."""
+
+
+def recv_exactly(sock: socket.socket, n: int) -> bytes:
+    """``n`` bytes from ``sock``; EOFError when the peer closes first."""
+    data = bytearray()
+    while len(data) < n:
+        chunk = sock.recv(n - len(data))
+        if not chunk:
+            raise EOFError(f'the peer closed the connection after {len(data)} of {n} '
+                           'handshake bytes')
+        data += chunk
+    return bytes(data)
+
+
+def server_hello(identity: auth.Identity) -> tuple[bytes, bytes]:
+    """The server's nonce, and the greeting that carries it with the server's identity."""
+    nonce = os.urandom(auth.NONCE_BYTES)
+    return nonce, MAGIC + nonce + identity.incarnation + auth.name_field(identity.name)
+
+
+def check_client_proof(identity: auth.Identity, ours: bytes, proof: bytes) -> bytes:
+    """The server's answer to a client's ``CLIENT_PROOF`` bytes; raises HandshakeFailed."""
+    if proof[:len(MAGIC)] != MAGIC:
+        raise HandshakeFailed(f'not a courier handshake (starts {proof[:8]!r})')
+    theirs = proof[len(MAGIC):len(MAGIC) + auth.NONCE_BYTES]
+    if not hmac.compare_digest(proof[-auth.MAC_BYTES:],
+                               auth.mac(identity.key, b'client', ours, theirs)):
+        raise HandshakeFailed('wrong secret, or a proof made for another server')
+    return auth.mac(identity.key, b'server', theirs, ours)
+
+
+def client_handshake(sock: socket.socket, secret: bytes | None, address: str,
+                     timeout: float, expected: str | None = None) -> auth.Identity:
+    """Proves the secret to the server at ``address`` if it is ``expected``; returns its identity.
+
+    The server's name is checked before the client answers: a proof made for
+    a server the client did not mean to reach is never sent.
+    """
+    sock.settimeout(timeout)
+    try:
+        hello = recv_exactly(sock, SERVER_HELLO)
+        if hello[:len(MAGIC)] != MAGIC:
+            raise errors.CourierUnavailableError(
+                f'{address} does not speak courier over TCP (greeted with {hello[:8]!r})')
+        server_nonce = hello[len(MAGIC):len(MAGIC) + auth.NONCE_BYTES]
+        incarnation = hello[len(MAGIC) + auth.NONCE_BYTES:-1]
+        name = recv_exactly(sock, hello[-1]).decode(errors='replace')
+        auth.check_expected(expected, name, address)
+        identity = auth.Identity.of(secret, name, incarnation)
+        ours = os.urandom(auth.NONCE_BYTES)
+        sock.sendall(MAGIC + ours + auth.mac(identity.key, b'client', server_nonce, ours))
+        answer = recv_exactly(sock, SERVER_PROOF)
+    except EOFError:
+        raise errors.AuthenticationError(
+            f'the courier server at {address} refused this client: '
+            f'{"wrong secret" if secret else "it requires a secret and none was given"}'
+        ) from None
+    except TimeoutError:
+        raise errors.CourierUnavailableError(f'no courier handshake from {address} within '
+                                             f'{timeout:g} s') from None
+    if not hmac.compare_digest(answer, auth.mac(identity.key, b'server', ours, server_nonce)):
+        raise errors.AuthenticationError(
+            f'the server at {address} could not prove it holds the program secret; '
+            'nothing was sent to it')
+    sock.settimeout(None)
+    return identity
 
 
 class _Pending:
@@ -117,19 +204,19 @@ class Gate:
                 entry.sock.do_handshake()
                 entry.tls_done = True
             if entry.nonce is None:
-                entry.nonce, hello = auth.server_hello(self._identity)
+                entry.nonce, hello = server_hello(self._identity)
                 entry.sock.send(hello)  # At most 312 bytes into an empty buffer: never partial.
-            while len(entry.received) < auth.CLIENT_PROOF:
-                chunk = entry.sock.recv(auth.CLIENT_PROOF - len(entry.received))
+            while len(entry.received) < CLIENT_PROOF:
+                chunk = entry.sock.recv(CLIENT_PROOF - len(entry.received))
                 if not chunk:
-                    raise auth.HandshakeFailed(
-                        f'closed after {len(entry.received)} of {auth.CLIENT_PROOF} '
+                    raise HandshakeFailed(
+                        f'closed after {len(entry.received)} of {CLIENT_PROOF} '
                         'handshake bytes')
                 entry.received += chunk
-            answer = auth.check_client_proof(self._identity, entry.nonce, entry.received)
+            answer = check_client_proof(self._identity, entry.nonce, entry.received)
         except (ssl.SSLWantReadError, ssl.SSLWantWriteError, BlockingIOError):
             return
-        except auth.HandshakeFailed as exc:
+        except HandshakeFailed as exc:
             self._fail(entry, str(exc))
             return
         except (ssl.SSLError, OSError) as exc:

@@ -4,7 +4,7 @@ A server's address names its gRPC port; its raw-TCP listener sits on a port
 of its own on the same interface, which a client learns once per address
 with the gRPC ``Endpoints`` call (whose answer the server signs, see
 ``auth.py``) and keeps.
-Each TCP connection starts with the handshake of ``auth.py``; after it, the
+Each TCP connection starts with the handshake of ``tcp_handshakes.py``; after it, the
 frames are those of ``frames.py`` with every buffer in band: written with
 ``sendmsg`` scatter/gather, read with ``recv_into`` into memory allocated
 for them, and bounded by ``max_frame_bytes`` before anything is allocated.
@@ -19,7 +19,10 @@ import struct
 import threading
 from typing import Callable
 
-from launchpad_py.courier import auth, errors, frames, socket_serving, tcp_handshakes, uds
+from launchpad_py.courier import auth, errors, frames
+from launchpad_py.courier.transports import (grpc_chunks, grpc_client, interface, tcp_handshakes,
+                                             uds)
+from launchpad_py.courier.transports.sockets import socket_channel, socket_serving
 
 _log = logging.getLogger('launchpad_py.courier')
 ENDPOINTS = struct.Struct('<H')  # The gRPC Endpoints reply: the raw-TCP port, 0 for none.
@@ -78,11 +81,7 @@ class Connection:
             return True
 
     def close(self) -> None:
-        try:
-            self.sock.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass
-        self.sock.close()
+        uds.shut(self.sock)
 
 
 def connect(host: str, port: int, secret: bytes | None, address: str,
@@ -100,7 +99,7 @@ def connect(host: str, port: int, secret: bytes | None, address: str,
         _tune(sock)
         if tls is not None:
             sock = tls.wrap_socket(sock, server_hostname=None if not tls.check_hostname else host)
-        auth.client_handshake(sock, secret, address, limit, expected)
+        tcp_handshakes.client_handshake(sock, secret, address, limit, expected)
     except errors.CourierError:
         sock.close()
         raise
@@ -135,7 +134,8 @@ class TcpListener(socket_serving.SocketServing):
         self._gate: tcp_handshakes.Gate | None = None
         self.port: int | None = None
 
-    def start(self) -> bool:
+    def bind(self) -> bool:
+        """Binds a port of its own on the server's interface; False when it cannot."""
         family = socket.AF_INET6 if ':' in self._host.strip('[]') else socket.AF_INET
         listener = socket.socket(family, socket.SOCK_STREAM)
         try:
@@ -146,10 +146,12 @@ class TcpListener(socket_serving.SocketServing):
             return False
         self._listener = listener
         self.port = listener.getsockname()[1]
-        self._gate = tcp_handshakes.Gate(listener, self._identity, self._name, self._admit,
+        return True
+
+    def start(self) -> None:
+        self._gate = tcp_handshakes.Gate(self._listener, self._identity, self._name, self._admit,
                                          self._tls, self._handshake_timeout, MAX_PENDING)
         self._spawn(self._gate.run)
-        return True
 
     def _admit(self, sock: socket.socket, peer) -> None:
         _tune(sock)
@@ -167,7 +169,70 @@ class TcpListener(socket_serving.SocketServing):
             _log.warning('courier server %s: closed a TCP connection from %s: %s',
                          self._name, tcp_handshakes.peer_text(turn.peer), why)
 
-    def stop(self) -> None:
+    def stop(self, grace: float | None = None) -> None:
         if self._gate is not None:
             self._gate.close()
-        super().stop()
+        super().stop(grace)
+
+
+def listen(serving: interface.Serving) -> TcpListener | None:
+    """The raw-TCP listener of a server, unless turned off or no port can be bound."""
+    if not serving.options.tcp_transport:
+        return None
+    tls = serving.options.tls
+    listener = TcpListener(
+        serving.host, serving.identity, serving.dispatch, serving.unsendable, serving.pool,
+        serving.label, serving.initializer, handshake_timeout=serving.options.handshake_timeout,
+        max_frame_bytes=serving.options.max_frame_bytes,
+        tls=None if tls is None else tls.server_context(), stats=serving.stats)
+    return listener if listener.bind() else None
+
+
+_channels: dict[tuple, socket_channel.SocketChannel] = {}
+_channels_lock = threading.Lock()
+
+
+def dial(dial: interface.Dial) -> socket_channel.SocketChannel:
+    """The channel of this process to the server at ``dial.address`` over raw TCP, one per
+    address, secret, TLS and expected name (shared by the clients that agree on those)."""
+    key = (dial.address, dial.secret, dial.tls, dial.expected)
+    with _channels_lock:
+        channel = _channels.get(key)
+        if channel is None:
+            channel = _channels[key] = socket_channel.SocketChannel(
+                dial.address, _TcpPort(dial).connect)
+        return channel
+
+
+class _TcpPort:
+    """Finds a server's raw-TCP port (one gRPC call, kept) and connects to it."""
+
+    def __init__(self, dial: interface.Dial):
+        self._address = dial.address
+        self._expected = dial.expected
+        self._host = dial.address.rpartition(':')[0].strip('[]')
+        self._secret = dial.secret
+        self._tls = None if dial.tls is None else dial.tls.client_context()
+        self._grpc = grpc_client.GrpcCaller(dial.address, dial.timeout, dial.wait_for_ready,
+                                            grpc_chunks.MAX_MESSAGE_BYTES, dial.secret, dial.tls,
+                                            dial.expected)
+        self._port: int | None = None
+
+    def connect(self, timeout: float | None) -> Connection | None:
+        """A new connection; None when the server has no raw-TCP listener (use gRPC)."""
+        fresh = self._port is None
+        if fresh:
+            self._port = self._grpc.tcp_port()
+        if not self._port:
+            return None
+        try:
+            return connect(self._host, self._port, self._secret, self._address, timeout,
+                           self._tls, self._expected)
+        except errors.CourierUnavailableError:
+            if fresh:
+                raise
+        self._port = self._grpc.tcp_port()  # The cached port may be a restarted server's.
+        if not self._port:
+            return None
+        return connect(self._host, self._port, self._secret, self._address, timeout,
+                       self._tls, self._expected)

@@ -16,7 +16,8 @@ import concurrent.futures
 import threading
 from typing import Any, Callable
 
-from launchpad_py.courier import errors, frames, futures_connection, socket_serving
+from launchpad_py.courier import errors, frames
+from launchpad_py.courier.transports.sockets import futures_connection, socket_serving
 
 _NO_SOCKET = object()
 

@@ -24,8 +24,9 @@ import threading
 import time
 from typing import Callable
 
-from launchpad_py.courier import call_future, errors, frames, socket_serving
-from launchpad_py.courier.deadlines import deadlines
+from launchpad_py.courier import errors, frames
+from launchpad_py.courier.transports.sockets import call_future, socket_serving
+from launchpad_py.courier.transports.sockets.deadlines import deadlines
 
 IDLE_READ = 0.01
 

@@ -2,7 +2,7 @@
 
 With a secret, the caller first asks the server who it is (``Endpoints``:
 its name, incarnation and raw-TCP port, MACed over a nonce of ours; see
-``auth.py``), refuses a server whose name is not the one it expects, and
+``grpc_tokens.py``), refuses a server whose name is not the one it expects, and
 only then sends calls. Each call carries a token made for that server and
 that request body; each reply must carry the server's proof before it is
 decoded. A server that restarted refuses tokens made for its earlier
@@ -23,8 +23,9 @@ from typing import Any, Callable, Iterable, NamedTuple
 
 import grpc
 
-from launchpad_py.courier import auth, errors, fail_fast, frames, grpc_chunks, messages
-from launchpad_py.courier.tls import GRPC_CHANNEL_OPTIONS, TlsCredentials
+from launchpad_py.courier import auth, errors, fail_fast, frames, messages
+from launchpad_py.courier.transports import grpc_chunks, grpc_tokens, interface
+from launchpad_py.courier.transports.tls import GRPC_CHANNEL_OPTIONS, TlsCredentials
 
 _channels: dict[tuple, grpc.Channel] = {}
 _channels_lock = threading.Lock()
@@ -114,18 +115,18 @@ class GrpcCaller:
         if self._secret is None:
             return stubs, options, None
         peer = self._peer or self.hello()[0]
-        options['metadata'], proof = auth.grpc_token(peer, method, auth.digest(body))
+        options['metadata'], proof = grpc_tokens.grpc_token(peer, method, grpc_tokens.digest(body))
         return stubs, options, proof
 
     def hello(self) -> tuple[auth.Identity, int]:
         """Who the server is and its raw-TCP port (0: none), once it proved both."""
         stubs, options = self._stubs_now()
-        nonce, options['metadata'] = auth.hello_request()
+        nonce, options['metadata'] = grpc_tokens.hello_request()
         try:
             reply = stubs.endpoints(b'', **options)
         except grpc.RpcError as exc:
             raise self._error(exc, 'Endpoints', stubs) from None
-        self._peer, port = auth.check_hello_reply(self._secret, nonce, reply, self._address,
+        self._peer, port = grpc_tokens.check_hello_reply(self._secret, nonce, reply, self._address,
                                                   self._expected)
         return self._peer, port
 
@@ -133,7 +134,7 @@ class GrpcCaller:
         """Refuses a reply from a server that did not prove the secret, before decoding it."""
         if proof is None:
             return
-        sent = next((v for k, v in call.initial_metadata() or () if k == auth.PROOF_KEY), '')
+        sent = next((v for k, v in call.initial_metadata() or () if k == grpc_tokens.PROOF_KEY), '')
         if not hmac.compare_digest(sent.encode(), proof.encode()):
             raise errors.AuthenticationError(
                 f'the server at {self._address} did not prove it holds the program secret; '
@@ -141,7 +142,7 @@ class GrpcCaller:
 
     def _error(self, error: Exception, method: str, stubs: _Stubs) -> errors.CourierError:
         if (isinstance(error, grpc.RpcError) and error.code() == grpc.StatusCode.UNAUTHENTICATED
-                and auth.STALE in (error.details() or '')):
+                and grpc_tokens.STALE in (error.details() or '')):
             self._peer = None  # The server restarted: ask who it is now.
             return _Restarted(errors.translate_rpc_error(error, self._address, method).args[0])
         if fail_fast.closed_here(stubs.channel):
@@ -254,6 +255,12 @@ class GrpcCaller:
     def tcp_port(self) -> int:
         """The server's raw-TCP port (0: it has none), asked afresh (it changes on restart)."""
         return self.hello()[1]
+
+
+def dial(dial: interface.Dial) -> GrpcCaller:
+    """A client's gRPC caller (the channel under it is shared per address)."""
+    return GrpcCaller(dial.address, dial.timeout, dial.wait_for_ready, dial.max_message_bytes,
+                      dial.secret, dial.tls, dial.expected)
 
 
 class _Restarted(errors.AuthenticationError):

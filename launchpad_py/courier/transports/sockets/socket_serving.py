@@ -22,7 +22,8 @@ import threading
 import time
 from typing import Callable
 
-from launchpad_py.courier import frames, reader_handover, stats as stats_module
+from launchpad_py.courier import frames, stats as stats_module
+from launchpad_py.courier.transports.sockets import reader_handover
 
 SYNC_REQUEST, FUTURE_REQUEST = 1, 3
 
@@ -127,7 +128,9 @@ class SocketServing:
         except OSError:
             pass  # The caller went away; its reader has reported that already.
 
-    def stop(self) -> None:
+    def stop(self, grace: float | None = None) -> None:
+        """Closes the listener and its connections; ``grace`` is not used (see below)."""
+        del grace
         with self._lock:
             self._closed = True
             connections = list(self._connections)

@@ -19,7 +19,9 @@ import socket
 import time
 from typing import Callable
 
-from launchpad_py.courier import open_files, socket_serving, stats as stats_module, uds
+from launchpad_py.courier import open_files, stats as stats_module
+from launchpad_py.courier.transports import interface, uds
+from launchpad_py.courier.transports.sockets import socket_serving
 
 # Out of descriptors, accept() fails at once while clients wait: try again this much later.
 _FULL_BACKOFF_S = 0.05
@@ -35,13 +37,13 @@ class LocalListener(socket_serving.SocketServing):
                  stats: stats_module.ServerStats | None = None):
         super().__init__(f'courier-{label or "server"}-uds', dispatch, unsendable, executor,
                          thread_initializer, stats=stats)
-        self._port = port
         self._label = label or '(unlabelled)'
+        self.port = port  # The server's address's port (its TCP port): it names the path.
         self.path = uds.socket_path(port)
         self._inode: int | None = None
 
-    def start(self) -> bool:
-        """Starts listening; False when this host offers no private socket directory."""
+    def bind(self) -> bool:
+        """Binds the socket file; False when this host offers no private socket directory."""
         if self.path is None:
             return False
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -59,8 +61,10 @@ class LocalListener(socket_serving.SocketServing):
         self._listener = listener
         self._inode = os.stat(self.path).st_ino
         _listening.add(self)
-        self._spawn(self._accept_loop)
         return True
+
+    def start(self) -> None:
+        self._spawn(self._accept_loop)
 
     def _accept_loop(self) -> None:
         told = False
@@ -77,7 +81,7 @@ class LocalListener(socket_serving.SocketServing):
                 time.sleep(_FULL_BACKOFF_S)
                 continue
             try:
-                sock.sendall(uds.greeting(self._port))
+                sock.sendall(uds.greeting(self.port))
             except OSError:
                 sock.close()
                 continue
@@ -98,6 +102,16 @@ class LocalListener(socket_serving.SocketServing):
 
 
 _listening: set[LocalListener] = set()
+
+
+def listen(serving: interface.Serving) -> LocalListener | None:
+    """The Unix-socket listener of a server bound to loopback, if it can have one here."""
+    if not serving.options.local_transport or uds.local_port(
+            f'{serving.host}:{serving.port}') is None:
+        return None
+    listener = LocalListener(serving.port, serving.dispatch, serving.unsendable, serving.pool,
+                             serving.label, serving.initializer, stats=serving.stats)
+    return listener if listener.bind() else None
 
 
 def remove_socket_files() -> None:

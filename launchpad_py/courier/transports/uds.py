@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
 import logging
 import os
 import socket
@@ -32,6 +33,8 @@ import struct
 import threading
 
 from launchpad_py.courier import errors, frames, open_files, shm
+from launchpad_py.courier.transports import interface
+from launchpad_py.courier.transports.sockets import socket_channel
 
 LOOPBACK_HOSTS = ('127.0.0.1', 'localhost', '::1', '[::1]')
 _GREETING = struct.Struct('<QQ')
@@ -173,6 +176,15 @@ def tune(sock: socket.socket) -> None:
             pass
 
 
+def shut(sock: socket.socket) -> None:
+    """Closes ``sock`` after shutting it down, so a thread reading it wakes at once."""
+    try:
+        sock.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass
+    sock.close()
+
+
 class Connection:
     """One Unix-socket connection: framed sends under a lock, a reader, segments."""
 
@@ -210,11 +222,7 @@ class Connection:
         return False
 
     def close(self) -> None:
-        try:
-            self.sock.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass
-        self.sock.close()
+        shut(self.sock)
         self.reader.close()
         self.pool.close()
 
@@ -249,3 +257,21 @@ def connect(port: int, timeout: float | None = None) -> Connection | None:
         sock.close()
         return None
     return Connection(sock)
+
+
+_channels: dict[str, socket_channel.SocketChannel] = {}
+_channels_lock = threading.Lock()
+
+
+def dial(dial: interface.Dial) -> socket_channel.SocketChannel | None:
+    """The channel of this process to the loopback server at ``dial.address`` (one per
+    address, shared by its clients); None when the address is not this host's loopback."""
+    port = local_port(dial.address)
+    if port is None:
+        return None
+    with _channels_lock:
+        channel = _channels.get(dial.address)
+        if channel is None:
+            channel = _channels[dial.address] = socket_channel.SocketChannel(
+                dial.address, functools.partial(connect, port))
+        return channel

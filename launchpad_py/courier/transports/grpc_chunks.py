@@ -52,13 +52,18 @@ def join(chunks: Iterable[bytes]) -> bytearray:
     return whole
 
 
+def check_limit(max_message_bytes: int) -> int:
+    """``max_message_bytes`` when usable, else a ValueError naming it."""
+    if max_message_bytes < 1024:
+        raise ValueError(f'max_message_bytes must be at least 1024 (got {max_message_bytes})')
+    return max_message_bytes
+
+
 class ReplyStash:
     """Server side: answers in one message when it fits, else keeps it for ``Fetch``."""
 
     def __init__(self, max_message_bytes: int):
-        if max_message_bytes < 1024:
-            raise ValueError(f'max_message_bytes must be at least 1024 (got {max_message_bytes})')
-        self.limit = max_message_bytes
+        self.limit = check_limit(max_message_bytes)
         self._stash: dict[bytes, tuple[float, list]] = {}
         self._lock = threading.Lock()
 
