@@ -73,3 +73,20 @@ def test_credentials_pickle_without_their_files(credentials):
     again = pickle.loads(pickle.dumps(credentials))
     assert again == credentials and b'PRIVATE KEY' in again.private_key
     assert 'PRIVATE' not in repr(credentials)
+
+
+@pytest.mark.parametrize('tls', [False, True], ids=['plain', 'tls'])
+def test_first_call_after_the_server_restarted_takes_a_fresh_connection(credentials, tls):
+    """A pooled idle connection whose server went away is replaced before the call is sent,
+    over TLS as over plain TCP (TLS connections were not checked: the call failed once)."""
+    tls = credentials if tls else None
+    first = courier.Server(Recorder(), secret=SECRET, tls=tls, local_transport=False)
+    first.start()
+    port = int(first.address.rpartition(':')[2])
+    client = courier.Client(first.address, transport='tcp', secret=SECRET, tls=tls, timeout=20)
+    assert client.echo(1) == 1
+    first.stop()
+    with courier.Server(Recorder(), port=port, secret=SECRET, tls=tls,
+                        local_transport=False) as again:
+        assert again.address == first.address
+        assert client.echo(2) == 2

@@ -13,6 +13,7 @@ for them, and bounded by ``max_frame_bytes`` before anything is allocated.
 from __future__ import annotations
 
 import logging
+import select
 import socket
 import ssl
 import struct
@@ -68,11 +69,10 @@ class Connection:
 
         Over TCP a request written to such a connection is accepted by the kernel
         and fails only when the reply is read, as if the server had died during
-        the call; this check lets the caller take a fresh connection instead. TLS
-        may hold records the peer sent unasked, so TLS connections are not checked.
+        the call; this check lets the caller take a fresh connection instead.
         """
         if isinstance(self.sock, ssl.SSLSocket):
-            return False
+            return _tls_peer_gone(self.sock)
         try:
             return self.sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) is not None
         except BlockingIOError:
@@ -82,6 +82,27 @@ class Connection:
 
     def close(self) -> None:
         uds.shut(self.sock)
+
+
+def _tls_peer_gone(sock: ssl.SSLSocket) -> bool:
+    """``peer_gone`` over TLS, where peeking at the kernel's bytes says nothing: an idle TLS
+    connection may hold records its server sent unasked (TLS 1.3 session tickets). A
+    non-blocking read takes those in and finds no data (want-read); the server's close
+    reads as the end; data, which no server sends to an idle connection, makes the
+    connection unusable too."""
+    if not sock.pending() and not select.select([sock], [], [], 0)[0]:
+        return False
+    timeout = sock.gettimeout()
+    sock.setblocking(False)
+    try:
+        sock.recv(1)
+        return True
+    except ssl.SSLWantReadError:
+        return False
+    except OSError:  # SSLError (a close without close_notify) included.
+        return True
+    finally:
+        sock.settimeout(timeout)
 
 
 def connect(host: str, port: int, secret: bytes | None, address: str,
