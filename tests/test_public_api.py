@@ -57,7 +57,7 @@ OURS = {
     'LaunchpadError', 'NodeContext', 'NodeFailedError', 'NodeSerializationError', 'NodeState',
     'NodeStatus', 'NotRunningError', 'ProgramController', 'ProgramError', 'RayResources', 'ResourcesError',
     'ReverbHandle', 'Restart', 'SlurmResources', 'SshHost', 'StopProgram', 'StuckNodesError',
-    'UnknownLaunchTypeError', 'get_node_context',
+    'UnknownLaunchTypeError', 'get_node_context', 'submit', 'attach', 'SubmittedProgram',
 }
 _KINDS = {inspect.Parameter.POSITIONAL_OR_KEYWORD: 'P', inspect.Parameter.VAR_POSITIONAL: 'V',
           inspect.Parameter.KEYWORD_ONLY: 'K', inspect.Parameter.VAR_KEYWORD: 'KW'}
