@@ -79,10 +79,10 @@ def _run_program(record: dict, directory: str) -> int:
 def _launch_pickled(path: str) -> None:
     import cloudpickle
 
-    from launchpad_py.launchers import launch
+    from launchpad_py.launchers.launch import launch
     with open(path, 'rb') as source:
         program, kwargs = cloudpickle.load(source)
-    launch.launch(program, **kwargs).wait()
+    launch(program, **kwargs).wait()
 
 
 def detach(directory: str) -> int:

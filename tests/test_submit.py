@@ -1,0 +1,217 @@
+"""Submitted programs (issue 27): the controller runs where the program does, and outlives us.
+
+Real parts only: sbatch jobs on the Slurm test cluster, a detached controller on
+the namespace host h1 over sshd, and the CLI run as a user runs it (a fresh
+``python -m launchpad_py``) from other processes. The hosts share this process
+table, so a submission's processes are visible here and can be checked gone.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import stat
+import subprocess
+import sys
+
+import psutil
+import pytest
+
+import launchpad_py as lp
+from conftest import (REPO, SSH_OPTIONS, needs_slurm, needs_ssh_hosts, slurm_cluster, ssh_host,
+                      wait_for)
+from launchpad_py.submission import records
+
+SCRIPT = os.path.join(REPO, 'tests', 'submit_scripts.py')
+
+
+@pytest.fixture(autouse=True)
+def programs_dir(tmp_path, monkeypatch):
+    """Each test keeps its program records in a directory of its own."""
+    path = tmp_path / 'programs'
+    monkeypatch.setenv(records.DIR_ENV, str(path))
+    monkeypatch.chdir(tmp_path)  # Where submitted scripts run (and Slurm node logs go).
+    return path
+
+
+def cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    """``python -m launchpad_py ARGS`` in a process of its own, as a user would run it."""
+    return subprocess.run([sys.executable, '-m', 'launchpad_py', *args], capture_output=True,
+                          text=True, timeout=timeout, start_new_session=True)
+
+
+def family(pid: int) -> list[psutil.Process]:
+    """The process ``pid`` and every process below it."""
+    try:
+        root = psutil.Process(pid)
+        return [root, *root.children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return []
+
+
+def assert_gone(processes: list[psutil.Process]) -> None:
+    _, alive = psutil.wait_procs(processes, timeout=30)
+    assert not alive, f'left running: {alive}'
+
+
+def ticks(program) -> int:
+    return program.logs(node='worker/0', grep=r'^\[worker/0\] tick ').count('\n')
+
+
+def test_help_lists_the_commands():
+    """`python -m launchpad_py --help` names every command and says what each does."""
+    done = cli('--help')
+    assert done.returncode == 0, done.stderr
+    for command in ('submit', 'list', 'status', 'logs', 'stop'):
+        assert f'    {command} ' in done.stdout
+    assert 'walk_away.md' in done.stdout
+    assert cli('logs', '--help').stdout.count('--grep') == 2  # In the usage and the list.
+
+
+def test_an_unknown_id_is_exit_code_3_with_a_message(programs_dir):
+    """Every command that takes an id says there is no such program, with exit code 3."""
+    programs_dir.mkdir(mode=0o700)
+    for command in ('status', 'logs', 'stop'):
+        done = cli(command, 'nosuch-123456')
+        assert done.returncode == 3, (command, done)
+        assert "no program 'nosuch-123456' was submitted by this user" in done.stderr
+    done = cli('status', '../etc')
+    assert done.returncode == 3 and 'is not a program id' in done.stderr
+    assert cli('list').returncode == 0
+
+
+def test_bad_submissions_are_refused_naming_the_problem(tmp_path):
+    """No script, or ssh without a host: exit code 1, and no record is left behind."""
+    done = cli('submit', str(tmp_path / 'missing.py'))
+    assert done.returncode == 1 and 'no script' in done.stderr
+    done = cli('submit', '--launch_type', 'ssh', SCRIPT)
+    assert done.returncode == 1 and 'needs host=' in done.stderr
+    assert cli('bogus').returncode == 2
+    assert records.all_records() == []
+
+
+def test_records_that_are_not_ours_alone_are_refused(programs_dir):
+    """A program directory others may read is refused, as the run directory's files are."""
+    programs_dir.mkdir(mode=0o700)
+    planted = programs_dir / 'planted-000000'
+    planted.mkdir(mode=0o755)
+    (planted / 'record.json').write_text('{"id": "planted-000000"}')
+    with pytest.raises(PermissionError, match='mode at most 0700'):
+        lp.attach('planted-000000')
+    assert records.all_records() == []
+
+
+@needs_ssh_hosts
+def test_ssh_submission_outlives_its_connection_and_stops_from_another_process():
+    """Submitted to h1, the program runs with no ssh client of ours left; `stop` ends it all."""
+    ssh_host('h1')  # Fails, saying how to fix it, when the hosts are down.
+    done = cli('submit', '--launch_type', 'ssh', '--host', 'h1',
+               f'--ssh_options={" ".join(SSH_OPTIONS)}', '--program_launch_type', 'local_mp',
+               '--name', 'ticker', SCRIPT, 'ticker')
+    assert done.returncode == 0, done.stderr
+    program = lp.attach(done.stdout.strip())
+    assert program.launcher == 'ssh' and program.record['host'] == 'h1'
+    secret = os.path.join(program.record['dir'], 'secret')
+    assert stat.S_IMODE(os.stat(secret).st_mode) == 0o600
+    # Every ssh client on this machine that belongs to the submission: none should be left.
+    for client in psutil.process_iter(['name', 'cmdline']):
+        if client.info['name'] == 'ssh' and program.record['dir'] in ' '.join(
+                client.info['cmdline'] or ()):
+            client.send_signal(signal.SIGKILL)
+    wait_for(lambda: ticks(program) >= 3, 60, 'the node to tick')
+    before = ticks(program)
+    wait_for(lambda: ticks(program) > before, 30, 'the node to tick on, with no ssh client')
+    processes = family(program.record['pid'])
+    assert len(processes) >= 2  # The controller and its node.
+    key = records.secret_of(program.record).hex()
+    assert not [p for p in processes if key in ' '.join(p.cmdline())]  # Never in argv.
+    listed = cli('list')
+    assert listed.returncode == 0
+    assert any(line.split()[:4] == [program.id, 'ticker', 'ssh', 'running']
+               and line.split()[6] == '1/1' for line in listed.stdout.splitlines())
+    status = cli('status', program.id)
+    assert status.returncode == 0 and 'worker/0  running' in status.stdout
+    stopped = cli('stop', program.id, '--grace', '5')
+    assert stopped.returncode == 0 and stopped.stdout.strip() == f'{program.id}: ended', stopped
+    assert_gone(processes)
+    assert program.state() == 'ended' and program.wait(timeout=10) == 0
+
+
+@needs_ssh_hosts
+def test_a_program_object_submitted_over_ssh_runs_and_ends():
+    """lp.submit(program, ...) pickles the program; it runs on h1 and wait() gets exit code 0."""
+    import submit_scripts
+    program = lp.Program('short')
+    program.add_node(lp.PyNode(submit_scripts.short), label='worker')
+    submitted = lp.submit(program, launch_type='ssh', host='h1', ssh_options=SSH_OPTIONS)
+    assert submitted.name == 'short' and submitted.id.startswith('short-')
+    assert submitted.wait(timeout=120) == 0
+    assert submitted.logs(node='worker') == '[worker/0] done\n'
+    assert lp.attach(submitted.id).state() == 'ended'
+    assert_gone(family(submitted.record['pid']))
+
+
+@needs_slurm
+def test_slurm_submission_runs_on_after_the_submitter_and_stops_from_another_process():
+    """An sbatch job holds the controller; its nodes are steps of that job; `stop` ends them."""
+    slurm_cluster()
+    done = cli('submit', '--sbatch=--ntasks=2', '--name', 'ticker', SCRIPT, 'ticker')
+    assert done.returncode == 0, done.stderr  # The submitting process has exited.
+    program = lp.attach(done.stdout.strip())
+    job = program.record['job_id']
+    wait_for(lambda: ticks(program) >= 3, 90, 'the node to tick inside the job')
+    assert program.status()['programs'][0]['launch_type'] == 'slurm'
+    follow = subprocess.Popen([sys.executable, '-m', 'launchpad_py', 'logs', program.id, '-f',
+                               '--grep', 'tick'], stdout=subprocess.PIPE, text=True)
+    assert follow.stdout.readline().startswith('[worker/0] tick ')
+    controller = _job_processes(job)
+    stopped = cli('stop', program.id)
+    assert stopped.returncode == 0 and stopped.stdout.strip() == f'{program.id}: ended', stopped
+    follow.stdout.read()  # `logs -f` ends by itself once the program has.
+    assert follow.wait(timeout=30) == 0
+    assert_gone(controller)
+    wait_for(lambda: _squeue(job) == '', 60, f'Slurm job {job} to end')
+
+
+@needs_slurm
+def test_scancel_ends_a_submitted_program_with_nothing_left():
+    """When Slurm cancels the job, the controller and every node go; state is no longer running."""
+    slurm_cluster()
+    program = lp.submit(SCRIPT, 'ticker', sbatch_args=['--ntasks=2'], name='ticker')
+    wait_for(lambda: ticks(program) >= 1, 90, 'the node to tick inside the job')
+    processes = _job_processes(program.record['job_id'])
+    subprocess.run(['scancel', program.record['job_id']], check=True, timeout=30)
+    assert_gone(processes)
+    wait_for(lambda: program.state() not in ('pending', 'running'), 60, 'the state to change')
+
+
+@needs_slurm
+def test_a_short_slurm_program_ends_by_itself():
+    """The script's program ends; wait() from this process gets its exit code, logs its output."""
+    slurm_cluster()
+    program = lp.submit(SCRIPT, 'short', sbatch_args=['--ntasks=1'])
+    assert program.wait(timeout=120) == 0
+    assert '[worker/0] done\n' in program.logs()
+    assert cli('status', program.id).stdout.split(', ')[1:3] == ['ended', 'exit code 0; started '
+                                                                 + records.started_text(
+                                                                     program.record)]
+
+
+def _squeue(job: str) -> str:
+    return subprocess.run(['squeue', '-h', '-j', job, '-o', '%T'], capture_output=True, text=True,
+                          timeout=30).stdout.strip()
+
+
+def _job_processes(job: str) -> list[psutil.Process]:
+    """The job's controller and nodes (every process with its SLURM_JOB_ID), once both run."""
+    def find():
+        found = []
+        for process in psutil.process_iter(['cmdline']):
+            try:
+                if process.environ().get('SLURM_JOB_ID') == job:
+                    found.append(process)
+            except (psutil.NoSuchProcess, psutil.AccessDenied):
+                continue
+        names = ' '.join(' '.join(p.info['cmdline'] or ()) for p in found)
+        return found if 'controller_main' in names and 'remote_node_main' in names else None
+    return wait_for(find, 60, f'the controller and nodes of job {job}')
