@@ -21,6 +21,7 @@ import launchpad_py as lp
 from conftest import (REPO, SSH_OPTIONS, needs_slurm, needs_ssh_hosts, slurm_cluster, ssh_host,
                       wait_for)
 from launchpad_py.submission import records
+from launchpad_py.submission.submitted import submitted_programs
 
 SCRIPT = os.path.join(REPO, 'tests', 'submit_scripts.py')
 
@@ -31,7 +32,10 @@ def programs_dir(tmp_path, monkeypatch):
     path = tmp_path / 'programs'
     monkeypatch.setenv(records.DIR_ENV, str(path))
     monkeypatch.chdir(tmp_path)  # Where submitted scripts run (and Slurm node logs go).
-    return path
+    yield path
+    for program in submitted_programs():  # A failed test's program must not run on.
+        if program.state() in ('pending', 'running'):
+            program.stop(grace=0, timeout=30)
 
 
 def cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
@@ -162,12 +166,12 @@ def test_slurm_submission_runs_on_after_the_submitter_and_stops_from_another_pro
     wait_for(lambda: ticks(program) >= 3, 90, 'the node to tick inside the job')
     assert program.status()['programs'][0]['launch_type'] == 'slurm'
     follow = subprocess.Popen([sys.executable, '-m', 'launchpad_py', 'logs', program.id, '-f',
-                               '--grep', 'tick'], stdout=subprocess.PIPE, text=True)
+                               '--grep', r'\] tick '], stdout=subprocess.PIPE, text=True)
     assert follow.stdout.readline().startswith('[worker/0] tick ')
     controller = _job_processes(job)
     stopped = cli('stop', program.id)
     assert stopped.returncode == 0 and stopped.stdout.strip() == f'{program.id}: ended', stopped
-    follow.stdout.read()  # `logs -f` ends by itself once the program has.
+    assert all(' tick ' in line for line in follow.stdout)  # Ends once the program has.
     assert follow.wait(timeout=30) == 0
     assert_gone(controller)
     wait_for(lambda: _squeue(job) == '', 60, f'Slurm job {job} to end')
@@ -192,9 +196,9 @@ def test_a_short_slurm_program_ends_by_itself():
     program = lp.submit(SCRIPT, 'short', sbatch_args=['--ntasks=1'])
     assert program.wait(timeout=120) == 0
     assert '[worker/0] done\n' in program.logs()
-    assert cli('status', program.id).stdout.split(', ')[1:3] == ['ended', 'exit code 0; started '
-                                                                 + records.started_text(
-                                                                     program.record)]
+    assert cli('status', program.id).stdout == (
+        f"{program.id}: 'submit_scripts' on slurm (Slurm job {program.record['job_id']}), ended, "
+        f'exit code 0; started {records.started_text(program.record)}\n')
 
 
 def _squeue(job: str) -> str:
