@@ -20,7 +20,7 @@ import pytest
 import launchpad_py as lp
 from conftest import (REPO, SSH_OPTIONS, needs_slurm, needs_ssh_hosts, slurm_cluster, ssh_host,
                       wait_for)
-from launchpad_py.submission import records
+from launchpad_py.submission import logs, records
 from launchpad_py.submission.submitted import submitted_programs
 
 SCRIPT = os.path.join(REPO, 'tests', 'submit_scripts.py')
@@ -103,6 +103,16 @@ def test_records_that_are_not_ours_alone_are_refused(programs_dir):
     with pytest.raises(PermissionError, match='mode at most 0700'):
         lp.attach('planted-000000')
     assert records.all_records() == []
+
+
+def test_logs_select_a_group_a_node_and_a_pattern():
+    """--node takes a label (the whole group) or label/index; --grep a regular expression."""
+    lines = ['launchpad_py: started\n', '[actor/0] step 1\n', '[actor/1] step 1\n',
+             '[actor/10] loss 3\n', '[learner/0] loss 2\n']
+    assert list(logs.select(lines, node='actor')) == lines[1:4]
+    assert list(logs.select(lines, node='actor/1')) == [lines[2]]
+    assert list(logs.select(lines, grep=r'loss \d')) == lines[3:]
+    assert list(logs.select(lines, node='actor', grep='loss')) == [lines[3]]
 
 
 @needs_ssh_hosts
@@ -199,6 +209,8 @@ def test_a_short_slurm_program_ends_by_itself():
     assert cli('status', program.id).stdout == (
         f"{program.id}: 'submit_scripts' on slurm (Slurm job {program.record['job_id']}), ended, "
         f'exit code 0; started {records.started_text(program.record)}\n')
+    stopped = cli('stop', program.id)  # Stopping what has ended says so, and succeeds.
+    assert stopped.returncode == 0 and stopped.stdout == f'{program.id}: ended\n'
 
 
 def _squeue(job: str) -> str:

@@ -8,8 +8,8 @@ both ways, in ``node_side/control_channel``). Its address goes to
 ``endpoint.json`` (0600) in the program's directory::
 
     ('statistics',)      -> {'pid', 'host', 'programs': [{'program', 'running', 'nodes': [...]}]}
-    ('tail', 'label/0')  -> the node's recent output (text), or {'error': ...}
     ('stop', grace)      -> {'stopping': [program names]}: the clean stop of ``lp.stop()``
+                            ([] before the script has launched: the caller kills instead)
 
     endpoint = Endpoint(secret, directory)   # ... the script runs ...
     endpoint.close()
@@ -58,13 +58,6 @@ class Endpoint:
                                   'running': c.is_running,
                                   'nodes': [n.to_dict() for n in c.statistics()]}
                                  for c in running]}
-        if kind == 'tail' and len(request) == 2:
-            for program in running:
-                try:
-                    return program.output_tail(str(request[1]))
-                except KeyError:
-                    continue
-            return {'error': f'no node {request[1]!r} in {[c.name for c in running]}'}
         if kind == 'stop' and len(request) == 2:
             grace = request[1] if isinstance(request[1], (int, float)) else None
             for program in running:  # stop() blocks for the grace; the caller need not.

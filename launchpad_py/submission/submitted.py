@@ -50,7 +50,9 @@ class SubmittedProgram:
 
     def state(self) -> str:
         """'pending', 'running', 'ended' (exit 0), 'failed' (another exit) or 'lost' (gone
-        without a word: killed, cancelled, or its host lost)."""
+        without a word: killed, cancelled, or its host lost); 'submitting' for a moment."""
+        if not self.record.get('job_id') and not self.record.get('pid'):
+            return 'submitting'  # Its record is being written (or the submit failed just now).
         result = self.result()
         if result is None:
             seen = self._platform.state(self.record)
@@ -123,7 +125,8 @@ class SubmittedProgram:
         """The clean stop (nodes get ``grace`` seconds), else the platform's kill; the final state."""
         if self.state() in ('pending', 'running'):
             try:
-                self.ask(('stop', grace))
+                if not self.ask(('stop', grace))['stopping']:
+                    raise client.NotReachableError('nothing launched yet')
                 self.wait(timeout)
             except (client.NotReachableError, TimeoutError, errors.LaunchError):
                 self._platform.cancel(self.record)  # Not started yet, or deaf: end it anyway.
