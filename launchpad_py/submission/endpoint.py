@@ -25,6 +25,7 @@ import subprocess
 import threading
 
 from launchpad_py.node_side import control_channel
+from launchpad_py.observability import status_endpoint
 from launchpad_py.submission import records
 from launchpad_py.supervision import controller as controllers
 
@@ -33,21 +34,12 @@ class Endpoint:
     """Answers the user's requests about the programs this process launches, until ``close``."""
 
     def __init__(self, secret: bytes, directory: str):
-        self._server = control_channel.ControlServer(('0.0.0.0', 0), self._serve,
-                                                     family='AF_INET', key=secret)
+        self._server = control_channel.ControlServer(
+            ('0.0.0.0', 0), lambda request, channel: status_endpoint.answer_until_closed(
+                request, channel, self._answer), family='AF_INET', key=secret)
         self.host, self.port = reachable_address(), self._server.address[1]
         records.write_private(os.path.join(directory, records.ENDPOINT), json.dumps(
             {'host': self.host, 'port': self.port, 'pid': os.getpid()}), replace=True)
-
-    def _serve(self, request, channel) -> None:
-        try:
-            while True:
-                channel.send('reply', self._answer(request))
-                request = channel.recv()
-        except (EOFError, OSError):
-            pass
-        finally:
-            channel.close()
 
     def _answer(self, request):
         kind = request[0] if isinstance(request, tuple) and request else None
