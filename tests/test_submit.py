@@ -8,11 +8,14 @@ table, so a submission's processes are visible here and can be checked gone.
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import signal
 import stat
 import subprocess
 import sys
+import urllib.request
 
 import psutil
 import pytest
@@ -66,8 +69,8 @@ def test_help_lists_the_commands():
     """`python -m launchpad_py --help` names every command and says what each does."""
     done = cli('--help')
     assert done.returncode == 0, done.stderr
-    for command in ('submit', 'list', 'status', 'logs', 'stop'):
-        assert f'    {command} ' in done.stdout
+    for command in ('submit', 'list', 'status', 'logs', 'stop', 'dashboard'):
+        assert re.search(rf'^    {command}\s', done.stdout, re.MULTILINE), command
     assert 'walk_away.md' in done.stdout
     assert cli('logs', '--help').stdout.count('--grep') == 2  # In the usage and the list.
 
@@ -75,7 +78,7 @@ def test_help_lists_the_commands():
 def test_an_unknown_id_is_exit_code_3_with_a_message(programs_dir):
     """Every command that takes an id says there is no such program, with exit code 3."""
     programs_dir.mkdir(mode=0o700)
-    for command in ('status', 'logs', 'stop'):
+    for command in ('status', 'logs', 'stop', 'dashboard'):
         done = cli(command, 'nosuch-123456')
         assert done.returncode == 3, (command, done)
         assert "no program 'nosuch-123456' was submitted by this user" in done.stderr
@@ -121,7 +124,7 @@ def test_ssh_submission_outlives_its_connection_and_stops_from_another_process()
     ssh_host('h1')  # Fails, saying how to fix it, when the hosts are down.
     done = cli('submit', '--launch_type', 'ssh', '--host', 'h1',
                f'--ssh_options={" ".join(SSH_OPTIONS)}', '--program_launch_type', 'local_mp',
-               '--name', 'ticker', SCRIPT, 'ticker')
+               '--name', 'ticker', SCRIPT, 'ticker', '--lp_dashboard')
     assert done.returncode == 0, done.stderr
     program = lp.attach(done.stdout.strip())
     assert program.launcher == 'ssh' and program.record['host'] == 'h1'
@@ -145,10 +148,17 @@ def test_ssh_submission_outlives_its_connection_and_stops_from_another_process()
                and line.split()[6] == '1/1' for line in listed.stdout.splitlines())
     status = cli('status', program.id)
     assert status.returncode == 0 and 'worker/0  running' in status.stdout
+    board = subprocess.Popen([sys.executable, '-m', 'launchpad_py', 'dashboard', program.id],
+                             stdout=subprocess.PIPE, text=True)
+    url = board.stdout.readline().strip()
+    assert url.startswith('http://127.0.0.1:') and '/?token=' in url
+    page = urllib.request.urlopen(url.replace('/?', '/api/status?'), timeout=30).read()
+    assert json.loads(page)['program'] == 'ticker'
     stopped = cli('stop', program.id, '--grace', '5')
     assert stopped.returncode == 0 and stopped.stdout.strip() == f'{program.id}: ended', stopped
     assert_gone(processes)
     assert program.state() == 'ended' and program.wait(timeout=10) == 0
+    assert board.wait(timeout=30) == 0  # The forward ends with the program.
 
 
 @needs_ssh_hosts

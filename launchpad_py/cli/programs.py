@@ -1,9 +1,10 @@
-"""``python -m launchpad_py submit|list|status|logs|stop``: programs that outlive the terminal.
+"""``python -m launchpad_py submit|list|status|logs|stop|dashboard``: programs that outlive the terminal.
 
     python -m launchpad_py submit --launch_type slurm --sbatch '--ntasks=4' train.py --steps=10
     python -m launchpad_py list
     python -m launchpad_py logs trainer-3f9a1c -f --node learner --grep loss
     python -m launchpad_py stop trainer-3f9a1c --grace 30
+    python -m launchpad_py dashboard trainer-3f9a1c     # prints http://127.0.0.1:PORT/?token=...
 
 Each command finds the program by the record ``submit`` wrote for this user
 (``submission/records``) and talks to its controller with the program's
@@ -87,6 +88,19 @@ def _stop(args) -> int:
     return 0 if state in ('ended', 'failed', 'lost') else EXIT_FAILED
 
 
+def _dashboard(args) -> int:
+    program = attach(args.id)
+    tunnel, url = program.open_dashboard(args.port, shlex.split(args.ssh_options or ''))
+    print(url, flush=True)
+    print('launchpad_py: forwarding until the program ends (Ctrl-C to stop)', file=sys.stderr)
+    try:
+        while tunnel.wait(timeout=5.0) is None and program.state() in ('pending', 'running'):
+            pass
+    finally:
+        tunnel.close()
+    return 0
+
+
 def parser() -> argparse.ArgumentParser:
     top = argparse.ArgumentParser(
         prog='python -m launchpad_py',
@@ -115,7 +129,9 @@ def parser() -> argparse.ArgumentParser:
     for name, main, text in (('status', _status, 'one program\'s state and node table'),
                              ('logs', _logs, 'a program\'s output, every node\'s lines prefixed'),
                              ('stop', _stop, 'stop a program cleanly (the platform\'s kill as '
-                                             'the fallback)')):
+                                             'the fallback)'),
+                             ('dashboard', _dashboard, 'forward a local port to a program\'s '
+                                                       'dashboard; print its URL')):
         command = commands.add_parser(name, help=text, description=text[0].upper() + text[1:] + '.')
         command.add_argument('id', help='the program id that submit printed (see list)')
         command.set_defaults(main=main)
@@ -124,6 +140,11 @@ def parser() -> argparse.ArgumentParser:
             command.add_argument('--grep', help='only lines matching this regular expression')
             command.add_argument('-f', '--follow', action='store_true',
                                  help='keep printing new lines until the program ends')
+        if name == 'dashboard':
+            command.add_argument('--port', type=int, default=0,
+                                 help='the local port (default: a free one)')
+            command.add_argument('--ssh_options', help="for slurm: ssh arguments to reach the "
+                                 "node, e.g. '-F my_config' (ssh: the submission's own)")
         if name == 'stop':
             command.add_argument('--grace', type=float, help='seconds nodes get to stop')
             command.add_argument('--timeout', type=float, default=60.0,

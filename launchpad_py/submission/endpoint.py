@@ -7,7 +7,8 @@ the program's secret before anything is read (``multiprocessing`` challenge,
 both ways, in ``node_side/control_channel``). Its address goes to
 ``endpoint.json`` (0600) in the program's directory::
 
-    ('statistics',)      -> {'pid', 'host', 'programs': [{'program', 'running', 'nodes': [...]}]}
+    ('statistics',)      -> {'pid', 'host',
+                             'programs': [{'program', 'running', 'dashboard', 'nodes': [...]}]}
     ('stop', grace)      -> {'stopping': [program names]}: the clean stop of ``lp.stop()``
                             ([] before the script has launched: the caller kills instead)
 
@@ -47,7 +48,7 @@ class Endpoint:
         if kind == 'statistics':
             return {'pid': os.getpid(), 'host': self.host,
                     'programs': [{'program': c.name, 'launch_type': c.launch_type,
-                                  'running': c.is_running,
+                                  'running': c.is_running, 'dashboard': _dashboard(c),
                                   'nodes': [n.to_dict() for n in c.statistics()]}
                                  for c in running]}
         if kind == 'stop' and len(request) == 2:
@@ -60,6 +61,12 @@ class Endpoint:
 
     def close(self) -> None:
         self._server.close()
+
+
+def _dashboard(program) -> dict | None:
+    """Where the program's dashboard listens (loopback here) and its token, if it has one."""
+    board = program.dashboard
+    return board and {'port': board.port, 'token': board.token}
 
 
 def reachable_address() -> str:

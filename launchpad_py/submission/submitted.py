@@ -20,7 +20,8 @@ import time
 from typing import Iterator
 
 from launchpad_py import errors
-from launchpad_py.submission import client, logs, records, slurm, ssh
+from launchpad_py.launchers.ssh.host import SshHost
+from launchpad_py.submission import client, forward, logs, records, slurm, ssh
 
 PLATFORMS = {'slurm': slurm, 'ssh': ssh}
 _POLL_S = 1.0
@@ -104,6 +105,24 @@ class SubmittedProgram:
         path = f'{self.record["dir"]}/{records.LOG}'
         yield from logs.select(logs.follow_file(path, lambda: self.state() not in (
             'pending', 'running')), node, grep)
+
+    def open_dashboard(self, local_port: int = 0, ssh_options: list[str] | None = None
+                       ) -> tuple[forward.Forward, str]:
+        """A local port forward to the dashboard (``lp.launch(..., dashboard=True)`` or
+        ``--lp_dashboard``) and its URL with the token; ``close()`` the forward when done.
+
+        Over ssh to the controller's host: the submission's host and ssh options, or for
+        Slurm the node's address with ``ssh_options``.
+        """
+        reply = self.ask(('statistics',))
+        board = next((p['dashboard'] for p in reply['programs'] if p.get('dashboard')), None)
+        if board is None:
+            raise errors.ProgramError(f'program {self.id} serves no dashboard: launch it with '
+                                      'dashboard=True, or pass --lp_dashboard to the script')
+        host = (ssh.host_of(self.record) if self.launcher == 'ssh' else
+                SshHost(reply['host'], ssh_options=ssh_options or None))
+        tunnel = forward.Forward(host, board['port'], local_port)
+        return tunnel, f'http://127.0.0.1:{tunnel.local_port}/?token={board["token"]}'
 
     def wait(self, timeout: float | None = None) -> int:
         """Waits until the controller ends; its exit code (TimeoutError after ``timeout``)."""
