@@ -8,6 +8,7 @@ table, so a submission's processes are visible here and can be checked gone.
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import re
@@ -15,6 +16,7 @@ import signal
 import stat
 import subprocess
 import sys
+import time
 import urllib.request
 
 import psutil
@@ -23,7 +25,7 @@ import pytest
 import launchpad_py as lp
 from conftest import (REPO, SSH_OPTIONS, needs_slurm, needs_ssh_hosts, slurm_cluster, ssh_host,
                       wait_for)
-from launchpad_py.submission import logs, records
+from launchpad_py.submission import logs, records, stamps
 from launchpad_py.submission.submitted import submitted_programs
 
 SCRIPT = os.path.join(REPO, 'tests', 'submit_scripts.py')
@@ -118,6 +120,28 @@ def test_logs_select_a_group_a_node_and_a_pattern():
     assert list(logs.select(lines, node='actor', grep='loss')) == [lines[3]]
 
 
+def test_log_lines_carry_their_time_and_since_picks_the_recent_ones():
+    """The controller's lines get a UTC time; --since takes a duration or a time; unstamped
+    lines (written by a lower layer) count as written with the line before them."""
+    written = io.StringIO()
+    stream = stamps.Stamped(written)
+    stream.write('[actor/0] old')
+    stream.write(' line\n[actor/0] second\n')
+    lines = written.getvalue().splitlines(True)
+    assert len(lines) == 2 and all(stamps.split(line)[1].startswith('[actor/') for line in lines)
+    assert abs(stamps.split(lines[0])[0] - time.time()) < 60
+    old = stamps.stamp(1000.0) + '[actor/0] old\n'
+    log = [old, 'unstamped, after old\n', stamps.stamp(5000.0) + '[actor/0] new\n']
+    assert list(logs.select(log, since=2000.0)) == ['[actor/0] new\n']
+    assert list(logs.select(log, since=500.0)) == ['[actor/0] old\n', 'unstamped, after old\n',
+                                                   '[actor/0] new\n']
+    assert list(logs.select(log, node='actor', times=True))[0] == old
+    assert stamps.parse_since('10m', now=4000.0) == 3400.0
+    assert stamps.parse_since('1970-01-01T01:00') == 3600.0
+    with pytest.raises(ValueError, match='a duration such as 90s'):
+        stamps.parse_since('yesterday')
+
+
 @needs_ssh_hosts
 def test_ssh_submission_outlives_its_connection_and_stops_from_another_process():
     """Submitted to h1, the program runs with no ssh client of ours left; `stop` ends it all."""
@@ -148,6 +172,9 @@ def test_ssh_submission_outlives_its_connection_and_stops_from_another_process()
                and line.split()[6] == '1/1' for line in listed.stdout.splitlines())
     status = cli('status', program.id)
     assert status.returncode == 0 and 'worker/0  running' in status.stdout
+    assert ' tick ' in cli('logs', program.id, '--since', '1h', '--node', 'worker/0').stdout
+    assert cli('logs', program.id, '--since', '2999-01-01T00:00').stdout == ''
+    assert cli('logs', program.id, '--since', 'soon').returncode == 2
     board = subprocess.Popen([sys.executable, '-m', 'launchpad_py', 'dashboard', program.id],
                              stdout=subprocess.PIPE, text=True)
     url = board.stdout.readline().strip()

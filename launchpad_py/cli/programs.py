@@ -20,7 +20,7 @@ import sys
 
 from launchpad_py import errors
 from launchpad_py.cli.status import format_table
-from launchpad_py.submission import records
+from launchpad_py.submission import records, stamps
 from launchpad_py.submission.submit import submit
 from launchpad_py.submission.submitted import attach, submitted_programs
 
@@ -72,12 +72,17 @@ def _status(args) -> int:
 
 def _logs(args) -> int:
     program = attach(args.id)
+    try:
+        since = None if args.since is None else stamps.parse_since(args.since)
+    except ValueError as exc:
+        print(f'error: {exc}', file=sys.stderr)
+        return 2
     if args.follow:
-        for line in program.follow_logs(args.node, args.grep):
+        for line in program.follow_logs(args.node, args.grep, since, args.timestamps):
             sys.stdout.write(line)
             sys.stdout.flush()
     else:
-        sys.stdout.write(program.logs(args.node, args.grep))
+        sys.stdout.write(program.logs(args.node, args.grep, since, args.timestamps))
     return 0
 
 
@@ -140,6 +145,10 @@ def parser() -> argparse.ArgumentParser:
             command.add_argument('--grep', help='only lines matching this regular expression')
             command.add_argument('-f', '--follow', action='store_true',
                                  help='keep printing new lines until the program ends')
+            command.add_argument('--since', help='only lines written since: a duration (90s, '
+                                 '10m, 2h, 1d) or a UTC time (2026-11-26T06:40)')
+            command.add_argument('--timestamps', action='store_true',
+                                 help='show the UTC time each line was written')
         if name == 'dashboard':
             command.add_argument('--port', type=int, default=0,
                                  help='the local port (default: a free one)')

@@ -7,7 +7,7 @@ It reads the record and the secret from DIR (0600 files: the secret never
 rides on a command line), opens the endpoint ``status``/``logs``/``stop``
 reach, and runs the user's script as ``python script.py args`` would (or
 launches the pickled program of ``lp.submit``). Its output, node lines
-included, goes to DIR/controller.log. When the script ends it waits for the
+included, goes to DIR/controller.log, each line after its time (``stamps``). When the script ends it waits for the
 programs the script launched, then writes DIR/result.json (the exit code).
 
 The controller is an ordinary ``lp.launch`` controller, so its guarantees hold:
@@ -32,7 +32,7 @@ import traceback
 from absl import flags as absl_flags
 
 from launchpad_py import flags
-from launchpad_py.submission import endpoint, records
+from launchpad_py.submission import endpoint, records, stamps
 from launchpad_py.supervision import controller as controllers
 
 from launchpad_py.submission.records import LOG, PID_MARK, PROGRAM, RESULT
@@ -42,6 +42,7 @@ def run(directory: str) -> int:
     records.check_private(os.lstat(directory), directory, stat.S_ISDIR, 0o700)
     record = json.loads(records.read_private(os.path.join(directory, records.RECORD)))
     secret = bytes.fromhex(records.read_private(os.path.join(directory, records.SECRET)).strip())
+    sys.stdout, sys.stderr = stamps.Stamped(sys.stdout), stamps.Stamped(sys.stderr)
     door = endpoint.Endpoint(secret, directory)
     print(f'launchpad_py: program {record["id"]} controller (pid {os.getpid()}) on '
           f'{door.host}:{door.port}', flush=True)

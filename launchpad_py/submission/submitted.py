@@ -87,24 +87,27 @@ class SubmittedProgram:
             status['exit_code'] = result['exit_code']
         return status
 
-    def logs(self, node: str | None = None, grep: str | None = None) -> str:
-        """The controller's output so far: every node's lines, prefixed ``[label/index]``."""
+    def logs(self, node: str | None = None, grep: str | None = None, since: float | None = None,
+             times: bool = False) -> str:
+        """The controller's output so far: every node's lines, prefixed ``[label/index]``;
+        ``since`` (epoch seconds) drops older lines; ``times`` keeps each line's UTC time."""
         text = self._platform.read(self.record, records.LOG) or ''
-        return ''.join(logs.select(text.splitlines(True), node, grep))
+        return ''.join(logs.select(text.splitlines(True), node, grep, since, times))
 
-    def follow_logs(self, node: str | None = None, grep: str | None = None) -> Iterator[str]:
-        """The output so far, then live, until the controller ends."""
+    def follow_logs(self, node: str | None = None, grep: str | None = None,
+                    since: float | None = None, times: bool = False) -> Iterator[str]:
+        """The output so far (as ``logs``), then live, until the controller ends."""
         if self.launcher == 'ssh':
             tail = ssh.follow(self.record, records.LOG)
             try:
-                yield from logs.select(tail.stdout, node, grep)
+                yield from logs.select(tail.stdout, node, grep, since, times)
             finally:
                 tail.kill()
                 tail.wait()
             return
         path = f'{self.record["dir"]}/{records.LOG}'
         yield from logs.select(logs.follow_file(path, lambda: self.state() not in (
-            'pending', 'running')), node, grep)
+            'pending', 'running')), node, grep, since, times)
 
     def open_dashboard(self, local_port: int = 0, ssh_options: list[str] | None = None
                        ) -> tuple[forward.Forward, str]:
