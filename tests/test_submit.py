@@ -206,7 +206,8 @@ def test_a_program_object_submitted_over_ssh_runs_and_ends():
 def test_slurm_submission_runs_on_after_the_submitter_and_stops_from_another_process():
     """An sbatch job holds the controller; its nodes are steps of that job; `stop` ends them."""
     slurm_cluster()
-    done = cli('submit', '--sbatch=--ntasks=2', '--name', 'ticker', SCRIPT, 'ticker')
+    done = cli('submit', '--sbatch=--ntasks=2', '--name', 'ticker', SCRIPT, 'ticker',
+               '--lp_dashboard')
     assert done.returncode == 0, done.stderr  # The submitting process has exited.
     program = lp.attach(done.stdout.strip())
     job = program.record['job_id']
@@ -216,10 +217,17 @@ def test_slurm_submission_runs_on_after_the_submitter_and_stops_from_another_pro
                                '--grep', r'\] tick '], stdout=subprocess.PIPE, text=True)
     assert follow.stdout.readline().startswith('[worker/0] tick ')
     controller = _job_processes(job)
+    board = subprocess.Popen([sys.executable, '-m', 'launchpad_py', 'dashboard', program.id,
+                              f'--ssh_options={" ".join(SSH_OPTIONS)}'], stdout=subprocess.PIPE,
+                             text=True)  # To the node's address, as Slurm knows it.
+    url = board.stdout.readline().strip()
+    status = json.loads(urllib.request.urlopen(url.replace('/?', '/api/status?'), timeout=30).read())
+    assert status['program'] == 'ticker'
     stopped = cli('stop', program.id)
     assert stopped.returncode == 0 and stopped.stdout.strip() == f'{program.id}: ended', stopped
     assert all(' tick ' in line for line in follow.stdout)  # Ends once the program has.
     assert follow.wait(timeout=30) == 0
+    assert board.wait(timeout=30) == 0  # The forward ends with the program.
     assert_gone(controller)
     wait_for(lambda: _squeue(job) == '', 60, f'Slurm job {job} to end')
 
