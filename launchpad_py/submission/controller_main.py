@@ -33,9 +33,8 @@ from absl import flags as absl_flags
 
 from launchpad_py import flags
 from launchpad_py.submission import endpoint, records, stamps
-from launchpad_py.supervision import controller as controllers
-
 from launchpad_py.submission.records import LOG, PID_MARK, PROGRAM, RESULT
+from launchpad_py.supervision import controller as controllers
 
 
 def run(directory: str) -> int:
