@@ -23,8 +23,8 @@ import psutil
 import pytest
 
 import launchpad_py as lp
-from conftest import (REPO, SSH_OPTIONS, needs_slurm, needs_ssh_hosts, slurm_cluster, ssh_host,
-                      wait_for)
+from conftest import (REPO, SSH_OPTIONS, needs_slurm, needs_ssh_hosts, slurm_cluster,
+                      ssh_host, wait_for)
 from launchpad_py.submission import logs, records, stamps
 from launchpad_py.submission.submitted import submitted_programs
 
@@ -186,6 +186,34 @@ def test_ssh_submission_outlives_its_connection_and_stops_from_another_process()
     assert_gone(processes)
     assert program.state() == 'ended' and program.wait(timeout=10) == 0
     assert board.wait(timeout=30) == 0  # The forward ends with the program.
+
+
+@needs_ssh_hosts
+def test_a_submitted_controller_killed_on_its_host_takes_its_nodes_along():
+    """SIGKILL of the controller on h1: its node ends by itself, and the program is 'lost'."""
+    program = lp.submit(SCRIPT, 'ticker', launch_type='ssh', host='h1', ssh_options=SSH_OPTIONS,
+                        program_launch_type='local_mp', name='ticker')
+    wait_for(lambda: ticks(program) >= 1, 60, 'the node to tick')
+    processes = family(program.record['pid'])
+    assert len(processes) >= 2
+    processes[0].kill()
+    assert_gone(processes)
+    assert program.state() == 'lost'
+    with pytest.raises(lp.LaunchError, match='ended without a result'):
+        program.wait(timeout=10)
+
+
+@needs_slurm
+def test_a_submitted_controller_killed_in_its_job_ends_the_job():
+    """SIGKILL of the batch step's controller: Slurm ends the job, and every node with it."""
+    slurm_cluster()
+    program = lp.submit(SCRIPT, 'ticker', sbatch_args=['--ntasks=2'], name='ticker')
+    wait_for(lambda: ticks(program) >= 1, 90, 'the node to tick inside the job')
+    processes = _job_processes(program.record['job_id'])
+    next(p for p in processes if 'controller_main' in ' '.join(p.cmdline())).kill()
+    assert_gone(processes)
+    wait_for(lambda: _squeue(program.record['job_id']) == '', 60, 'the job to end')
+    assert program.state() == 'lost'
 
 
 @needs_ssh_hosts
