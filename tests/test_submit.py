@@ -206,10 +206,7 @@ def test_a_submitted_controller_killed_on_its_host_takes_its_nodes_along():
 @needs_slurm
 def test_a_submitted_controller_killed_in_its_job_ends_the_job():
     """SIGKILL of the batch step's controller: Slurm ends the job, and every node with it."""
-    slurm_cluster()
-    program = lp.submit(SCRIPT, 'ticker', sbatch_args=['--ntasks=2'], name='ticker')
-    wait_for(lambda: ticks(program) >= 1, 90, 'the node to tick inside the job')
-    processes = _job_processes(program.record['job_id'])
+    program, processes = _ticking_in_slurm()
     next(p for p in processes if 'controller_main' in ' '.join(p.cmdline())).kill()
     assert_gone(processes)
     wait_for(lambda: _squeue(program.record['job_id']) == '', 60, 'the job to end')
@@ -263,10 +260,7 @@ def test_slurm_submission_runs_on_after_the_submitter_and_stops_from_another_pro
 @needs_slurm
 def test_scancel_ends_a_submitted_program_with_nothing_left():
     """When Slurm cancels the job, the controller and every node go; state is no longer running."""
-    slurm_cluster()
-    program = lp.submit(SCRIPT, 'ticker', sbatch_args=['--ntasks=2'], name='ticker')
-    wait_for(lambda: ticks(program) >= 1, 90, 'the node to tick inside the job')
-    processes = _job_processes(program.record['job_id'])
+    program, processes = _ticking_in_slurm()
     subprocess.run(['scancel', program.record['job_id']], check=True, timeout=30)
     assert_gone(processes)
     wait_for(lambda: program.state() not in ('pending', 'running'), 60, 'the state to change')
@@ -284,6 +278,14 @@ def test_a_short_slurm_program_ends_by_itself():
         f'exit code 0; started {records.started_text(program.record)}\n')
     stopped = cli('stop', program.id)  # Stopping what has ended says so, and succeeds.
     assert stopped.returncode == 0 and stopped.stdout == f'{program.id}: ended\n'
+
+
+def _ticking_in_slurm():
+    """A ticker submitted with lp.submit, once it ticks; its job's processes."""
+    slurm_cluster()
+    program = lp.submit(SCRIPT, 'ticker', sbatch_args=['--ntasks=2'], name='ticker')
+    wait_for(lambda: ticks(program) >= 1, 90, 'the node to tick inside the job')
+    return program, _job_processes(program.record['job_id'])
 
 
 def _squeue(job: str) -> str:
