@@ -65,6 +65,11 @@ from launchpad_py.launchers import is_local_launch
 from launchpad_py.launchers import is_local_launch_or_test
 from launchpad_py.launchers import launch
 
+# Programs that outlive the terminal: submitted to a cluster, found again by id
+from launchpad_py.submission.submit import submit
+from launchpad_py.submission.submitted import SubmittedProgram
+from launchpad_py.submission.submitted import attach
+
 # Stopping a program
 from launchpad_py.node_side.program_stop import make_program_stopper
 from launchpad_py.node_side.program_stop import register_stop_handler

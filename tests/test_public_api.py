@@ -58,6 +58,7 @@ OURS = {
     'NodeStatus', 'NotRunningError', 'ProgramController', 'ProgramError', 'RayResources', 'ResourcesError',
     'ReverbHandle', 'Restart', 'SlurmResources', 'SshHost', 'StopProgram', 'StuckNodesError',
     'UnknownLaunchTypeError', 'get_node_context', 'checkpoint_dir', 'register_checkpoint_handler',
+    'submit', 'attach', 'SubmittedProgram',
 }
 _KINDS = {inspect.Parameter.POSITIONAL_OR_KEYWORD: 'P', inspect.Parameter.VAR_POSITIONAL: 'V',
           inspect.Parameter.KEYWORD_ONLY: 'K', inspect.Parameter.VAR_KEYWORD: 'KW'}

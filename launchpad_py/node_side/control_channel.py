@@ -37,8 +37,10 @@ HANDSHAKE_TIMEOUT_S = 10.0
 class ControlServer:
     """Accepts worker connections and hands each to ``on_connect(worker_id, hello, channel)``."""
 
-    def __init__(self, address, on_connect: Callable, family: str = 'AF_UNIX'):
-        self.key = secrets.token_bytes(32)
+    def __init__(self, address, on_connect: Callable, family: str = 'AF_UNIX',
+                 key: bytes | None = None):
+        # ``key``: one the peers already hold (a submitted program's secret); else a fresh one.
+        self.key = key or secrets.token_bytes(32)
         self._family = family
         self._on_connect = on_connect
         # The key is checked per connection in a thread of its own (see _admit), so a peer

@@ -77,15 +77,10 @@ class StatusEndpoint:
         with self._lock:
             self._channels.add(channel)
         try:
-            while True:
-                channel.send('reply', self._answer(request))
-                request = channel.recv()
-        except (EOFError, OSError):
-            pass
+            answer_until_closed(request, channel, self._answer)
         finally:
             with self._lock:
                 self._channels.discard(channel)
-            channel.close()
 
     def _answer(self, request):
         kind = request[0] if isinstance(request, tuple) and request else None
@@ -109,6 +104,19 @@ class StatusEndpoint:
             channels = list(self._channels)
         for channel in channels:
             channel.close()
+
+
+def answer_until_closed(request, channel, answer) -> None:
+    """Sends ``('reply', answer(request))`` for this request and each next one, until the peer
+    hangs up; then closes the channel. Also serves ``submission/endpoint``'s TCP peers."""
+    try:
+        while True:
+            channel.send('reply', answer(request))
+            request = channel.recv()
+    except (EOFError, OSError):
+        pass
+    finally:
+        channel.close()
 
 
 def open_for(controller) -> StatusEndpoint | None:

@@ -1,0 +1,120 @@
+"""The process a submitted program's controller lives in, on the host where the program runs.
+
+    python -m launchpad_py.submission.controller_main DIR             # run (sbatch's batch step)
+    python -m launchpad_py.submission.controller_main --detach DIR    # ssh: unpack stdin, detach
+
+It reads the record and the secret from DIR (0600 files: the secret never
+rides on a command line), opens the endpoint ``status``/``logs``/``stop``
+reach, and runs the user's script as ``python script.py args`` would (or
+launches the pickled program of ``lp.submit``). Its output, node lines
+included, goes to DIR/controller.log, each line after its time (``stamps``). When the script ends it waits for the
+programs the script launched, then writes DIR/result.json (the exit code).
+
+The controller is an ordinary ``lp.launch`` controller, so its guarantees hold:
+if this process dies, the nodes' channels to it end and every node ends.
+``--detach`` is for ssh: the ssh session brings the record and secret on
+stdin, and the controller is started in a session of its own (``setsid``)
+with its output in a file, so it survives the ssh connection.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import runpy
+import stat
+import subprocess
+import sys
+import time
+import traceback
+
+from absl import flags as absl_flags
+
+from launchpad_py import flags
+from launchpad_py.submission import endpoint, records, stamps
+from launchpad_py.submission.records import LOG, PID_MARK, PROGRAM, RESULT
+from launchpad_py.supervision import controller as controllers
+
+
+def run(directory: str) -> int:
+    records.check_private(os.lstat(directory), directory, stat.S_ISDIR, 0o700)
+    record = json.loads(records.read_private(os.path.join(directory, records.RECORD)))
+    secret = bytes.fromhex(records.read_private(os.path.join(directory, records.SECRET)).strip())
+    sys.stdout, sys.stderr = stamps.Stamped(sys.stdout), stamps.Stamped(sys.stderr)
+    door = endpoint.Endpoint(secret, directory)
+    print(f'launchpad_py: program {record["id"]} controller (pid {os.getpid()}) on '
+          f'{door.host}:{door.port}', flush=True)
+    code = 1
+    try:
+        code = _run_program(record, directory)
+    finally:
+        for program in controllers.running_programs():  # What the script launched and left.
+            program.wait_quietly()
+        records.write_private(os.path.join(directory, RESULT), json.dumps(
+            {'exit_code': code, 'ended': time.time()}), replace=True)
+        door.close()
+    return code
+
+
+def _run_program(record: dict, directory: str) -> int:
+    try:
+        if record.get('program_launch_type'):  # The default of a script's lp.launch(p).
+            absl_flags.FLAGS.set_default(flags.LAUNCH_TYPE.name, record['program_launch_type'])
+        if record.get('script'):
+            script = record['script']
+            sys.argv = [script, *record.get('args', [])]
+            sys.path.insert(0, os.path.dirname(os.path.abspath(script)))
+            runpy.run_path(script, run_name='__main__')
+        else:
+            _launch_pickled(os.path.join(directory, PROGRAM))
+    except SystemExit as exc:
+        return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    except BaseException:  # Shown in the log, where `logs` finds it; the exit code says it.
+        traceback.print_exc()
+        return 1
+    return 0
+
+
+def _launch_pickled(path: str) -> None:
+    import cloudpickle
+
+    from launchpad_py.launchers.launch import launch
+    with open(path, 'rb') as source:
+        program, kwargs = cloudpickle.load(source)
+    launch(program, **kwargs).wait()
+
+
+def detach(directory: str) -> int:
+    """Writes what stdin brings (record, secret, program) to ``directory``, starts ``run`` there
+    in a session of its own, and prints its pid."""
+    payload = json.loads(sys.stdin.read())
+    os.makedirs(directory, mode=0o700, exist_ok=True)
+    records.check_private(os.lstat(directory), directory, stat.S_ISDIR, 0o700)
+    records.write_private(os.path.join(directory, records.SECRET), payload['secret'], replace=True)
+    records.write_private(os.path.join(directory, records.RECORD),
+                          json.dumps(payload['record'], indent=1), replace=True)
+    if payload.get('program'):
+        records.write_private(os.path.join(directory, PROGRAM),
+                              base64.b64decode(payload['program']), replace=True)
+    log = os.open(os.path.join(directory, LOG), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    process = subprocess.Popen(
+        [sys.executable, '-u', '-m', 'launchpad_py.submission.controller_main', directory],
+        stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
+        cwd=payload['record'].get('cwd') or None)
+    print(f'{PID_MARK}{process.pid}', flush=True)
+    return 0
+
+
+def main(argv: list[str]) -> int:
+    if argv[:1] == ['--detach'] and len(argv) == 2:
+        return detach(argv[1])
+    if len(argv) == 1:
+        return run(argv[0])
+    print('usage: python -m launchpad_py.submission.controller_main [--detach] DIR',
+          file=sys.stderr)
+    return 2
+
+
+if __name__ == '__main__':
+    sys.exit(main(sys.argv[1:]))

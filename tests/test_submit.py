@@ -1,0 +1,308 @@
+"""Submitted programs (issue 27): the controller runs where the program does, and outlives us.
+
+Real parts only: sbatch jobs on the Slurm test cluster, a detached controller on
+the namespace host h1 over sshd, and the CLI run as a user runs it (a fresh
+``python -m launchpad_py``) from other processes. The hosts share this process
+table, so a submission's processes are visible here and can be checked gone.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import re
+import signal
+import stat
+import subprocess
+import sys
+import time
+import urllib.request
+
+import psutil
+import pytest
+
+import launchpad_py as lp
+from conftest import (REPO, SSH_OPTIONS, needs_slurm, needs_ssh_hosts, slurm_cluster,
+                      ssh_host, wait_for)
+from launchpad_py.submission import logs, records, stamps
+from launchpad_py.submission.submitted import submitted_programs
+
+SCRIPT = os.path.join(REPO, 'tests', 'submit_scripts.py')
+
+
+@pytest.fixture(autouse=True)
+def programs_dir(tmp_path, monkeypatch):
+    """Each test keeps its program records in a directory of its own."""
+    path = tmp_path / 'programs'
+    monkeypatch.setenv(records.DIR_ENV, str(path))
+    monkeypatch.chdir(tmp_path)  # Where submitted scripts run (and Slurm node logs go).
+    yield path
+    for program in submitted_programs():  # A failed test's program must not run on.
+        if program.state() in ('pending', 'running'):
+            program.stop(grace=0, timeout=30)
+
+
+def cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    """``python -m launchpad_py ARGS`` in a process of its own, as a user would run it."""
+    return subprocess.run([sys.executable, '-m', 'launchpad_py', *args], capture_output=True,
+                          text=True, timeout=timeout, start_new_session=True)
+
+
+def family(pid: int) -> list[psutil.Process]:
+    """The process ``pid`` and every process below it."""
+    try:
+        root = psutil.Process(pid)
+        return [root, *root.children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return []
+
+
+def assert_gone(processes: list[psutil.Process]) -> None:
+    _, alive = psutil.wait_procs(processes, timeout=30)
+    assert not alive, f'left running: {alive}'
+
+
+def ticks(program) -> int:
+    return program.logs(node='worker/0', grep=r'^\[worker/0\] tick ').count('\n')
+
+
+def test_help_lists_the_commands():
+    """`python -m launchpad_py --help` names every command and says what each does."""
+    done = cli('--help')
+    assert done.returncode == 0, done.stderr
+    for command in ('submit', 'list', 'status', 'logs', 'stop', 'dashboard'):
+        assert re.search(rf'^    {command}\s', done.stdout, re.MULTILINE), command
+    assert 'walk_away.md' in done.stdout
+    assert cli('logs', '--help').stdout.count('--grep') == 2  # In the usage and the list.
+
+
+def test_an_unknown_id_is_exit_code_3_with_a_message(programs_dir):
+    """Every command that takes an id says there is no such program, with exit code 3."""
+    programs_dir.mkdir(mode=0o700)
+    for command in ('status', 'logs', 'stop', 'dashboard'):
+        done = cli(command, 'nosuch-123456')
+        assert done.returncode == 3, (command, done)
+        assert "no program 'nosuch-123456' was submitted by this user" in done.stderr
+    done = cli('status', '../etc')
+    assert done.returncode == 3 and 'is not a program id' in done.stderr
+    assert cli('list').returncode == 0
+
+
+def test_bad_submissions_are_refused_naming_the_problem(tmp_path):
+    """No script, or ssh without a host: exit code 1, and no record is left behind."""
+    done = cli('submit', str(tmp_path / 'missing.py'))
+    assert done.returncode == 1 and 'no script' in done.stderr
+    done = cli('submit', '--launch_type', 'ssh', SCRIPT)
+    assert done.returncode == 1 and 'needs host=' in done.stderr
+    assert cli('bogus').returncode == 2
+    assert records.all_records() == []
+
+
+def test_records_that_are_not_ours_alone_are_refused(programs_dir):
+    """A program directory others may read is refused, as the run directory's files are."""
+    programs_dir.mkdir(mode=0o700)
+    planted = programs_dir / 'planted-000000'
+    planted.mkdir(mode=0o755)
+    (planted / 'record.json').write_text('{"id": "planted-000000"}')
+    with pytest.raises(PermissionError, match='mode at most 0700'):
+        lp.attach('planted-000000')
+    assert records.all_records() == []
+
+
+def test_logs_select_a_group_a_node_and_a_pattern():
+    """--node takes a label (the whole group) or label/index; --grep a regular expression."""
+    lines = ['launchpad_py: started\n', '[actor/0] step 1\n', '[actor/1] step 1\n',
+             '[actor/10] loss 3\n', '[learner/0] loss 2\n']
+    assert list(logs.select(lines, node='actor')) == lines[1:4]
+    assert list(logs.select(lines, node='actor/1')) == [lines[2]]
+    assert list(logs.select(lines, grep=r'loss \d')) == lines[3:]
+    assert list(logs.select(lines, node='actor', grep='loss')) == [lines[3]]
+
+
+def test_log_lines_carry_their_time_and_since_picks_the_recent_ones():
+    """The controller's lines get a UTC time; --since takes a duration or a time; unstamped
+    lines (written by a lower layer) count as written with the line before them."""
+    written = io.StringIO()
+    stream = stamps.Stamped(written)
+    stream.write('[actor/0] old')
+    stream.write(' line\n[actor/0] second\n')
+    lines = written.getvalue().splitlines(True)
+    assert len(lines) == 2 and all(stamps.split(line)[1].startswith('[actor/') for line in lines)
+    assert abs(stamps.split(lines[0])[0] - time.time()) < 60
+    old = stamps.stamp(1000.0) + '[actor/0] old\n'
+    log = [old, 'unstamped, after old\n', stamps.stamp(5000.0) + '[actor/0] new\n']
+    assert list(logs.select(log, since=2000.0)) == ['[actor/0] new\n']
+    assert list(logs.select(log, since=500.0)) == ['[actor/0] old\n', 'unstamped, after old\n',
+                                                   '[actor/0] new\n']
+    assert list(logs.select(log, node='actor', times=True))[0] == old
+    assert stamps.parse_since('10m', now=4000.0) == 3400.0
+    assert stamps.parse_since('1970-01-01T01:00') == 3600.0
+    with pytest.raises(ValueError, match='a duration such as 90s'):
+        stamps.parse_since('yesterday')
+
+
+@needs_ssh_hosts
+def test_ssh_submission_outlives_its_connection_and_stops_from_another_process():
+    """Submitted to h1, the program runs with no ssh client of ours left; `stop` ends it all."""
+    ssh_host('h1')  # Fails, saying how to fix it, when the hosts are down.
+    done = cli('submit', '--launch_type', 'ssh', '--host', 'h1',
+               f'--ssh_options={" ".join(SSH_OPTIONS)}', '--program_launch_type', 'local_mp',
+               '--name', 'ticker', SCRIPT, 'ticker', '--lp_dashboard')
+    assert done.returncode == 0, done.stderr
+    program = lp.attach(done.stdout.strip())
+    assert program.launcher == 'ssh' and program.record['host'] == 'h1'
+    secret = os.path.join(program.record['dir'], 'secret')
+    assert stat.S_IMODE(os.stat(secret).st_mode) == 0o600
+    # Every ssh client on this machine that belongs to the submission: none should be left.
+    for client in psutil.process_iter(['name', 'cmdline']):
+        if client.info['name'] == 'ssh' and program.record['dir'] in ' '.join(
+                client.info['cmdline'] or ()):
+            client.send_signal(signal.SIGKILL)
+    wait_for(lambda: ticks(program) >= 3, 60, 'the node to tick')
+    before = ticks(program)
+    wait_for(lambda: ticks(program) > before, 30, 'the node to tick on, with no ssh client')
+    processes = family(program.record['pid'])
+    assert len(processes) >= 2  # The controller and its node.
+    key = records.secret_of(program.record).hex()
+    assert not [p for p in processes if key in ' '.join(p.cmdline())]  # Never in argv.
+    listed = cli('list')
+    assert listed.returncode == 0
+    assert any(line.split()[:4] == [program.id, 'ticker', 'ssh', 'running']
+               and line.split()[6] == '1/1' for line in listed.stdout.splitlines())
+    status = cli('status', program.id)
+    assert status.returncode == 0 and 'worker/0  running' in status.stdout
+    assert ' tick ' in cli('logs', program.id, '--since', '1h', '--node', 'worker/0').stdout
+    assert cli('logs', program.id, '--since', '2999-01-01T00:00').stdout == ''
+    assert cli('logs', program.id, '--since', 'soon').returncode == 2
+    board = subprocess.Popen([sys.executable, '-m', 'launchpad_py', 'dashboard', program.id],
+                             stdout=subprocess.PIPE, text=True)
+    url = board.stdout.readline().strip()
+    assert url.startswith('http://127.0.0.1:') and '/?token=' in url
+    page = urllib.request.urlopen(url.replace('/?', '/api/status?'), timeout=30).read()
+    assert json.loads(page)['program'] == 'ticker'
+    stopped = cli('stop', program.id, '--grace', '5')
+    assert stopped.returncode == 0 and stopped.stdout.strip() == f'{program.id}: ended', stopped
+    assert_gone(processes)
+    assert program.state() == 'ended' and program.wait(timeout=10) == 0
+    assert board.wait(timeout=30) == 0  # The forward ends with the program.
+
+
+@needs_ssh_hosts
+def test_a_submitted_controller_killed_on_its_host_takes_its_nodes_along():
+    """SIGKILL of the controller on h1: its node ends by itself, and the program is 'lost'."""
+    program = lp.submit(SCRIPT, 'ticker', launch_type='ssh', host='h1', ssh_options=SSH_OPTIONS,
+                        program_launch_type='local_mp', name='ticker')
+    wait_for(lambda: ticks(program) >= 1, 60, 'the node to tick')
+    processes = family(program.record['pid'])
+    assert len(processes) >= 2
+    processes[0].kill()
+    assert_gone(processes)
+    assert program.state() == 'lost'
+    with pytest.raises(lp.LaunchError, match='ended without a result'):
+        program.wait(timeout=10)
+
+
+@needs_slurm
+def test_a_submitted_controller_killed_in_its_job_ends_the_job():
+    """SIGKILL of the batch step's controller: Slurm ends the job, and every node with it."""
+    program, processes = _ticking_in_slurm()
+    next(p for p in processes if 'controller_main' in ' '.join(p.cmdline())).kill()
+    assert_gone(processes)
+    wait_for(lambda: _squeue(program.record['job_id']) == '', 60, 'the job to end')
+    assert program.state() == 'lost'
+
+
+@needs_ssh_hosts
+def test_a_program_object_submitted_over_ssh_runs_and_ends():
+    """lp.submit(program, ...) pickles the program; it runs on h1 and wait() gets exit code 0."""
+    import submit_scripts
+    program = lp.Program('short')
+    program.add_node(lp.PyNode(submit_scripts.short), label='worker')
+    submitted = lp.submit(program, launch_type='ssh', host='h1', ssh_options=SSH_OPTIONS)
+    assert submitted.name == 'short' and submitted.id.startswith('short-')
+    assert submitted.wait(timeout=120) == 0
+    assert submitted.logs(node='worker') == '[worker/0] done\n'
+    assert lp.attach(submitted.id).state() == 'ended'
+    assert_gone(family(submitted.record['pid']))
+
+
+@needs_slurm
+def test_slurm_submission_runs_on_after_the_submitter_and_stops_from_another_process():
+    """An sbatch job holds the controller; its nodes are steps of that job; `stop` ends them."""
+    slurm_cluster()
+    done = cli('submit', '--sbatch=--ntasks=2', '--name', 'ticker', SCRIPT, 'ticker',
+               '--lp_dashboard')
+    assert done.returncode == 0, done.stderr  # The submitting process has exited.
+    program = lp.attach(done.stdout.strip())
+    job = program.record['job_id']
+    wait_for(lambda: ticks(program) >= 3, 90, 'the node to tick inside the job')
+    assert program.status()['programs'][0]['launch_type'] == 'slurm'
+    follow = subprocess.Popen([sys.executable, '-m', 'launchpad_py', 'logs', program.id, '-f',
+                               '--grep', r'\] tick '], stdout=subprocess.PIPE, text=True)
+    assert follow.stdout.readline().startswith('[worker/0] tick ')
+    controller = _job_processes(job)
+    board = subprocess.Popen([sys.executable, '-m', 'launchpad_py', 'dashboard', program.id,
+                              f'--ssh_options={" ".join(SSH_OPTIONS)}'], stdout=subprocess.PIPE,
+                             text=True)  # To the node's address, as Slurm knows it.
+    url = board.stdout.readline().strip()
+    status = json.loads(urllib.request.urlopen(url.replace('/?', '/api/status?'), timeout=30).read())
+    assert status['program'] == 'ticker'
+    stopped = cli('stop', program.id)
+    assert stopped.returncode == 0 and stopped.stdout.strip() == f'{program.id}: ended', stopped
+    assert all(' tick ' in line for line in follow.stdout)  # Ends once the program has.
+    assert follow.wait(timeout=30) == 0
+    assert board.wait(timeout=30) == 0  # The forward ends with the program.
+    assert_gone(controller)
+    wait_for(lambda: _squeue(job) == '', 60, f'Slurm job {job} to end')
+
+
+@needs_slurm
+def test_scancel_ends_a_submitted_program_with_nothing_left():
+    """When Slurm cancels the job, the controller and every node go; state is no longer running."""
+    program, processes = _ticking_in_slurm()
+    subprocess.run(['scancel', program.record['job_id']], check=True, timeout=30)
+    assert_gone(processes)
+    wait_for(lambda: program.state() not in ('pending', 'running'), 60, 'the state to change')
+
+
+@needs_slurm
+def test_a_short_slurm_program_ends_by_itself():
+    """The script's program ends; wait() from this process gets its exit code, logs its output."""
+    slurm_cluster()
+    program = lp.submit(SCRIPT, 'short', sbatch_args=['--ntasks=1'])
+    assert program.wait(timeout=120) == 0
+    assert '[worker/0] done\n' in program.logs()
+    assert cli('status', program.id).stdout == (
+        f"{program.id}: 'submit_scripts' on slurm (Slurm job {program.record['job_id']}), ended, "
+        f'exit code 0; started {records.started_text(program.record)}\n')
+    stopped = cli('stop', program.id)  # Stopping what has ended says so, and succeeds.
+    assert stopped.returncode == 0 and stopped.stdout == f'{program.id}: ended\n'
+
+
+def _ticking_in_slurm():
+    """A ticker submitted with lp.submit, once it ticks; its job's processes."""
+    slurm_cluster()
+    program = lp.submit(SCRIPT, 'ticker', sbatch_args=['--ntasks=2'], name='ticker')
+    wait_for(lambda: ticks(program) >= 1, 90, 'the node to tick inside the job')
+    return program, _job_processes(program.record['job_id'])
+
+
+def _squeue(job: str) -> str:
+    return subprocess.run(['squeue', '-h', '-j', job, '-o', '%T'], capture_output=True, text=True,
+                          timeout=30).stdout.strip()
+
+
+def _job_processes(job: str) -> list[psutil.Process]:
+    """The job's controller and nodes (every process with its SLURM_JOB_ID), once both run."""
+    def find():
+        found = []
+        for process in psutil.process_iter(['cmdline']):
+            try:
+                if process.environ().get('SLURM_JOB_ID') == job:
+                    found.append(process)
+            except (psutil.NoSuchProcess, psutil.AccessDenied):
+                continue
+        names = ' '.join(' '.join(p.info['cmdline'] or ()) for p in found)
+        return found if 'controller_main' in names and 'remote_node_main' in names else None
+    return wait_for(find, 60, f'the controller and nodes of job {job}')
