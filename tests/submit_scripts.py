@@ -2,9 +2,11 @@
 
 ``ticker``: one node printing ``tick N`` every 0.2 s until the program is stopped
 (``lp.wait_for_stop``), in a program named ``ticker``; ``short``: a node that
-prints ``done`` and returns, so the program ends by itself.
+prints ``done`` and returns, so the program ends by itself; ``resumer``: a ticker that
+keeps its count in its checkpoint directory and says where it resumed from.
 """
 
+import os
 import sys
 
 import launchpad_py as lp
@@ -17,6 +19,18 @@ def tick() -> None:
         count += 1
 
 
+def resume() -> None:
+    path = os.path.join(lp.checkpoint_dir(), 'count')
+    count = int(open(path).read()) if os.path.exists(path) else 0
+    print(f'resumed from {count}', flush=True)
+    while not lp.wait_for_stop(0.2):
+        count += 1
+        with open(path + '.tmp', 'w') as f:
+            f.write(str(count))
+        os.replace(path + '.tmp', path)
+        print(f'tick {count}', flush=True)
+
+
 def short() -> None:
     print('done', flush=True)
 
@@ -24,5 +38,6 @@ def short() -> None:
 if __name__ == '__main__':
     kind = sys.argv[1]
     program = lp.Program(kind)
-    program.add_node(lp.PyNode(tick if kind == 'ticker' else short), label='worker')
+    body = {'ticker': tick, 'short': short, 'resumer': resume}[kind]
+    program.add_node(lp.PyNode(body), label='worker')
     lp.launch(program).wait()

@@ -23,7 +23,7 @@ import psutil
 import pytest
 
 import launchpad_py as lp
-from conftest import (REPO, SSH_OPTIONS, needs_slurm, needs_ssh_hosts, slurm_cluster,
+from conftest import (REPO, SSH_OPTIONS, needs_slurm, needs_ssh_hosts, slow, slurm_cluster,
                       ssh_host, wait_for)
 from launchpad_py.submission import logs, records, stamps
 from launchpad_py.submission.submitted import submitted_programs
@@ -278,6 +278,53 @@ def test_a_short_slurm_program_ends_by_itself():
         f'exit code 0; started {records.started_text(program.record)}\n')
     stopped = cli('stop', program.id)  # Stopping what has ended says so, and succeeds.
     assert stopped.returncode == 0 and stopped.stdout == f'{program.id}: ended\n'
+
+
+def test_requeue_needs_slurm_and_signal_s_needs_requeue():
+    with pytest.raises(lp.ProgramError, match="requeue=True is for launch_type='slurm'"):
+        lp.submit(SCRIPT, 'ticker', launch_type='ssh', host='h1', requeue=True)
+    with pytest.raises(lp.ProgramError, match='signal_s must be seconds >= 1'):
+        lp.submit(SCRIPT, 'ticker', signal_s=60)
+
+
+@needs_slurm
+@slow
+@pytest.mark.timeout(600)
+def test_a_requeued_job_resumes_the_program_from_its_checkpoints():
+    """scontrol requeue (as a preemption does): SIGTERM, the job back in the queue (Slurm holds a
+    requeued job about two minutes), then the program runs again in the new allocation and its
+    node goes on from the count it saved; no result was written in between."""
+    slurm_cluster()
+    program = lp.submit(SCRIPT, 'resumer', sbatch_args=['--ntasks=1'], name='resumer',
+                        requeue=True)
+    wait_for(lambda: ticks(program) >= 5, 90, 'the node to tick inside the job')
+    subprocess.run(['scontrol', 'requeue', program.record['job_id']], check=True, timeout=30)
+    wait_for(lambda: program.state() == 'pending', 60, 'the job to be requeued')
+    assert program.result() is None
+    resumed = wait_for(lambda: [int(n) for n in re.findall(r'resumed from (\d+)',
+                                                           program.logs(node='worker/0'))][1:],
+                       400, 'the program to start again in the requeued job')
+    assert resumed[0] >= 5
+    stopped = cli('stop', program.id)
+    assert stopped.returncode == 0, stopped
+
+
+@needs_slurm
+@slow
+@pytest.mark.timeout(600)
+def test_a_job_near_its_time_limit_requeues_itself_and_resumes():
+    """signal_s: Slurm warns the controller (SIGUSR2) before the one-minute limit; it requeues
+    the job, whose next allocation resumes the node from its checkpoint."""
+    slurm_cluster()
+    program = lp.submit(SCRIPT, 'resumer', sbatch_args=['--ntasks=1', '--time=1'],
+                        name='resumer', requeue=True, signal_s=50)
+    wait_for(lambda: 'the time limit is 50 s away' in program.logs(), 120,
+             'the warning before the time limit')
+    resumed = wait_for(lambda: [int(n) for n in re.findall(r'resumed from (\d+)',
+                                                           program.logs(node='worker/0'))][1:],
+                       400, 'the program to start again in the requeued job')
+    assert resumed[0] >= 1
+    assert cli('stop', program.id).returncode == 0
 
 
 def _ticking_in_slurm():

@@ -31,7 +31,8 @@ def _submit(args) -> int:
     program = submit(args.script, *args.args, launch_type=args.launch_type, host=args.host,
                      ssh_options=shlex.split(args.ssh_options or ''),
                      sbatch_args=shlex.split(args.sbatch or ''),
-                     program_launch_type=args.program_launch_type, name=args.name)
+                     program_launch_type=args.program_launch_type, name=args.name,
+                     requeue=args.requeue, signal_s=args.signal_s)
     print(program.id)
     print(f'launchpad_py: submitted {program.name!r} as {program.id} ({program.where}); '
           f'follow it with `python -m launchpad_py logs {program.id} -f`', file=sys.stderr)
@@ -122,6 +123,13 @@ def parser() -> argparse.ArgumentParser:
     run.add_argument('--host', help='for ssh: the host (a name of your ssh config)')
     run.add_argument('--ssh_options', help="for ssh: extra ssh arguments, e.g. '-F my_config'")
     run.add_argument('--sbatch', help="for slurm: sbatch arguments, e.g. '--ntasks=4 --time=1:00:00'")
+    run.add_argument('--requeue', action='store_true',
+                     help='for slurm: the job may be requeued (preemption, scontrol requeue, '
+                          'the time limit with --signal_s); the program then resumes from its '
+                          "nodes' checkpoints")
+    run.add_argument('--signal_s', type=int,
+                     help='with --requeue: seconds before the time limit at which the job '
+                          'checkpoints and requeues itself')
     run.add_argument('--program_launch_type',
                      help="the default launch_type of the script's lp.launch (slurm: 'slurm')")
     run.add_argument('--name', help='the program name in ids and lists (default: the script)')

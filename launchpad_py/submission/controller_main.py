@@ -20,9 +20,11 @@ with its output in a file, so it survives the ssh connection.
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import os
 import runpy
+import signal
 import stat
 import subprocess
 import sys
@@ -32,8 +34,12 @@ import traceback
 from absl import flags as absl_flags
 
 from launchpad_py import flags
+from launchpad_py.node_side import checkpoints
 from launchpad_py.submission import endpoint, records, stamps
 from launchpad_py.submission.records import LOG, PID_MARK, PROGRAM, RESULT
+
+#: The program directory's folder for its nodes' checkpoints (``lp.checkpoint_dir()``).
+CHECKPOINTS = 'checkpoints'
 from launchpad_py.supervision import controller as controllers
 
 
@@ -42,19 +48,55 @@ def run(directory: str) -> int:
     record = json.loads(records.read_private(os.path.join(directory, records.RECORD)))
     secret = bytes.fromhex(records.read_private(os.path.join(directory, records.SECRET)).strip())
     sys.stdout, sys.stderr = stamps.Stamped(sys.stdout), stamps.Stamped(sys.stderr)
+    # Nodes find what they saved here again after a requeue (and their restarts, as ever).
+    os.environ.setdefault(checkpoints.ROOT_ENV, os.path.join(directory, CHECKPOINTS))
+    restarts = int(os.environ.get('SLURM_RESTART_COUNT') or 0)
+    if restarts:  # A requeued job: what the last allocation wrote, if anything, is old news.
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(os.path.join(directory, RESULT))
     door = endpoint.Endpoint(secret, directory)
     print(f'launchpad_py: program {record["id"]} controller (pid {os.getpid()}) on '
-          f'{door.host}:{door.port}', flush=True)
+          f'{door.host}:{door.port}' + (f', in the job requeued {restarts} time(s)'
+                                        if restarts else ''), flush=True)
+    ended_by = _on_signals(record)
     code = 1
     try:
         code = _run_program(record, directory)
     finally:
         for program in controllers.running_programs():  # What the script launched and left.
             program.wait_quietly()
-        records.write_private(os.path.join(directory, RESULT), json.dumps(
-            {'exit_code': code, 'ended': time.time()}), replace=True)
+        if not (ended_by and record.get('requeue')):  # A requeued job comes back and ends later.
+            records.write_private(os.path.join(directory, RESULT), json.dumps(
+                {'exit_code': code, 'ended': time.time()}), replace=True)
         door.close()
     return code
+
+
+def _on_signals(record: dict) -> list[str]:
+    """SIGTERM (Slurm's preemption, requeue or cancel; a pod's deletion) stops the programs
+    gracefully, so every node's checkpoint hooks run before the scheduler's SIGKILL, instead
+    of this process dying at once and its nodes with it; with ``signal_s``, SIGUSR2 (the time
+    limit is near) requeues the job, which brings that SIGTERM. Returns the signals seen."""
+    seen: list[str] = []
+
+    def stop(signum, frame) -> None:
+        seen.append(signal.Signals(signum).name)
+        running = controllers.running_programs()
+        if not running:  # Nothing launched yet: the script ends here.
+            raise SystemExit(128 + signum)
+        print(f'launchpad_py: {seen[-1]}: stopping the program (checkpoints first)', flush=True)
+        for program in running:
+            program.request_stop()
+
+    def requeue(signum, frame) -> None:
+        print(f'launchpad_py: the time limit is {record["signal_s"]} s away: requeueing job '
+              f'{os.environ.get("SLURM_JOB_ID")}', flush=True)
+        subprocess.Popen(['scontrol', 'requeue', os.environ.get('SLURM_JOB_ID', '')])
+
+    signal.signal(signal.SIGTERM, stop)
+    if record.get('signal_s'):
+        signal.signal(signal.SIGUSR2, requeue)
+    return seen
 
 
 def _run_program(record: dict, directory: str) -> int:

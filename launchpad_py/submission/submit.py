@@ -32,8 +32,16 @@ from launchpad_py.submission.submitted import PLATFORMS, SubmittedProgram
 def submit(target, *args: str, launch_type: str = 'slurm', host: str | None = None,
            ssh_options: list[str] | None = None, sbatch_args: list[str] | None = None,
            program_launch_type: str | None = None, name: str | None = None,
+           requeue: bool = False, signal_s: int | None = None,
            **launch_kwargs) -> SubmittedProgram:
-    """Submits ``target`` (a script path or an ``lp.Program``); returns its handle."""
+    """Submits ``target`` (a script path or an ``lp.Program``); returns its handle.
+
+    ``requeue`` (slurm): the job may be requeued (preemption, ``scontrol requeue``, and with
+    ``signal_s`` its time limit: Slurm warns the controller that many seconds ahead and it
+    requeues the job); the program then starts again in the new allocation and its nodes
+    resume from their checkpoints (``lp.checkpoint_dir()``, kept in the program's directory).
+    """
+    requeue_args = _requeue_args(launch_type, requeue, signal_s)
     if launch_type not in PLATFORMS:
         raise errors.ProgramError(f'lp.submit cannot submit to launch_type {launch_type!r}; '
                                   f'choose one of {", ".join(sorted(PLATFORMS))}')
@@ -41,7 +49,8 @@ def submit(target, *args: str, launch_type: str = 'slurm', host: str | None = No
         raise errors.ProgramError("lp.submit(..., launch_type='ssh') needs host= (the host "
                                   'the controller runs on, e.g. a name of your ssh config)')
     record = {'launcher': launch_type, 'host': host, 'ssh_options': list(ssh_options or []),
-              'sbatch_args': list(sbatch_args or []), 'cwd': os.getcwd(),
+              'sbatch_args': list(sbatch_args or []) + requeue_args, 'cwd': os.getcwd(),
+              'requeue': requeue, 'signal_s': signal_s,
               'python': sys.executable, 'started': time.time(),
               'program_launch_type': program_launch_type or
               ('slurm' if launch_type == 'slurm' else None)}
@@ -63,6 +72,26 @@ def submit(target, *args: str, launch_type: str = 'slurm', host: str | None = No
         raise
     records.save(record['dir'], record)
     return SubmittedProgram(record)
+
+
+def _requeue_args(launch_type: str, requeue: bool, signal_s: int | None) -> list[str]:
+    """sbatch's arguments for ``requeue`` and ``signal_s``, checked."""
+    if not isinstance(requeue, bool):
+        raise errors.ProgramError(f'lp.submit requeue must be True or False (got {requeue!r})')
+    if signal_s is not None and (isinstance(signal_s, bool) or not isinstance(signal_s, int)
+                                 or signal_s < 1 or not requeue):
+        raise errors.ProgramError(f'lp.submit signal_s must be seconds >= 1 before the time limit, '
+                                  f'with requeue=True (got signal_s={signal_s!r}, '
+                                  f'requeue={requeue!r})')
+    if requeue and launch_type != 'slurm':
+        raise errors.ProgramError(f"lp.submit requeue=True is for launch_type='slurm' "
+                                  f'(got {launch_type!r})')
+    if not requeue:
+        return []
+    # Append: a requeued job would truncate the log the first allocation wrote. USR2, not
+    # USR1: NCCL takes USR1 in the processes it runs in.
+    return ['--requeue', '--open-mode=append'] + (
+        [f'--signal=B:USR2@{signal_s}'] if signal_s else [])
 
 
 def _describe(target, args, record: dict, name: str | None, launch_kwargs: dict) -> bytes | None:
