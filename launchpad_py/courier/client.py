@@ -39,6 +39,24 @@ _channels: dict[tuple, socket_channel.SocketChannel] = {}
 _channels_lock = threading.Lock()
 
 
+def close_channels_to(host: str, port: int) -> None:
+    """Closes this process's cached connections to the server at ``host:port``, which stopped.
+
+    A channel's reader thread sleeps while no call is pending, so it would never
+    see its server go: without this, every program run in one process (threads,
+    or a launcher's own clients) leaves a thread and a socket per server behind.
+    A client used again later reconnects.
+    """
+    address = f'{host}:{port}'
+    local = host in uds.LOOPBACK_HOSTS
+    with _channels_lock:
+        gone = [key for key in _channels if key[1] == address
+                or (local and uds.local_port(key[1]) == port)]
+        channels = [_channels.pop(key) for key in gone]
+    for channel in channels:
+        channel.close()
+
+
 def _local_channel(address: str) -> socket_channel.SocketChannel | None:
     port = uds.local_port(address)
     if port is None:

@@ -30,7 +30,7 @@ from typing import Any, Callable
 
 import grpc
 
-from launchpad_py.courier import (auth, errors, frames, grpc_chunks, messages, stats, tcp,
+from launchpad_py.courier import (auth, client, errors, frames, grpc_chunks, messages, stats, tcp,
                                   uds, uds_server)
 from launchpad_py.courier import tls as tls_module
 
@@ -216,6 +216,7 @@ class Server:
         if self._server is not None:
             self._server.stop(grace).wait()
             self._server = None
+            client.close_channels_to(self._host, self._port)
         self._pool.shutdown(wait=False, cancel_futures=True)
 
     def __enter__(self) -> 'Server':

@@ -131,4 +131,7 @@ if __name__ == '__main__':
     if int(sys.argv[2]):
         _die_with(int(sys.argv[2]))
     _preload()
+    import gc
+    gc.collect()
+    gc.freeze()
     _serve(int(sys.argv[1]))
