@@ -275,7 +275,10 @@ class ForkServer:
 def _watch_orphans(orphans: list[ForkedProcess]) -> None:
     """Reports each child of a dead server as ended (code unknown) when its pidfd says so."""
     waiting = {process._pidfd: process for process in orphans if process._pidfd is not None}
+    poller = select.poll()  # Not select: a thousand pidfds pass its limit of 1,024.
+    for pidfd in waiting:
+        poller.register(pidfd, select.POLLIN)
     while waiting:
-        ready, _, _ = select.select(list(waiting), [], [])
-        for pidfd in ready:
+        for pidfd, _ in poller.poll():
+            poller.unregister(pidfd)
             waiting.pop(pidfd)._set_exit(None)
