@@ -136,6 +136,9 @@ def main() -> None:
     parser.add_argument('--reps', type=int, default=1)
     parser.add_argument('--fan_in_calls', type=int, default=20)
     parser.add_argument('--no_fan_in', action='store_true')
+    parser.add_argument('--fan_in_max_nodes', type=int, default=1000,
+                        help='no fan-in point above this many nodes (2,000 client processes '
+                             'need more memory than a shared 23 GiB machine has)')
     parser.add_argument('--fresh_process', action='store_true',
                         help='each launch from a new launching process')
     parser.add_argument('--json', help='also write the results to this file')
@@ -153,7 +156,7 @@ def main() -> None:
                         runs.append({'nodes': nodes, 'error': f'{type(exc).__name__}: {exc}'[-3000:]})
                 point = {'launch_type': launch_type, 'nodes': nodes, **summarize(runs),
                          'runs': runs}
-                if not args.no_fan_in:
+                if not args.no_fan_in and nodes <= args.fan_in_max_nodes:
                     try:
                         point['fan_in'] = fan_in_once(launch_type, nodes, args.fan_in_calls)
                     except Exception as exc:

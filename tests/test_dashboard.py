@@ -13,7 +13,7 @@ import urllib.request
 import pytest
 
 import launchpad_py as lp
-from launchpad_py.observability import dashboard
+from launchpad_py.observability import dashboard, group_summary, prometheus
 from tests.observe_nodes import Counted
 
 
@@ -112,3 +112,63 @@ def test_half_open_requests_cost_bounded_threads_and_time(watched, capsys):
     status, _ = _get(controller.dashboard.url)
     assert status == 200
     assert "Traceback" not in capsys.readouterr().err
+
+
+@pytest.fixture
+def crowd(capsys):
+    """A program whose 'worker' group is too big for one card per node."""
+    program = lp.Program('crowded')
+    program.add_node(lp.CourierNode(Counted), label='server')
+    with program.group('worker'):
+        for _ in range(group_summary.COLLAPSE_OVER + 10):
+            program.add_node(lp.CourierNode(Counted))
+    with lp.launch(program, launch_type='local_mt', dashboard=True) as controller:
+        controller.dashboard.refresh()
+        yield controller
+
+
+def test_big_group_shows_as_counts_with_its_members_on_demand(crowd):
+    """A group over COLLAPSE_OVER nodes is one card with counts by state; the page has no
+    card per member, and /api/group serves its members a page at a time, in index order."""
+    board = crowd.dashboard
+    size = group_summary.COLLAPSE_OVER + 10
+    _, page = _get(board.url)
+    assert page.count('data-group="worker"') == 2  # Its box in the graph, and its card.
+    assert 'data-node="worker/0"' not in page and 'data-node="server/0"' in page
+    report = json.loads(_get(board.url.replace('/?', '/api/status?'))[1])
+    assert [n['name'] for n in report['nodes']] == ['server/0']
+    assert report['groups']['worker'] == {'size': size, 'states': {'running': size}, 'failed': []}
+    first = json.loads(_get(board.url.replace('/?', '/api/group?') + '&label=worker&limit=25')[1])
+    rest = json.loads(_get(board.url.replace('/?', '/api/group?')
+                           + '&label=worker&offset=25&limit=25')[1])
+    assert first['size'] == rest['size'] == size
+    assert [m['name'] for m in first['members'] + rest['members']] == [
+        f'worker/{i}' for i in range(size)]
+    assert {'history', 'output', 'state'} <= set(first['members'][0])
+
+
+def test_group_page_rejects_offsets_that_are_not_numbers(crowd):
+    """A bad offset is a 400 saying what is wrong, not a traceback."""
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        _get(crowd.dashboard.url.replace('/?', '/api/group?') + '&label=worker&offset=x')
+    assert refused.value.code == 400
+
+
+def test_prometheus_has_group_series_for_groups_too_big_for_per_node_series():
+    """Past SERIES_PER_NODE_MAX nodes a group's series are per group (counts by state, summed
+    calls), so a scrape of 100,000 workers stays small; small groups keep per-node series."""
+    from launchpad_py.observability.statistics import MethodStatistics, NodeStatistics
+    size = group_summary.SERIES_PER_NODE_MAX + 1
+
+    def node(label, index, state, calls):
+        return NodeStatistics(label, index, state, 'localhost', None, 1.0, 0, None, None, None,
+                              calls=calls, methods=[MethodStatistics('step', calls, 0, 0.001, 0.002,
+                                                                     0, calls, 0.1)])
+    nodes = [node('actor', i, lp.NodeState.FAILED if i < 3 else lp.NodeState.RUNNING, 2)
+             for i in range(size)] + [node('learner', 0, lp.NodeState.RUNNING, 5)]
+    text = prometheus.exposition('big', nodes)
+    assert 'lp_group_nodes{program="big",group="actor",state="failed"} 3' in text
+    assert f'lp_group_nodes{{program="big",group="actor",state="running"}} {size - 3}' in text
+    assert f'lp_group_calls_total{{program="big",group="actor",method="step"}} {2 * size}' in text
+    assert 'node="actor/' not in text
+    assert 'lp_node_calls_total{program="big",node="learner/0",method="step"} 5' in text

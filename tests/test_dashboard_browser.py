@@ -96,3 +96,32 @@ def test_failed_node_turns_red_with_its_traceback(browser, program):
     assert traceback.is_displayed()
     assert 'RuntimeError: the bomb went off as the test asked' in traceback.text
     assert _state(browser, 'server/0') == 'stopped'
+
+
+def test_big_group_is_one_card_of_counts_whose_members_open_a_page_at_a_time(browser):
+    """A group over COLLAPSE_OVER nodes shows 'running N' on one card and one graph box;
+    opening its members shows the first page of member cards, running; 'next' the rest."""
+    from launchpad_py.observability.group_summary import COLLAPSE_OVER
+    size = COLLAPSE_OVER + 60  # Two pages of 50.
+    program = lp.Program('crowded')
+    with program.group('worker'):
+        for _ in range(size):
+            program.add_node(lp.CourierNode(Counted))
+    controller = lp.launch(program, launch_type='local_mt', dashboard=True)
+    try:
+        browser.get(controller.dashboard.url)
+        card = browser.find_element(By.CSS_SELECTOR, '.group-card[data-group="worker"]')
+        WebDriverWait(browser, 30).until(lambda d: card.get_attribute('data-counts')
+                                         == f'running {size}')
+        assert not browser.find_elements(By.CSS_SELECTOR, '#graph g[data-node]')
+        assert 'state-running' in browser.find_element(
+            By.CSS_SELECTOR, '#graph g[data-group="worker"]').get_attribute('class')
+        card.find_element(By.CSS_SELECTOR, 'summary').click()
+        WebDriverWait(browser, 30).until(lambda d: _state(d, 'worker/49') == 'running')
+        assert _state(browser, 'worker/50') is None
+        card.find_element(By.CSS_SELECTOR, '.next').click()
+        WebDriverWait(browser, 30).until(lambda d: _state(d, f'worker/{size - 1}') == 'running')
+        assert _state(browser, 'worker/0') is None
+    finally:
+        controller.stop()
+        controller.dashboard.close()

@@ -38,11 +38,14 @@ def test_added_nodes_serve_and_the_group_handle_lists_them():
         added = controller.add_nodes('member', 2)
         assert [(s.index, s.state) for s in added] == [(i, lp.NodeState.RUNNING) for i in (2, 3)]
         assert _live(controller) == [0, 1, 2, 3]
-        version = seen.wait_for_change(before['version'], 30)
-        after = seen.members()
+        # Each added node may be published on its own (they start at once, so in either
+        # order): wait for the tables until one lists both; versions never go back.
+        version, after = before['version'], before
+        while len(after['names']) < 4:
+            changed = seen.wait_for_change(version, 30)
+            assert changed > version, f'no new members table in 30s after {after}'
+            version, after = changed, seen.members()
         assert after['names'] == after['answers'] == [f'member/{i}' for i in range(4)]
-        # Each added node may be published on its own, so the handle can have moved on once
-        # more between the wait and the read; it never goes back.
         assert after['version'] >= version > before['version']
         local = members.dereference()
         assert [c.who()['pid'] for c in local.clients()] == [

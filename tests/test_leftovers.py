@@ -9,12 +9,13 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 
 import psutil
 import pytest
 
 import launchpad_py as lp
-from conftest import REPO, run_script
+from conftest import REPO, run_script, wait_for
 from launchpad_py import courier
 from launchpad_py.courier.transports import uds
 from launchpad_py.supervision import rundir
@@ -158,3 +159,20 @@ def test_process_ending_without_stopping_its_server_removes_the_socket():
     assert result.returncode == 0, result.stderr
     path = result.stdout.strip()
     assert path.endswith('.sock') and not os.path.exists(path)
+
+
+def test_repeated_local_mt_launches_leave_no_threads_behind(tmp_path):
+    """Clients a program's nodes made to its servers go with the program: launching it again
+    and again in one process does not pile up their connections' reader threads."""
+    from scale_nodes import fan_out_program
+
+    def run_once() -> int:
+        lp.launch(fan_out_program(20), launch_type='local_mt').wait(timeout=120)
+        return threading.active_count()
+
+    after_first = run_once()  # Process-wide helpers (e.g. the deadline timer) start once.
+    for _ in range(3):
+        run_once()
+    # Before: 20 reader threads more per launch, for good.
+    wait_for(lambda: threading.active_count() <= after_first, timeout=30,
+             what=f'threads back to {after_first} (now {threading.active_count()})')

@@ -6,6 +6,7 @@ import os
 import sys
 
 import psutil
+import pytest
 
 import launchpad_py as lp
 from conftest import run_script
@@ -97,3 +98,33 @@ def test_killing_the_launcher_kills_forked_nodes():
     procs = [psutil.Process(p) for p in pids if psutil.pid_exists(p)]
     _, alive = psutil.wait_procs(procs, timeout=30)
     assert not alive
+
+
+def test_fork_server_serves_descriptors_numbered_past_1024(tmp_path):
+    """Past ~1,000 nodes the fork server's descriptors (a pidfd per child) are numbered over
+    1,024, where select() raised ValueError and the server died mid-launch (2,000 nodes). Here
+    its socket gets such a number from the start: a node is still forked and reports."""
+    import resource
+    import socket
+    from launchpad_py.launchers.local import process_starter
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard < 1200:
+        pytest.skip(f'the hard limit on open files ({hard}) is below 1,200')
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, 1200), hard))
+    fillers = [os.open(os.devnull, os.O_RDONLY) for _ in range(1100)]  # The next fds are > 1024.
+    try:
+        server = process_starter.ForkServer.start(os.environ.copy(), die_with_parent=False)
+        try:
+            ours, theirs = socket.socketpair()
+            with ours, theirs, open(tmp_path / 'out', 'wb') as out:
+                # No spec there: the node process starts, reports the error, exits 1.
+                process = server.spawn(str(tmp_path / 'no_spec'), os.environ.copy(),
+                                       str(tmp_path), out.fileno(), out.fileno(), theirs.fileno())
+                assert process.wait() == 1
+            assert 'no_spec' in (tmp_path / 'out').read_text()
+        finally:
+            server.close()
+    finally:
+        for fd in fillers:
+            os.close(fd)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))

@@ -169,6 +169,8 @@ class Server:
         listeners, self._listeners = self._listeners, {}
         for name in reversed(listeners):  # The faster paths first, as before.
             listeners[name].stop(grace)
+        if listeners:  # Cached client channels of this process would never see it go.
+            registry.forget(self._host, self._port)
         self._pool.shutdown(wait=False, cancel_futures=True)
 
     def __enter__(self) -> 'Server':

@@ -84,14 +84,18 @@ def _remove_socket_files() -> None:
 def _serve(fd: int) -> None:
     sock = socket.socket(fileno=fd)
     children: dict[int, int] = {}  # pidfd -> pid
+    # poll, not select: past ~1,000 children their pidfds pass select's limit of 1,024.
+    poller = select.poll()
+    poller.register(fd, select.POLLIN)
     while True:
-        ready, _, _ = select.select([sock, *children], [], [])
-        for pidfd in [r for r in ready if r is not sock]:
+        ready = [ready_fd for ready_fd, _ in poller.poll()]
+        for pidfd in [r for r in ready if r != fd]:
+            poller.unregister(pidfd)
             pid = children.pop(pidfd)
             os.close(pidfd)
             _, status = os.waitpid(pid, 0)
             sock.send(pickle.dumps(('exited', pid, os.waitstatus_to_exitcode(status))))
-        if sock not in ready:
+        if fd not in ready:
             continue
         try:
             data, fds, _, _ = socket.recv_fds(sock, MAX_MESSAGE, 3)
@@ -113,6 +117,7 @@ def _serve(fd: int) -> None:
             os.close(extra)
         pidfd = os.pidfd_open(pid)
         children[pidfd] = pid
+        poller.register(pidfd, select.POLLIN)
         # The launcher gets the pidfd too: it tells when the child ends, even after we die.
         socket.send_fds(sock, [pickle.dumps(('started', request_id, pid))], [pidfd])
 
@@ -131,4 +136,7 @@ if __name__ == '__main__':
     if int(sys.argv[2]):
         _die_with(int(sys.argv[2]))
     _preload()
+    import gc
+    gc.collect()
+    gc.freeze()
     _serve(int(sys.argv[1]))

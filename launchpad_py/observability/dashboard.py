@@ -8,7 +8,10 @@ or ``Authorization: Bearer``)::
 
 Routes: ``/`` the page (graph coloured by state, per-node metrics with plots,
 recent output, the failure's traceback); ``/api/status`` the same data as JSON,
-which the page polls; ``/metrics`` Prometheus text. One sampler thread asks the
+which the page polls; ``/api/group?label=…&offset=…&limit=…`` a page of a big
+group's members; ``/metrics`` Prometheus text. A group of more than
+``group_summary.COLLAPSE_OVER`` nodes shows as counts by state, its members a
+page at a time on demand (see ``group_summary``). One sampler thread asks the
 nodes once per interval, however many browsers watch. Node processes need
 nothing for this: they answer over their control channel as for ``lp status``.
 
@@ -32,10 +35,11 @@ import sys
 import threading
 import urllib.parse
 
-from launchpad_py.observability import dashboard_page, prometheus
+from launchpad_py.observability import dashboard_page, group_summary, prometheus
 
 _log = logging.getLogger(__name__)
 TAIL_LINES = 20
+MEMBERS_PAGE_MAX = 200  # Members of a group per /api/group answer, at most.
 MAX_CONNECTIONS = 16
 CONNECTION_SECONDS = 5.0
 
@@ -81,16 +85,29 @@ class Dashboard:
         """Asks the nodes now (the sampler does so every interval); the new report."""
         controller = self._controller
         nodes = controller.statistics(timeout=self._interval)
+        big = group_summary.collapsed(nodes, group_summary.COLLAPSE_OVER)
         report = {'program': controller.name, 'launch_type': controller.launch_type,
-                  'running': controller.is_running, 'nodes': []}
-        for node in nodes:
-            data = node.to_dict()
-            data['history'] = controller.history(node.name)
-            data['output'] = controller.output_tail(node.name).splitlines()[-TAIL_LINES:]
-            report['nodes'].append(data)
+                  'running': controller.is_running,
+                  'nodes': [self._node_data(node) for node in nodes if node.label not in big],
+                  'groups': group_summary.summaries(nodes, big)}
         with self._report_lock:
             self._nodes, self._report = nodes, report
         return report
+
+    def _node_data(self, node) -> dict:
+        data = node.to_dict()
+        data['history'] = self._controller.history(node.name)
+        data['output'] = self._controller.output_tail(node.name).splitlines()[-TAIL_LINES:]
+        return data
+
+    def group_page(self, label: str, offset: int, limit: int) -> dict:
+        """Members ``offset`` to ``offset + limit`` of group ``label``, as the report's nodes."""
+        with self._report_lock:
+            nodes = self._nodes
+        size, page = group_summary.members(nodes, label, max(0, offset),
+                                           max(1, min(limit, MEMBERS_PAGE_MAX)))
+        return {'label': label, 'size': size, 'offset': offset,
+                'members': [self._node_data(node) for node in page]}
 
     def _sample_loop(self) -> None:
         while not self._closed.wait(self._interval):
@@ -157,7 +174,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
     def do_GET(self) -> None:  # noqa: N802 (the http.server name)
         url = urllib.parse.urlsplit(self.path)
         dashboard = self.server.dashboard
-        if not dashboard.allows(urllib.parse.parse_qs(url.query), self.headers):
+        query = urllib.parse.parse_qs(url.query)
+        if not dashboard.allows(query, self.headers):
             self._send(403, 'text/plain', 'launchpad_py dashboard: add ?token=… as printed by '
                                           'the launcher\n')
             return
@@ -165,10 +183,22 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             self._send(200, 'text/html; charset=utf-8', dashboard.page())
         elif url.path == '/api/status':
             self._send(200, 'application/json', json.dumps(dashboard.report()))
+        elif url.path == '/api/group':
+            self._send_group(dashboard, query)
         elif url.path == '/metrics':
             self._send(200, 'text/plain; version=0.0.4; charset=utf-8', dashboard.metrics_text())
         else:
             self._send(404, 'text/plain', f'no page {url.path}\n')
+
+    def _send_group(self, dashboard: Dashboard, query: dict) -> None:
+        label = (query.get('label') or [''])[0]
+        try:
+            offset, limit = (int((query.get(k) or [default])[0])
+                             for k, default in (('offset', '0'), ('limit', '50')))
+        except ValueError:
+            self._send(400, 'text/plain', 'offset and limit must be integers\n')
+            return
+        self._send(200, 'application/json', json.dumps(dashboard.group_page(label, offset, limit)))
 
     def _send(self, code: int, kind: str, body: str) -> None:
         data = body.encode()

@@ -3,13 +3,18 @@
 The graph is laid out here, without Graphviz: one column per rank of groups
 (callers left of the nodes they call), nodes stacked inside their group's box.
 The script polls ``/api/status`` and recolours nodes, fills each node's card
-(numbers, three small plots, recent output, the failure's traceback).
+(numbers, three small plots, recent output, the failure's traceback). A group
+of more than ``group_summary.COLLAPSE_OVER`` nodes is one box and one card with
+its counts by state; opening the card's member list fetches its members a page
+at a time (``/api/group``), shown as ordinary cards.
 """
 
 from __future__ import annotations
 
 import html
 import json
+
+from launchpad_py.observability import group_summary
 
 _NODE_W, _NODE_H, _GAP, _HEAD, _COL_GAP, _PAD = 170, 36, 8, 22, 90, 14
 
@@ -36,52 +41,78 @@ def _ranks(graph) -> dict[str, int]:
     return {g: top - d for g, d in depth.items()}
 
 
+def _big_groups(graph) -> set[str]:
+    return {g for g, members in graph.groups.items() if len(members) > group_summary.COLLAPSE_OVER}
+
+
 def graph_svg(graph) -> str:
-    """The program's graph as inline SVG; each node a ``<g data-node=...>`` the script colours."""
+    """The program's graph as inline SVG; each node a ``<g data-node=...>`` the script colours,
+    a big group one ``<g data-group=...>`` box (its edges drawn once)."""
     columns: dict[int, list[str]] = {}
     for group, column in _ranks(graph).items():
         columns.setdefault(column, []).append(group)
     kinds = {n.name: n.kind for n in graph.nodes}
+    big = _big_groups(graph)
     places: dict[str, tuple[int, int]] = {}
     parts, height = [], 0
     for column in sorted(columns):
         x, y = _PAD + column * (_NODE_W + 2 * _PAD + _COL_GAP), _PAD
         for group in columns[column]:
             members = graph.groups[group]
-            box_h = _HEAD + len(members) * (_NODE_H + _GAP) + _PAD
+            shown = 1 if group in big else len(members)
+            box_h = _HEAD + shown * (_NODE_H + _GAP) + _PAD
             parts.append(f'<g class="group"><rect x="{x - _PAD}" y="{y}" width="{_NODE_W + 2 * _PAD}" '
                          f'height="{box_h}" rx="8"/><text x="{x}" y="{y + 16}" class="glabel">'
                          f'{html.escape(group)}</text></g>')
             ny = y + _HEAD
-            for name in members:
+            if group in big:
+                parts.append(_box(x, ny, f'data-group="{html.escape(group)}"',
+                                  f'{len(members)} nodes', '', 'gcounts'))
+                places.update((name, (x, ny)) for name in members)
+            for name in members if group not in big else ():
                 places[name] = (x, ny)
-                parts.append(
-                    f'<g class="gnode state-starting" data-node="{html.escape(name)}">'
-                    f'<rect x="{x}" y="{ny}" width="{_NODE_W}" height="{_NODE_H}" rx="6"/>'
-                    f'<text x="{x + 8}" y="{ny + 15}" class="nname">{html.escape(name)}</text>'
-                    f'<text x="{x + 8}" y="{ny + 29}" class="nkind">'
-                    f'{html.escape(kinds[name][:28])}</text></g>')
+                parts.append(_box(x, ny, f'data-node="{html.escape(name)}"', name,
+                                  kinds[name][:28], 'nkind'))
                 ny += _NODE_H + _GAP
             y += box_h + _PAD
         height = max(height, y)
     width = _PAD + len(columns) * (_NODE_W + 2 * _PAD + _COL_GAP)
-    lines = []
+    lines = {}
     for edge in graph.edges:
         (sx, sy), (tx, ty) = places[edge.source], places[edge.target]
         x1, x2 = (sx + _NODE_W, tx) if tx > sx else (sx, tx + _NODE_W)
-        lines.append(f'<line x1="{x1}" y1="{sy + _NODE_H / 2}" x2="{x2}" y2="{ty + _NODE_H / 2}" '
-                     f'marker-end="url(#arrow)"><title>{html.escape(edge.argument)}</title></line>')
+        lines.setdefault((x1, sy, x2, ty), (
+            f'<line x1="{x1}" y1="{sy + _NODE_H / 2}" x2="{x2}" y2="{ty + _NODE_H / 2}" '
+            f'marker-end="url(#arrow)"><title>{html.escape(edge.argument)}</title></line>'))
     return (f'<svg id="graph" width="{width}" height="{height}" viewBox="0 0 {width} {height}">'
             '<defs><marker id="arrow" viewBox="0 0 10 10" refX="10" refY="5" markerWidth="7" '
             'markerHeight="7" orient="auto"><path d="M0,0L10,5L0,10z"/></marker></defs>'
-            f'{"".join(parts)}<g class="edges">{"".join(lines)}</g></svg>')
+            f'{"".join(parts)}<g class="edges">{"".join(lines.values())}</g></svg>')
 
 
-def _card(node) -> str:
-    name = html.escape(node.name)
+def _box(x: int, y: int, data: str, title: str, text: str, text_class: str) -> str:
+    return (f'<g class="gnode state-starting" {data}>'
+            f'<rect x="{x}" y="{y}" width="{_NODE_W}" height="{_NODE_H}" rx="6"/>'
+            f'<text x="{x + 8}" y="{y + 15}" class="nname">{html.escape(title)}</text>'
+            f'<text x="{x + 8}" y="{y + 29}" class="{text_class}">{html.escape(text)}</text></g>')
+
+
+def _group_card(group: str, size: int) -> str:
+    label = html.escape(group)
+    return f'''<section class="card group-card" data-group="{label}" data-offset="0">
+<h3>{label} <span class="size">{size} nodes</span></h3>
+<div class="counts"></div><div class="failed-names"></div>
+<details class="members"><summary>members</summary>
+<div class="pager"><button class="prev">previous</button> <span class="range"></span>
+<button class="next">next</button></div><div class="member-cards"></div></details>
+</section>'''
+
+
+def _card(name: str, kind: str) -> str:
+    name, kind = html.escape(name), html.escape(kind)
     return f'''<section class="card" data-node="{name}">
 <h3>{name} <span class="state state-starting">starting</span></h3>
-<div class="kind">{html.escape(node.kind)}</div>
+<div class="kind">{kind}</div>
 <table class="stats"></table>
 <div class="plots">
 <figure><svg class="spark" data-series="calls_per_s"></svg><figcaption>calls/s</figcaption></figure>
@@ -96,12 +127,16 @@ def _card(node) -> str:
 
 def render(graph, report: dict, token: str) -> str:
     title = html.escape(f'launchpad_py · {report["program"]}')
-    cards = '\n'.join(_card(n) for n in graph.nodes)
+    big = _big_groups(graph)
+    cards = '\n'.join([_group_card(g, len(graph.groups[g])) for g in graph.groups if g in big]
+                      + [_card(n.name, n.kind) for n in graph.nodes if n.label not in big])
+    member_card = _card('__NODE__', '__KIND__')
     return f'''<!doctype html>
 <html><head><meta charset="utf-8"><title>{title}</title><style>{_CSS}</style></head>
 <body><header><h1>{title}</h1><span id="summary">{html.escape(report["launch_type"])}</span></header>
 <main><div id="graph-box">{graph_svg(graph)}</div><div id="cards">{cards}</div></main>
-<script>const TOKEN = {json.dumps(token)};{_JS}</script></body></html>'''
+<script>const TOKEN = {json.dumps(token)};const MEMBER_CARD = {json.dumps(member_card)};
+{_JS}</script></body></html>'''
 
 
 _CSS = '''
@@ -126,6 +161,8 @@ border-radius:8px;padding:8px;margin-bottom:12px;overflow:auto}
 td,th{padding:1px 8px 1px 0;text-align:left}.plots{display:flex;gap:8px}
 figure{margin:0}figcaption{font-size:11px;color:#667}.spark{width:110px;height:34px;
 background:#f3f6fa;border-radius:4px}.spark polyline{fill:none;stroke:#1e88e5;stroke-width:1.5}
+.group-card{grid-column:1/-1}.counts .state{margin-right:6px}.member-cards{display:grid;
+grid-template-columns:repeat(auto-fill,minmax(380px,1fr));gap:12px;margin-top:8px}
 pre{background:#111;color:#ddd;padding:6px;border-radius:4px;max-height:160px;overflow:auto;
 font-size:11px;margin:4px 0;white-space:pre-wrap}.traceback{background:#3b0d0d;color:#ffd7d7;max-height:260px}
 '''
@@ -183,11 +220,57 @@ function show(node) {
     traceback.scrollTop = traceback.scrollHeight;
   }
 }
+const PAGE = 50;
+const ORDER = ['failed', 'killed', 'restarting', 'starting', 'running', 'finished', 'stopped'];
+const esc = s => String(s).replace(/[&<>"]/g, ch => ({'&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;'}[ch]));
+function showGroup(label, group) {
+  const states = Object.entries(group.states).sort((a, b) => ORDER.indexOf(a[0]) - ORDER.indexOf(b[0]));
+  const text = states.map(([s, n]) => s + ' ' + n).join(' · ');
+  const box = document.querySelector('#graph g[data-group="' + label + '"]');
+  if (box && states.length) {
+    box.setAttribute('class', 'gnode state-' + states[0][0]);
+    box.querySelector('.gcounts').textContent = text;
+  }
+  const card = document.querySelector('.group-card[data-group="' + label + '"]');
+  if (!card) return;
+  card.dataset.counts = text;
+  card.querySelector('.counts').innerHTML = states.map(([s, n]) =>
+    '<span class="state state-' + s + '">' + s + ' ' + n + '</span>').join('');
+  card.querySelector('.failed-names').textContent = group.failed.length ?
+    'failed: ' + group.failed.join(', ') : '';
+  if (card.querySelector('.members').open) loadMembers(card);
+}
+async function loadMembers(card) {
+  const offset = Number(card.dataset.offset);
+  const reply = await fetch('/api/group?token=' + encodeURIComponent(TOKEN) + '&label=' +
+    encodeURIComponent(card.dataset.group) + '&offset=' + offset + '&limit=' + PAGE, {cache: 'no-store'});
+  const page = await reply.json();
+  const box = card.querySelector('.member-cards');
+  const names = page.members.map(m => m.name).join(',');
+  if (box.dataset.names !== names) {  // Cards are rebuilt only when the page shows others.
+    box.innerHTML = page.members.map(m => MEMBER_CARD.replace(/__NODE__/g, esc(m.name))
+      .replace(/__KIND__/g, esc(m.host))).join('');
+    box.dataset.names = names;
+  }
+  page.members.forEach(show);
+  card.querySelector('.range').textContent = page.members.length ?
+    (offset + 1) + '–' + (offset + page.members.length) + ' of ' + page.size : 'none';
+  card.dataset.size = page.size;
+}
+document.querySelectorAll('.group-card').forEach(card => {
+  card.querySelector('.members').addEventListener('toggle', e => { if (e.target.open) loadMembers(card); });
+  card.querySelector('.prev').onclick = () => {
+    card.dataset.offset = Math.max(0, Number(card.dataset.offset) - PAGE); loadMembers(card); };
+  card.querySelector('.next').onclick = () => {
+    const next = Number(card.dataset.offset) + PAGE;
+    if (next < Number(card.dataset.size || 0)) { card.dataset.offset = next; loadMembers(card); } };
+});
 async function poll() {
   try {
     const reply = await fetch('/api/status?token=' + encodeURIComponent(TOKEN), {cache: 'no-store'});
     const report = await reply.json();
     report.nodes.forEach(show);
+    Object.entries(report.groups || {}).forEach(([label, group]) => showGroup(label, group));
     document.getElementById('summary').textContent = report.launch_type + ' · ' +
       (report.running ? 'running' : 'ended') + ' · ' + new Date().toLocaleTimeString();
     document.body.dataset.polled = String(Number(document.body.dataset.polled || 0) + 1);

@@ -5,10 +5,18 @@
 Counters end in ``_total``; latency is a summary (``quantile="0.99"``, ``_sum``,
 ``_count``) over each method's recent calls; state is one gauge per state
 with value 1 for the node's current one.
+
+A group of more than ``group_summary.SERIES_PER_NODE_MAX`` nodes gets group
+series instead, so a scrape stays bounded however many workers run (per-node
+series would be about 14 per node: 1.4 million lines at 100,000 nodes)::
+
+    lp_group_nodes{program="agent",group="actor",state="running"} 998
+    lp_group_calls_total{program="agent",group="actor",method="step"} 51200
 """
 
 from __future__ import annotations
 
+from launchpad_py.observability import group_summary
 from launchpad_py.observability.statistics import NodeStatistics
 from launchpad_py.node_state import NodeState
 
@@ -33,8 +41,56 @@ def _labels(**labels: str) -> str:
     return '{' + ','.join(f'{k}="{_escape(str(v))}"' for k, v in labels.items()) + '}'
 
 
+_GROUP_SUMS = (
+    # name, type, help, attribute summed over the group's nodes
+    ('lp_group_restarts_total', 'counter', "Restarts of the group's nodes.", 'restarts'),
+    ('lp_group_calls_in_flight', 'gauge', "Calls the group's nodes serve now.", 'in_flight'),
+    ('lp_group_resident_memory_bytes', 'gauge', "Resident memory of the group's nodes.",
+     'rss_bytes'),
+)
+
+
 def exposition(program: str, nodes: list[NodeStatistics]) -> str:
     """The text a Prometheus scrape of ``/metrics`` gets."""
+    big = group_summary.collapsed(nodes, group_summary.SERIES_PER_NODE_MAX)
+    lines = _per_node(program, [node for node in nodes if node.label not in big])
+    lines += _per_group(program, [node for node in nodes if node.label in big])
+    return '\n'.join(lines) + '\n'
+
+
+def _per_group(program: str, nodes: list[NodeStatistics]) -> list[str]:
+    """Series per group: nodes counted by state, sums of counters, calls per method."""
+    counts: dict[tuple[str, str], int] = {}
+    sums: dict[tuple[str, str], float] = {}
+    calls: dict[tuple[str, str], list[int]] = {}
+    for node in nodes:
+        counts[node.label, node.state.value] = counts.get((node.label, node.state.value), 0) + 1
+        for _, _, _, attribute in _GROUP_SUMS:
+            sums[node.label, attribute] = sums.get((node.label, attribute), 0) + (
+                getattr(node, attribute) or 0)
+        for method in node.methods:
+            total = calls.setdefault((node.label, method.name), [0, 0])
+            total[0] += method.calls
+            total[1] += method.errors
+    if not nodes:
+        return []
+    lines = ['# HELP lp_group_nodes Nodes of the group in each state.',
+             '# TYPE lp_group_nodes gauge']
+    lines += [f'lp_group_nodes{_labels(program=program, group=g, state=s)} {n}'
+              for (g, s), n in sorted(counts.items())]
+    for name, kind, text, attribute in _GROUP_SUMS:
+        lines += [f'# HELP {name} {text}', f'# TYPE {name} {kind}']
+        lines += [f'{name}{_labels(program=program, group=g)} {v}'
+                  for (g, a), v in sorted(sums.items()) if a == attribute]
+    for name, text, position in (('lp_group_calls_total', 'Calls served, per method.', 0),
+                                 ('lp_group_call_errors_total', 'Calls that raised.', 1)):
+        lines += [f'# HELP {name} {text}', f'# TYPE {name} counter']
+        lines += [f'{name}{_labels(program=program, group=g, method=m)} {v[position]}'
+                  for (g, m), v in sorted(calls.items())]
+    return lines
+
+
+def _per_node(program: str, nodes: list[NodeStatistics]) -> list[str]:
     lines = ['# HELP lp_node_state 1 for the state the node is in.', '# TYPE lp_node_state gauge']
     for node in nodes:
         for state in NodeState:
@@ -64,4 +120,4 @@ def exposition(program: str, nodes: list[NodeStatistics]) -> str:
         lines += [f'lp_node_call_seconds{quantile} {m.p99_s}',
                   f'lp_node_call_seconds_sum{labels} {m.total_s}',
                   f'lp_node_call_seconds_count{labels} {m.timed}']
-    return '\n'.join(lines) + '\n'
+    return lines

@@ -66,7 +66,7 @@ def structure(program) -> ProgramGraph:
             groups[label].append(graph_node.name)
             for address in node.addresses:
                 owner[id(address)] = graph_node.name
-    edges = []
+    edges: dict[GraphEdge, None] = {}  # In order, each once: a list's `in` made this O(E^2).
     for label, members in program.groups.items():
         for node in members:
             source = f'{label}/{node.index}'
@@ -76,10 +76,8 @@ def structure(program) -> ProgramGraph:
                     targets = (groups[handle.label] if isinstance(handle, GroupHandle)
                                else _pointed_nodes(handle, owner))
                     for target in targets:
-                        edge = GraphEdge(source, target, argument)
-                        if edge not in edges:
-                            edges.append(edge)
-    return ProgramGraph(program.name, nodes, edges, groups)
+                        edges.setdefault(GraphEdge(source, target, argument))
+    return ProgramGraph(program.name, nodes, list(edges), groups)
 
 
 def _pointed_nodes(handle, owner: dict[int, str]) -> list[str]:

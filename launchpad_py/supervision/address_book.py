@@ -36,6 +36,7 @@ class AddressBook:
         self._program_name = program_name
         self._issued = issued
         self._servers = servers  # The scope's list: calls to them fail fast after a stop.
+        self._known_servers = set(servers)  # Looked up per report: a list would be O(N) each.
         self._keys: set[str] = set()
         self._waiting: dict[str, list[Answer]] = {}
         self._stopped = False
@@ -63,9 +64,10 @@ class AddressBook:
         answers: dict[Answer, dict[str, str]] = {}
         with self._lock:
             for key, value in values.items():
-                if value not in self._servers:
+                if value not in self._known_servers:
                     self._issued.register(value)
                     self._servers.append(value)
+                    self._known_servers.add(value)
                 for answer in self._waiting.pop(key, ()):
                     answers.setdefault(answer, {})[key] = value
         for answer, found in answers.items():

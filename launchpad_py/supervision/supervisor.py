@@ -30,6 +30,25 @@ from launchpad_py.supervision.worker import (ENDED as _ENDED, Events, Exited, Fa
                                              Progress, Ready, StopRequested, Tick, Worker)
 
 _log = logging.getLogger('launchpad_py.supervision.controller')
+_STARTING = (NodeState.STARTING, NodeState.RESTARTING)
+
+
+class _Prefix:
+    """How far into the workers a condition was seen to hold, so asking "all?" after each
+    of N events costs O(N) in all, not O(N) each (at 100,000 simulated nodes: a launch of
+    hours, now seconds). ``forget()`` where a worker already passed may have changed back."""
+
+    def __init__(self, workers: list[Worker], holds: Callable[[Worker], bool]):
+        self._workers, self._holds, self._upto = workers, holds, 0
+
+    def all(self) -> bool:
+        workers = self._workers
+        while self._upto < len(workers) and self._holds(workers[self._upto]):
+            self._upto += 1
+        return self._upto >= len(workers)
+
+    def forget(self) -> None:
+        self._upto = 0
 
 
 class Supervisor:
@@ -58,11 +77,15 @@ class Supervisor:
         self.elastic = ElasticGroups(name, launch_type, groups, self.workers, self._alarms,
                                      events, self.progress)
         self._on_end = on_end
+        # An ended node stays ended (a restart replaces only a node not ended); a started one
+        # may start again (a restart), so that scan starts over after any event but Ready.
+        self._ended = _Prefix(self.workers, lambda w: w.state in _ENDED)
+        self._started = _Prefix(self.workers, lambda w: w.state not in _STARTING)
 
     def run(self) -> None:
         """The supervisor thread: handles events until every node has ended."""
         try:
-            while not all(w.state in _ENDED for w in self.workers):
+            while not self._ended.all():
                 self._handle(self._next_event())
                 self.progress.changed()
         except BaseException:  # A supervisor bug must not leave processes behind.
@@ -87,7 +110,7 @@ class Supervisor:
             except queue.Empty:
                 self._on_alarms()
                 self.stopping.kill_if_due()
-                if all(w.state in _ENDED for w in self.workers):
+                if self._ended.all():
                     return Tick()
 
     def _on_alarms(self) -> None:
@@ -101,6 +124,8 @@ class Supervisor:
         worker = getattr(event, 'worker', None)
         if worker is not None and worker.retired:
             return  # A node's earlier worker, replaced by its restart.
+        if not isinstance(event, Ready):
+            self._started.forget()
         if isinstance(event, Ready) and worker.state == NodeState.STARTING:
             worker.state = NodeState.RUNNING
             self.elastic.publish()
@@ -120,8 +145,8 @@ class Supervisor:
             self.elastic.apply(event, self.stopping.begun, self.stopping.grace, self._start_worker)
 
     def _all_started(self) -> bool:
-        return all(w.state not in (NodeState.STARTING, NodeState.RESTARTING)
-                   for w in self.workers)
+        """Whether no node is starting; True from then on once the launch is over."""
+        return self.ready.is_set() or self._started.all()
 
     def _on_process_died(self, reason: str) -> None:
         if self.ready.is_set() or self.stopping.begun:

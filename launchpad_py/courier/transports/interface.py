@@ -99,3 +99,6 @@ class Transport:
     listen: Callable[[Serving], Listener | None]
     dial: Callable[[Dial], Any]
     choices: tuple[str, ...]  # The Client(transport=...) values that may use it.
+    #: Closes this process's cached channels to the server at (host, port), which stopped:
+    #: a channel's reader sleeps while no call is pending and would never see it go.
+    forget: Callable[[str, int], None] = lambda host, port: None

@@ -15,10 +15,10 @@ GRPC = interface.Transport(
     listen=grpc_server.listen, dial=grpc_client.dial, choices=('auto', 'tcp', 'grpc'))
 UNIX = interface.Transport(
     name='unix', address='a socket file named after a loopback address\'s port (uds.py)',
-    listen=uds_server.listen, dial=uds.dial, choices=('auto',))
+    listen=uds_server.listen, dial=uds.dial, choices=('auto',), forget=uds.forget)
 TCP = interface.Transport(
     name='tcp', address='a port of its own, named by the gRPC Endpoints answer',
-    listen=tcp.listen, dial=tcp.dial, choices=('auto', 'tcp'))
+    listen=tcp.listen, dial=tcp.dial, choices=('auto', 'tcp'), forget=tcp.forget)
 
 #: The transport whose port the address names: it binds first (the others derive their
 #: address from its port), starts last (its Endpoints answer names theirs), and is every
@@ -41,3 +41,9 @@ def dial(choice: str, dial: interface.Dial):
             if channel is not None:
                 return channel
     return None
+
+
+def forget(host: str, port: int) -> None:
+    """The server at ``host:port`` stopped: every transport closes its channels to it."""
+    for transport in ALL:
+        transport.forget(host, port)

@@ -213,6 +213,16 @@ _channels: dict[tuple, socket_channel.SocketChannel] = {}
 _channels_lock = threading.Lock()
 
 
+def forget(host: str, port: int) -> None:
+    """Closes the cached channels to the stopped server whose address is ``host:port``."""
+    address = f'{host}:{port}'
+    with _channels_lock:
+        gone = [key for key in _channels if key[0] == address]
+        channels = [_channels.pop(key) for key in gone]
+    for channel in channels:
+        channel.close()
+
+
 def dial(dial: interface.Dial) -> socket_channel.SocketChannel:
     """The channel of this process to the server at ``dial.address`` over raw TCP, one per
     address, secret, TLS and expected name (shared by the clients that agree on those)."""

@@ -263,6 +263,17 @@ _channels: dict[str, socket_channel.SocketChannel] = {}
 _channels_lock = threading.Lock()
 
 
+def forget(host: str, port: int) -> None:
+    """Closes the cached channel to the stopped loopback server on ``port``, if any."""
+    if host not in LOOPBACK_HOSTS:
+        return
+    with _channels_lock:
+        gone = [address for address in _channels if local_port(address) == port]
+        channels = [_channels.pop(address) for address in gone]
+    for channel in channels:
+        channel.close()
+
+
 def dial(dial: interface.Dial) -> socket_channel.SocketChannel | None:
     """The channel of this process to the loopback server at ``dial.address`` (one per
     address, shared by its clients); None when the address is not this host's loopback."""

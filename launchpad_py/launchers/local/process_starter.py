@@ -13,6 +13,10 @@ entry point, exactly as an exec'd worker would.
     process = server.spawn(spec_path, env, cwd, stdout_fd, stderr_fd, control_fd)
     process.pid; process.wait()
 
+A launch uses ``ask`` instead, which returns before the server answers: the
+requests of 1,000 nodes then go out back to back, not one round trip (and one
+wake-up of a busy server) per node.
+
 Nodes outlive the server: if it dies (the OOM killer picks big processes),
 running nodes go on, and the next ``spawn`` starts a new server.
 
@@ -47,22 +51,44 @@ def can_fork(interpreter: str, extra_env: dict[str, str]) -> bool:
 
 
 class ForkedProcess:
-    """A node forked by the server; ``wait()`` returns its exit code like ``Popen.wait``.
+    """A node asked of the server; ``wait()`` returns its exit code like ``Popen.wait``.
 
-    The exit code is None when the node ended after its fork server died (only
-    the server, its parent, could learn it); ``pidfd`` still tells us when.
+    Its pid is known once the server answers (``wait_started``): asking does not
+    wait for the answer, so a launch sends its requests back to back and the
+    server forks them without a round trip each. The exit code is None when the
+    node ended after its fork server died (only the server, its parent, could
+    learn it), or when it never started (``start_error`` says why).
     """
 
-    def __init__(self, pid: int, pidfd: int):
-        self.pid = pid
+    def __init__(self):
+        self.pid: int | None = None
         self.stdout = None
         self.returncode: int | None = None
-        self._pidfd: int | None = pidfd
+        self.start_error: str | None = None
+        self._pidfd: int | None = None
+        self._started = threading.Event()
         self._exited = threading.Event()
+
+    def wait_started(self, timeout: float | None = None) -> int:
+        """The pid, once the server forked it; OSError if it could not, or did not answer."""
+        if not self._started.wait(timeout):
+            raise OSError(f'the fork server did not answer in {timeout}s')
+        if self.pid is None:
+            raise OSError(self.start_error)
+        return self.pid
 
     def wait(self) -> int | None:
         self._exited.wait()
         return self.returncode
+
+    def _set_started(self, pid: int, pidfd: int) -> None:
+        self.pid, self._pidfd = pid, pidfd
+        self._started.set()
+
+    def _set_failed(self, reason: str) -> None:
+        self.start_error = reason
+        self._started.set()
+        self._set_exit(None)
 
     def _set_exit(self, code: int | None) -> None:
         if self._exited.is_set():
@@ -89,7 +115,7 @@ class ForkServer:
         self._on_death = on_death
         self._ids = itertools.count()
         self._lock = threading.Lock()
-        self._started: dict[int, tuple[threading.Event, list]] = {}
+        self._asked: dict[int, ForkedProcess] = {}  # Request id -> its process, unanswered.
         self._children: dict[int, ForkedProcess] = {}
         self._early_exits: dict[int, int] = {}
         self._closing = False
@@ -132,28 +158,35 @@ class ForkServer:
 
     def spawn(self, spec_path: str, env: dict[str, str], cwd: str, stdout_fd: int,
               stderr_fd: int, control_fd: int, timeout: float = 120.0) -> ForkedProcess:
-        """Forks a node that runs ``spec_path``, talking to its launcher over ``control_fd``."""
+        """Forks a node that runs ``spec_path``, talking to its launcher over ``control_fd``;
+        returns once it runs (``ask`` and ``wait_started``)."""
+        process = self.ask(spec_path, env, cwd, stdout_fd, stderr_fd, control_fd)
+        process.wait_started(timeout)
+        return process
+
+    def ask(self, spec_path: str, env: dict[str, str], cwd: str, stdout_fd: int,
+            stderr_fd: int, control_fd: int) -> ForkedProcess:
+        """Asks for a node without waiting for the answer; the descriptors may be closed
+        on return (the request carries copies)."""
+        process = ForkedProcess()
         request_id = next(self._ids)
-        done, answer = threading.Event(), []
         with self._lock:
             if self._closing:
                 raise OSError('the fork server is closed')
             if not self.alive:
                 self._start_process()
-            self._started[request_id] = (done, answer)
+            self._asked[request_id] = process
             sock = self._sock
         message = pickle.dumps(('spawn', request_id, spec_path, env, cwd))
         try:
             socket.send_fds(sock, [message], [stdout_fd, stderr_fd, control_fd])
         except OSError:
             pass  # The server is gone: its reader answers every request in flight.
-        if not done.wait(timeout) or not answer or isinstance(answer[0], str):
-            raise OSError(answer[0] if answer else f'the fork server did not answer in {timeout}s')
-        return answer[0]
+        return process
 
-    def spawn_like_popen(self, spec_path: str, env: dict[str, str], cwd: str,
-                         streams: dict, control_fd: int) -> ForkedProcess:
-        """``spawn`` with ``Popen``-style ``stdout``/``stderr`` (PIPE, a file, STDOUT, unset)."""
+    def ask_like_popen(self, spec_path: str, env: dict[str, str], cwd: str,
+                       streams: dict, control_fd: int) -> ForkedProcess:
+        """``ask`` with ``Popen``-style ``stdout``/``stderr`` (PIPE, a file, STDOUT, unset)."""
         stdout, read_end = streams.get('stdout'), None
         if stdout is subprocess.PIPE:
             read_end, out_fd = os.pipe()
@@ -161,7 +194,7 @@ class ForkServer:
             out_fd = stdout.fileno() if stdout is not None else sys.stdout.fileno()
         err_fd = out_fd if streams.get('stderr') is subprocess.STDOUT else sys.stderr.fileno()
         try:
-            process = self.spawn(spec_path, env, cwd, out_fd, err_fd, control_fd)
+            process = self.ask(spec_path, env, cwd, out_fd, err_fd, control_fd)
         except OSError:
             if read_end is not None:
                 os.close(read_end)
@@ -186,26 +219,24 @@ class ForkServer:
         self._server_gone(server)
 
     def _take(self, kind: str, key: int, value, fds: list[int]) -> None:
-        early, done = None, None
+        early, process = None, None
         with self._lock:
-            if kind == 'started':
-                process = ForkedProcess(value, fds[0])
-                self._children[value] = process
-                done, answer = self._started.pop(key)
-                answer.append(process)
-                early = self._early_exits.pop(value, None)
-            elif kind == 'failed':
-                done, answer = self._started.pop(key)
-                answer.append(value)
+            if kind in ('started', 'failed'):
+                process = self._asked.pop(key)
+                if kind == 'started':
+                    self._children[value] = process
+                    early = self._early_exits.pop(value, None)
             else:  # 'exited': key is the pid.
                 process = self._children.pop(key, None)
                 if process is None:
                     self._early_exits[key] = value
-        if done is not None:
-            done.set()
-        if kind == 'started' and early is not None:
-            process._set_exit(early)
-        elif kind == 'exited' and process is not None:
+        if kind == 'started':
+            process._set_started(value, fds[0])
+            if early is not None:
+                process._set_exit(early)
+        elif kind == 'failed':
+            process._set_failed(value)
+        elif process is not None:
             process._set_exit(value)
 
     def _server_gone(self, server: subprocess.Popen) -> None:
@@ -214,12 +245,11 @@ class ForkServer:
         reason = f'the fork server (pid {server.pid}) died: {describe_exit(server.wait())}'
         with self._lock:  # From here on, spawn starts a new server instead of queueing.
             self._running = False
-            pending, self._started = list(self._started.values()), {}
+            pending, self._asked = list(self._asked.values()), {}
             orphans, self._children = list(self._children.values()), {}
             closing = self._closing
-        for done, answer in pending:
-            answer.append(reason)
-            done.set()
+        for process in pending:
+            process._set_failed(reason)
         if orphans:
             threading.Thread(target=_watch_orphans, args=(orphans,), name='lp-fork-orphans',
                              daemon=True).start()
@@ -245,7 +275,10 @@ class ForkServer:
 def _watch_orphans(orphans: list[ForkedProcess]) -> None:
     """Reports each child of a dead server as ended (code unknown) when its pidfd says so."""
     waiting = {process._pidfd: process for process in orphans if process._pidfd is not None}
+    poller = select.poll()  # Not select: a thousand pidfds pass its limit of 1,024.
+    for pidfd in waiting:
+        poller.register(pidfd, select.POLLIN)
     while waiting:
-        ready, _, _ = select.select(list(waiting), [], [])
-        for pidfd in ready:
+        for pidfd, _ in poller.poll():
+            poller.unregister(pidfd)
             waiting.pop(pidfd)._set_exit(None)

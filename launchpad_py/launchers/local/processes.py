@@ -68,6 +68,7 @@ class ProcessWorker(MembersOverChannel, Worker):
         self._failure: FailureReport | None = None
         self._finished = False
         self._stop_pending = False
+        self._kill_pending = False  # Asked of the fork server, killed before its pid came.
         self._lock = threading.Lock()
 
     @property
@@ -117,8 +118,8 @@ class ProcessWorker(MembersOverChannel, Worker):
         ours, theirs = socket.socketpair()
         try:
             with theirs:
-                if fork_server is not None:
-                    self._process = fork_server.spawn_like_popen(
+                if fork_server is not None:  # Its pid comes later (see _wait_for_exit).
+                    self._process = fork_server.ask_like_popen(
                         spec_path, self._environment(), os.getcwd(), self._sink.popen_streams(),
                         theirs.fileno())
                 else:
@@ -126,18 +127,38 @@ class ProcessWorker(MembersOverChannel, Worker):
                         command + [str(theirs.fileno())], env=self._environment(),
                         cwd=os.getcwd(), start_new_session=True, stdin=subprocess.DEVNULL,
                         pass_fds=[theirs.fileno()], **self._sink.popen_streams())
+                    self._pid = self._pgid = self._process.pid
         except OSError as exc:
             ours.close()
-            how = 'by the fork server' if fork_server is not None else (
-                f'with interpreter {self._resources.interpreter!r}')
-            raise errors.LaunchError(f'cannot start node {self.name} {how}: {exc}') from exc
-        self._pid = self._pgid = self._process.pid
+            raise errors.LaunchError(f'cannot start node {self.name} {self._how(fork_server)}: '
+                                     f'{exc}') from exc
         self._sink.attach(self._process)
         channel = control_channel.Channel(mpc.Connection(ours.detach()))
         threading.Thread(target=self._serve_channel, args=(channel,),
                          name=f'lp-channel-{self.name}', daemon=True).start()
         threading.Thread(target=self._wait_for_exit, name=f'lp-wait-{self.name}',
                          daemon=True).start()
+
+    def _how(self, fork_server) -> str:
+        return ('by the fork server' if fork_server is not None else
+                f'with interpreter {self._resources.interpreter!r}')
+
+    def _wait_until_forked(self) -> bool:
+        """Takes the pid of a node asked of the fork server; False if it was not started."""
+        try:
+            pid = self._process.wait_started()
+        except OSError as exc:
+            self._sink.close()
+            summary = f'cannot start node {self.name} by the fork server: {exc}'
+            self.events.exited(self, None, FailureReport(summary, summary))
+            return False
+        with self._lock:
+            if self._pgid is None:  # Else the node's hello came first.
+                self._pid = self._pgid = pid
+            kill_now = self._kill_pending
+        if kill_now:
+            self.kill()
+        return True
 
     def _serve_channel(self, channel: control_channel.Channel) -> None:
         try:
@@ -178,6 +199,9 @@ class ProcessWorker(MembersOverChannel, Worker):
         self._channel_closed.set()
 
     def _wait_for_exit(self) -> None:
+        if isinstance(self._process, process_starter.ForkedProcess) and not (
+                self._wait_until_forked()):
+            return
         if self._process is not None:
             code = self._process.wait()
         else:  # tmux: the window's shell is not our child; wait for it to vanish.
@@ -206,7 +230,11 @@ class ProcessWorker(MembersOverChannel, Worker):
             channel.send('stop')
 
     def kill(self) -> bool:
-        pgid = self._pgid
+        with self._lock:
+            pgid = self._pgid
+            if pgid is None and self._process is not None:
+                self._kill_pending = True  # Killed as soon as its pid comes.
+                return True
         if pgid is None:
             return False
         try:
