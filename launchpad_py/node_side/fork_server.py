@@ -21,7 +21,7 @@ import sys
 MAX_MESSAGE = 1 << 20
 
 
-def _preload() -> None:
+def preload() -> None:
     """Imports what every node needs; creates no gRPC object and starts no thread."""
     import launchpad_py  # noqa: F401  (first: it sets gRPC's log level)
     from launchpad_py.node_side import local_node_main  # noqa: F401
@@ -69,11 +69,11 @@ def _child(fds: list[int], spec_path: str, env: dict, cwd: str, inherited: list[
         import traceback
         traceback.print_exc()
     finally:
-        _remove_socket_files()  # What an interpreter's exit would do; os._exit does not.
+        remove_socket_files()  # What an interpreter's exit would do; os._exit does not.
         os._exit(code)
 
 
-def _remove_socket_files() -> None:
+def remove_socket_files() -> None:
     try:
         from launchpad_py.courier import uds_server
         uds_server.remove_socket_files()
@@ -130,5 +130,5 @@ def _die_with(parent_pid: int) -> None:
 if __name__ == '__main__':
     if int(sys.argv[2]):
         _die_with(int(sys.argv[2]))
-    _preload()
+    preload()
     _serve(int(sys.argv[1]))
