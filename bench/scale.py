@@ -1,7 +1,13 @@
-"""Programs of 10 to 2,000 nodes on local_mp and local_mt: ready time, memory, call rates.
+"""Programs of 10 to 2,000 nodes on local_mp, local_mt, ssh, slurm: ready time, memory, call rates.
 
     python -m bench.scale --json bench/scale.json                  # 10, 100, 300, 1000
     python -m bench.scale --nodes 1000 --reps 20 --json bench/scale_1000x20.json
+    python -m bench.scale --launch_types ssh --json bench/scale_ssh.json   # over h1..h3
+
+ssh spreads the counters round-robin over ``LP_BENCH_SSH_HOSTS`` (default
+h1,h2,h3, the test hosts of ../shared/infra/ssh_hosts.sh, reached with their
+``/tmp/lp-ssh/ssh_config``); the caller runs on the first. slurm runs every
+node in one job on the test cluster (scripts/slurm_cluster.sh).
 
 For each launch type and node count, ``--reps`` launches of issue 25's program
 (N ``CourierNode(Counter)`` in one group, one ``PyNode`` that makes one
@@ -71,12 +77,25 @@ class PeakUss:
         return self.peak
 
 
+def launch_arguments(launch_type: str, program: lp.Program) -> dict:
+    """What ``lp.launch`` needs besides the program: the hosts for ssh."""
+    if launch_type != 'ssh':
+        return {}
+    options = ['-F', os.path.join(os.environ.get('LP_SSH_DIR', '/tmp/lp-ssh'), 'ssh_config')]
+    hosts = [lp.SshHost(name, ssh_options=options)
+             for name in os.environ.get('LP_BENCH_SSH_HOSTS', 'h1,h2,h3').split(',')]
+    return {'resources': {label: hosts if label != 'caller' and label != 'server' else hosts[0]
+                          for label in program.groups}}
+
+
 def fan_out_once(launch_type: str, nodes: int, scratch: str) -> dict:
     result_path = os.path.join(scratch, f'fan_out_{launch_type}_{nodes}.json')
     sampler = PeakUss()
     start = time.perf_counter()
     try:
-        controller = lp.launch(scale_nodes.fan_out(nodes, result_path), launch_type=launch_type)
+        program = scale_nodes.fan_out(nodes, result_path)
+        controller = lp.launch(program, launch_type=launch_type,
+                               **launch_arguments(launch_type, program))
         ready = time.perf_counter() - start
         controller.wait(timeout=900)
         ended_at = time.time()
@@ -93,7 +112,8 @@ def fan_out_once(launch_type: str, nodes: int, scratch: str) -> dict:
 def fan_in_once(launch_type: str, nodes: int, calls: int) -> dict:
     program, server = scale_nodes.fan_in(nodes, calls)
     start = time.perf_counter()
-    with lp.launch(program, launch_type=launch_type) as controller:
+    with lp.launch(program, launch_type=launch_type,
+                   **launch_arguments(launch_type, program)) as controller:
         ready = time.perf_counter() - start
         count, rate = server.dereference().wait_count(nodes * calls, 600)
         del controller
