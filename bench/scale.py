@@ -42,6 +42,7 @@ import sys
 import tempfile
 import threading
 import time
+import uuid
 
 import psutil
 
@@ -49,11 +50,33 @@ import launchpad_py as lp
 from bench import scale_nodes
 
 
-class PeakUss:
-    """Samples the USS of this process and its descendants until stopped; keeps the peak."""
+#: Marks a run's node processes on the ssh hosts, which are not our descendants (in their
+#: environment; the hosts share this machine's process table).
+MARK = 'LP_BENCH_MARK'
 
-    def __init__(self):
+
+def marked(mark: str) -> list[psutil.Process]:
+    """Processes whose environment holds ``MARK=mark`` (the nodes and agents of one run) or
+    whose command line names it (the ssh clients)."""
+    found = []
+    for process in psutil.process_iter():
+        try:
+            if process.environ().get(MARK) == mark or mark in ' '.join(process.cmdline()):
+                found.append(process)
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+            pass
+    return found
+
+
+class PeakUss:
+    """Samples the USS of this process and its descendants until stopped; keeps the peak.
+
+    ``mark``: processes elsewhere (ssh hosts) marked so count too.
+    """
+
+    def __init__(self, mark: str | None = None):
         self.peak = 0
+        self._mark = mark
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name='uss-sampler', daemon=True)
         self._thread.start()
@@ -62,7 +85,8 @@ class PeakUss:
         me = psutil.Process()
         while True:
             total = 0
-            for process in [me, *me.children(recursive=True)]:
+            ours = {me, *me.children(recursive=True), *(marked(self._mark) if self._mark else [])}
+            for process in ours:
                 try:
                     total += process.memory_full_info().uss
                 except (psutil.NoSuchProcess, psutil.AccessDenied):
@@ -77,12 +101,13 @@ class PeakUss:
         return self.peak
 
 
-def launch_arguments(launch_type: str, program: lp.Program) -> dict:
-    """What ``lp.launch`` needs besides the program: the hosts for ssh."""
+def launch_arguments(launch_type: str, program: lp.Program, mark: str = '') -> dict:
+    """What ``lp.launch`` needs besides the program: the hosts for ssh (their processes get
+    ``MARK=mark`` in their environment)."""
     if launch_type != 'ssh':
         return {}
     options = ['-F', os.path.join(os.environ.get('LP_SSH_DIR', '/tmp/lp-ssh'), 'ssh_config')]
-    hosts = [lp.SshHost(name, ssh_options=options)
+    hosts = [lp.SshHost(name, ssh_options=options, env={MARK: mark})
              for name in os.environ.get('LP_BENCH_SSH_HOSTS', 'h1,h2,h3').split(',')]
     return {'resources': {label: hosts if label != 'caller' and label != 'server' else hosts[0]
                           for label in program.groups}}
@@ -90,12 +115,13 @@ def launch_arguments(launch_type: str, program: lp.Program) -> dict:
 
 def fan_out_once(launch_type: str, nodes: int, scratch: str) -> dict:
     result_path = os.path.join(scratch, f'fan_out_{launch_type}_{nodes}.json')
-    sampler = PeakUss()
+    mark = uuid.uuid4().hex
+    sampler = PeakUss(mark)
     start = time.perf_counter()
     try:
         program = scale_nodes.fan_out(nodes, result_path)
         controller = lp.launch(program, launch_type=launch_type,
-                               **launch_arguments(launch_type, program))
+                               **launch_arguments(launch_type, program, mark))
         ready = time.perf_counter() - start
         controller.wait(timeout=900)
         ended_at = time.time()

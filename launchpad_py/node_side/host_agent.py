@@ -12,12 +12,14 @@ session, which ssh authenticated; secrets only travel here, never in argv)::
     {"start": ID, "boot": {...}}   fork node ID; its bootstrap (with the program secret)
     {"kill": ID}                   SIGKILL node ID's process group
     {"ping": 1}                    the launcher lives (sent every second)
+    {"timeout": SECONDS}           how long without a word before the launcher counts as gone
 
 Answers go to stdout, one line each: ``o ID text`` (a line of node ID's output),
 ``s ID PID`` (started), ``x ID CODE`` (exited; CODE is negative for a signal).
 
-Watchdogs: when stdin ends or the pings stop for ``LP_AGENT_TIMEOUT`` seconds
-(the session, the launcher or the network is gone), the agent kills every
+Watchdogs: when stdin ends or the pings stop for the timeout (the launcher
+sends it first; ``LP_AGENT_TIMEOUT`` until then) because the session, the
+launcher or the network is gone, the agent kills every
 node's process group and exits. Each node keeps the write end of its
 bootstrap pipe open only here, so a node whose agent dies sees its stdin close
 and kills its own group (``remote_node_main``).
@@ -32,6 +34,7 @@ import signal
 import sys
 import time
 
+from launchpad_py.courier import open_files
 from launchpad_py.node_side.fork_server import preload, remove_socket_files
 
 #: Seconds without a request or ping after which the agent takes the launcher for gone.
@@ -83,12 +86,18 @@ def _child(boot_read: int, output_write: int, inherited: list[int]) -> None:
 
 
 class Agent:
-    """The agent's state and its one loop (a single thread, so forking stays safe)."""
+    """The agent's state and its one loop (a single thread, so forking stays safe).
+
+    It holds three descriptors per node, so it polls (``select`` stops at descriptor 1023)
+    and raises its soft descriptor limit.
+    """
 
     def __init__(self, timeout: float):
         self.timeout = timeout
         self.nodes: dict[int, _Node] = {}  # by id
         self._by_fd: dict[int, _Node] = {}
+        self._poll = select.poll()
+        self._poll.register(0, select.POLLIN)
         self._requests = b''
         self._last_word = time.monotonic()
 
@@ -102,11 +111,14 @@ class Agent:
             _child(boot_read, output_write, [boot_write, output_read, *inherited])
         os.close(boot_read)
         os.close(output_write)
+        os.set_blocking(output_read, False)  # A stale readiness must never block the loop.
         # The node reads this line, then watches the pipe: its end is the agent's death.
         os.write(boot_write, json.dumps(boot).encode() + b'\n')
         node = _Node(node_id, pid, os.pidfd_open(pid), output_read, boot_write)
         self.nodes[node_id] = node
-        self._by_fd[node.pidfd] = self._by_fd[node.output] = node
+        for fd in (node.pidfd, node.output):
+            self._by_fd[fd] = node
+            self._poll.register(fd, select.POLLIN)
         _write(b's %d %d\n' % (node_id, pid))
 
     def kill(self, node_id: int) -> None:
@@ -122,28 +134,37 @@ class Agent:
             self.kill(node_id)
 
     def _relay(self, node: _Node) -> None:
-        data = os.read(node.output, 65536)
+        try:
+            data = os.read(node.output, 65536)
+        except BlockingIOError:
+            return
         if not data:
             if node.partial:
                 _write(b'o %d %s\n' % (node.id, node.partial))
-            del self._by_fd[node.output]
-            os.close(node.output)
+            self._forget(node.output)
             node.output = -1
             return
         *lines, node.partial = (node.partial + data).split(b'\n')
         _write(b''.join(b'o %d %s\n' % (node.id, line) for line in lines))
 
     def _reap(self, node: _Node) -> None:
-        while node.output >= 0 and select.select([node.output], [], [], 0)[0]:
+        readable = select.poll()
+        if node.output >= 0:
+            readable.register(node.output, select.POLLIN)
+        while node.output >= 0 and readable.poll(0):
             self._relay(node)  # What it wrote before ending goes before its exit.
         _, status = os.waitpid(node.pid, 0)
-        del self._by_fd[node.pidfd], self.nodes[node.id]
-        os.close(node.pidfd)
+        del self.nodes[node.id]
+        self._forget(node.pidfd)
         os.close(node.boot_pipe)
         if node.output >= 0:  # Its children may hold the pipe still; stop listening.
-            del self._by_fd[node.output]
-            os.close(node.output)
+            self._forget(node.output)
         _write(b'x %d %d\n' % (node.id, os.waitstatus_to_exitcode(status)))
+
+    def _forget(self, fd: int) -> None:
+        del self._by_fd[fd]
+        self._poll.unregister(fd)
+        os.close(fd)
 
     def _requests_ready(self) -> bool:
         """Reads stdin; handles whole lines; False once it has ended."""
@@ -158,15 +179,17 @@ class Agent:
                 self.start(request['start'], request['boot'])
             elif 'kill' in request:
                 self.kill(request['kill'])
+            elif 'timeout' in request:
+                self.timeout = float(request['timeout'])
         return True
 
     def serve(self) -> None:
         while True:
             waited = self.timeout - (time.monotonic() - self._last_word)
-            ready, _, _ = select.select([0, *self._by_fd], [], [], max(0.0, waited))
+            ready = self._poll.poll(max(0.0, waited) * 1000)
             if not ready and time.monotonic() - self._last_word >= self.timeout:
                 return  # No ping: the launcher or the network is gone.
-            for fd in ready:
+            for fd, _ in ready:
                 if fd == 0:
                     if not self._requests_ready():
                         return
@@ -177,6 +200,7 @@ class Agent:
 
 def main() -> int:
     preload()
+    open_files.raise_soft_limit()
     from launchpad_py.node_side import remote_node_main  # noqa: F401  (forked children run it)
     agent = Agent(float(os.environ.get(TIMEOUT_ENV, '10')))
 

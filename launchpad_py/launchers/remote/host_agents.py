@@ -25,12 +25,14 @@ import subprocess
 import threading
 from typing import Callable
 
+from launchpad_py.launchers.remote.setup import HEARTBEAT_S, HEARTBEAT_TIMEOUT_S
 from launchpad_py.launchers.remote.worker import Starter
 from launchpad_py.node_side import node_process
 from launchpad_py.supervision import output
 
-#: Seconds between the launcher's pings; the agent gives up after its own timeout (10 s).
-PING_S = 1.0
+#: The agent kills its nodes after this long without a ping (sent every HEARTBEAT_S): twice a
+#: node's own heartbeat timeout, as one late ping now costs a whole host.
+AGENT_TIMEOUT_S = 2 * HEARTBEAT_TIMEOUT_S
 _CLOSE_TIMEOUT_S = 10.0
 
 
@@ -56,6 +58,7 @@ class HostAgent:
                 raise OSError(f'the agent on {self.host} has ended ({self._ended or "closed"})')
             if self._process is None:
                 self._open()
+                self._send({'timeout': AGENT_TIMEOUT_S})
             node_id = next(self._ids)
             self._nodes[node_id] = starter
         self._send({'start': node_id, 'boot': boot})
@@ -85,7 +88,7 @@ class HostAgent:
                 pass  # The session ended; the reader tells every node.
 
     def _ping(self) -> None:
-        while not self._closed.wait(PING_S) and self._ended is None:
+        while not self._closed.wait(HEARTBEAT_S) and self._ended is None:
             self._send({'ping': 1})
 
     def _read_errors(self) -> None:
@@ -167,6 +170,8 @@ class AgentStarter(Starter):
 
     def describe_exit(self, code: int | None) -> str:
         return self._lost or super().describe_exit(code)
+
+    needs_heartbeat = False  # The agent is pinged, per host; the node watches its agent.
 
     def again(self, host: str | None) -> 'AgentStarter':
         return AgentStarter(self.agent)  # The same host's agent starts it again.
