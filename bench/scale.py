@@ -7,7 +7,8 @@
 ssh spreads the counters round-robin over ``LP_BENCH_SSH_HOSTS`` (default
 h1,h2,h3, the test hosts of ../shared/infra/ssh_hosts.sh, reached with their
 ``/tmp/lp-ssh/ssh_config``); the caller runs on the first. slurm runs every
-node in one job on the test cluster (scripts/slurm_cluster.sh).
+node in one job on the test cluster (scripts/slurm_cluster.sh) over its three
+hosts, with ``--overcommit`` (the cluster declares 48 CPUs; nodes share them).
 
 For each launch type and node count, ``--reps`` launches of issue 25's program
 (N ``CourierNode(Counter)`` in one group, one ``PyNode`` that makes one
@@ -102,8 +103,14 @@ class PeakUss:
 
 
 def launch_arguments(launch_type: str, program: lp.Program, mark: str = '') -> dict:
-    """What ``lp.launch`` needs besides the program: the hosts for ssh (their processes get
-    ``MARK=mark`` in their environment)."""
+    """What ``lp.launch`` needs besides the program: the hosts for ssh, the job for slurm
+    (their processes get ``MARK=mark`` in their environment)."""
+    if launch_type == 'slurm':  # 48 CPUs on the test cluster: tasks share them (overcommit).
+        return {'resources': {label: lp.SlurmResources(env={MARK: mark})
+                              for label in program.groups},
+                'slurm_options': {'extra_args': ['--overcommit', '--nodes=3'], 'steps': 'host',
+                                  'output_dir': os.path.join(tempfile.gettempdir(),
+                                                             'lp-bench-slurm')}}
     if launch_type != 'ssh':
         return {}
     options = ['-F', os.path.join(os.environ.get('LP_SSH_DIR', '/tmp/lp-ssh'), 'ssh_config')]
@@ -139,7 +146,7 @@ def fan_in_once(launch_type: str, nodes: int, calls: int) -> dict:
     program, server = scale_nodes.fan_in(nodes, calls)
     start = time.perf_counter()
     with lp.launch(program, launch_type=launch_type,
-                   **launch_arguments(launch_type, program)) as controller:
+                   **launch_arguments(launch_type, program, uuid.uuid4().hex)) as controller:
         ready = time.perf_counter() - start
         count, rate = server.dereference().wait_count(nodes * calls, 600)
         del controller

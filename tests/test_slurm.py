@@ -372,7 +372,8 @@ def test_steps_per_host_start_every_node_through_one_agent_step_per_host():
         before = running.statuses()[2]
         address = handles[2].address.resolve()
         os.kill(before.pid, signal.SIGKILL)
-        wait_for(lambda: running.statuses()[2].restarts == 1, timeout=60, what='the restart')
+        wait_for(lambda: (running.statuses()[2].restarts, running.statuses()[2].state) == (
+            1, lp.NodeState.RUNNING), timeout=60, what='the restart')
         after = running.statuses()[2]
         assert handles[2].dereference().who()['pid'] == after.pid != before.pid
         assert (after.host, handles[2].address.resolve()) == (before.host, address)
