@@ -97,10 +97,14 @@ class HostAgent:
 
     def _read(self) -> None:
         for raw in iter(self._process.stdout.readline, b''):
-            kind, node_id, rest = (raw.rstrip(b'\n').split(b' ', 2) + [b''])[:3]
+            kind, node_id, rest = (raw.rstrip(b'\n').split(b' ', 2) + [b'', b''])[:3]
+            if kind not in (b'o', b's', b'x') or not node_id.isdigit():
+                # Not the agent's (a login script's echo): kept to explain a failure.
+                self._errors.append(raw.decode(errors='replace').rstrip())
+                continue
             with self._lock:
                 starter = self._nodes.get(int(node_id))
-            if starter is None:
+            if starter is None:  # Output of a node that has ended (its children's).
                 continue
             if kind == b'o':
                 starter.take_line(rest.decode(errors='replace'))
