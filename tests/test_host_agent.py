@@ -33,8 +33,10 @@ def silent_launcher():
 
 
 def _start_agent(pass_fds=()) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, '-m', 'launchpad_py.node_side.host_agent'],
-                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, pass_fds=pass_fds)
+    agent = subprocess.Popen([sys.executable, '-m', 'launchpad_py.node_side.host_agent'],
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, pass_fds=pass_fds)
+    _ask(agent, {'timeout': 600})  # No pings here: a loaded machine must not end it first.
+    return agent
 
 
 def _ask(agent: subprocess.Popen, request: dict) -> None:

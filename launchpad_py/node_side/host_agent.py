@@ -127,7 +127,10 @@ class Agent:
             try:
                 os.killpg(node.pid, signal.SIGKILL)
             except (ProcessLookupError, PermissionError):
-                pass
+                try:  # Asked before the child made its group (setsid): it has no children yet.
+                    os.kill(node.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
 
     def kill_all(self) -> None:
         for node_id in list(self.nodes):
@@ -188,7 +191,10 @@ class Agent:
             waited = self.timeout - (time.monotonic() - self._last_word)
             ready = self._poll.poll(max(0.0, waited) * 1000)
             if not ready and time.monotonic() - self._last_word >= self.timeout:
-                return  # No ping: the launcher or the network is gone.
+                # No ping: the launcher or the network is gone.
+                os.write(2, f'launchpad_py host agent: no word from the launcher for '
+                            f'{self.timeout:.0f}s; ending its {len(self.nodes)} nodes\n'.encode())
+                return
             for fd, _ in ready:
                 if fd == 0:
                     if not self._requests_ready():
