@@ -1,6 +1,8 @@
-"""Plots ready time and peak USS against nodes from a ``bench.scale`` JSON file.
+"""Plots ready time and peak USS against nodes from ``bench.scale`` JSON files (the last
+argument is the image).
 
     python -m bench.plot_scale bench/scale.json docs/images/scale.png
+    python -m bench.plot_scale bench/scale_ssh.json bench/scale_slurm.json docs/images/scale_hosts.png
 """
 
 from __future__ import annotations
@@ -9,13 +11,16 @@ import json
 import sys
 
 
-def main(source: str, target: str) -> None:
+def main(*paths: str) -> None:
+    *sources, target = paths
     import matplotlib
     matplotlib.use('Agg')
     import matplotlib.pyplot as plt
 
-    with open(source) as f:
-        points = json.load(f)['points']
+    points = []
+    for source in sources:
+        with open(source) as f:
+            points += json.load(f)['points']
     figure, (ready_axes, memory_axes) = plt.subplots(1, 2, figsize=(10, 4))
     for launch_type in sorted({p['launch_type'] for p in points}):
         mine = sorted((p for p in points if p['launch_type'] == launch_type

@@ -1,7 +1,14 @@
-"""Programs of 10 to 2,000 nodes on local_mp and local_mt: ready time, memory, call rates.
+"""Programs of 10 to 2,000 nodes on local_mp, local_mt, ssh, slurm: ready time, memory, call rates.
 
     python -m bench.scale --json bench/scale.json                  # 10, 100, 300, 1000
     python -m bench.scale --nodes 1000 --reps 20 --json bench/scale_1000x20.json
+    python -m bench.scale --launch_types ssh --json bench/scale_ssh.json   # over h1..h3
+
+ssh spreads the counters round-robin over ``LP_BENCH_SSH_HOSTS`` (default
+h1,h2,h3, the test hosts of ../shared/infra/ssh_hosts.sh, reached with their
+``/tmp/lp-ssh/ssh_config``); the caller runs on the first. slurm runs every
+node in one job on the test cluster (scripts/slurm_cluster.sh) over its three
+hosts, with ``--overcommit`` (the cluster declares 48 CPUs; nodes share them).
 
 For each launch type and node count, ``--reps`` launches of issue 25's program
 (N ``CourierNode(Counter)`` in one group, one ``PyNode`` that makes one
@@ -36,6 +43,7 @@ import sys
 import tempfile
 import threading
 import time
+import uuid
 
 import psutil
 
@@ -43,11 +51,33 @@ import launchpad_py as lp
 from bench import scale_nodes
 
 
-class PeakUss:
-    """Samples the USS of this process and its descendants until stopped; keeps the peak."""
+#: Marks a run's node processes on the ssh hosts, which are not our descendants (in their
+#: environment; the hosts share this machine's process table).
+MARK = 'LP_BENCH_MARK'
 
-    def __init__(self):
+
+def marked(mark: str) -> list[psutil.Process]:
+    """Processes whose environment holds ``MARK=mark`` (the nodes and agents of one run) or
+    whose command line names it (the ssh clients)."""
+    found = []
+    for process in psutil.process_iter():
+        try:
+            if process.environ().get(MARK) == mark or mark in ' '.join(process.cmdline()):
+                found.append(process)
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+            pass
+    return found
+
+
+class PeakUss:
+    """Samples the USS of this process and its descendants until stopped; keeps the peak.
+
+    ``mark``: processes elsewhere (ssh hosts) marked so count too.
+    """
+
+    def __init__(self, mark: str | None = None):
         self.peak = 0
+        self._mark = mark
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name='uss-sampler', daemon=True)
         self._thread.start()
@@ -56,7 +86,8 @@ class PeakUss:
         me = psutil.Process()
         while True:
             total = 0
-            for process in [me, *me.children(recursive=True)]:
+            ours = {me, *me.children(recursive=True), *(marked(self._mark) if self._mark else [])}
+            for process in ours:
                 try:
                     total += process.memory_full_info().uss
                 except (psutil.NoSuchProcess, psutil.AccessDenied):
@@ -71,12 +102,33 @@ class PeakUss:
         return self.peak
 
 
+def launch_arguments(launch_type: str, program: lp.Program, mark: str = '') -> dict:
+    """What ``lp.launch`` needs besides the program: the hosts for ssh, the job for slurm
+    (their processes get ``MARK=mark`` in their environment)."""
+    if launch_type == 'slurm':  # 48 CPUs on the test cluster: tasks share them (overcommit).
+        return {'resources': {label: lp.SlurmResources(env={MARK: mark})
+                              for label in program.groups},
+                'slurm_options': {'extra_args': ['--overcommit', '--nodes=3'], 'steps': 'host',
+                                  'output_dir': os.path.join(tempfile.gettempdir(),
+                                                             'lp-bench-slurm')}}
+    if launch_type != 'ssh':
+        return {}
+    options = ['-F', os.path.join(os.environ.get('LP_SSH_DIR', '/tmp/lp-ssh'), 'ssh_config')]
+    hosts = [lp.SshHost(name, ssh_options=options, env={MARK: mark})
+             for name in os.environ.get('LP_BENCH_SSH_HOSTS', 'h1,h2,h3').split(',')]
+    return {'resources': {label: hosts if label != 'caller' and label != 'server' else hosts[0]
+                          for label in program.groups}}
+
+
 def fan_out_once(launch_type: str, nodes: int, scratch: str) -> dict:
     result_path = os.path.join(scratch, f'fan_out_{launch_type}_{nodes}.json')
-    sampler = PeakUss()
+    mark = uuid.uuid4().hex
+    sampler = PeakUss(mark)
     start = time.perf_counter()
     try:
-        controller = lp.launch(scale_nodes.fan_out(nodes, result_path), launch_type=launch_type)
+        program = scale_nodes.fan_out(nodes, result_path)
+        controller = lp.launch(program, launch_type=launch_type,
+                               **launch_arguments(launch_type, program, mark))
         ready = time.perf_counter() - start
         controller.wait(timeout=900)
         ended_at = time.time()
@@ -93,7 +145,8 @@ def fan_out_once(launch_type: str, nodes: int, scratch: str) -> dict:
 def fan_in_once(launch_type: str, nodes: int, calls: int) -> dict:
     program, server = scale_nodes.fan_in(nodes, calls)
     start = time.perf_counter()
-    with lp.launch(program, launch_type=launch_type) as controller:
+    with lp.launch(program, launch_type=launch_type,
+                   **launch_arguments(launch_type, program, uuid.uuid4().hex)) as controller:
         ready = time.perf_counter() - start
         count, rate = server.dereference().wait_count(nodes * calls, 600)
         del controller

@@ -8,6 +8,7 @@ import random
 import signal
 import time
 
+import psutil
 import pytest
 
 import launchpad_py as lp
@@ -259,7 +260,8 @@ def test_deadlines_pop_in_order_of_their_moments():
 
 @needs_ssh_hosts
 def test_node_on_another_host_restarts_at_its_address():
-    """Under ssh a killed node starts again on its host with its old host:port."""
+    """Under ssh a killed node starts again on its host with its old host:port, through the
+    same host agent (no new ssh session)."""
     program, handle = _member_program('ssh_restarts')
     with lp.launch(program, launch_type='ssh', resources={'member': ssh_host('h2')},
                    failure_policy={'member': _QUICK}) as controller:
@@ -268,6 +270,8 @@ def test_node_on_another_host_restarts_at_its_address():
         old, new = _kill_and_wait_back(controller, client)
         assert new != old and address.startswith('10.250.0.12:')
         assert handle.address.resolve() == address and _state(controller).host == 'h2'
+        # The restart went through h2's agent: still the one ssh session to h2.
+        assert len([p for p in psutil.Process().children() if p.name() == 'ssh']) == 1
 
 
 @pytest.mark.parametrize('launch_type, what, match', [

@@ -352,3 +352,38 @@ def test_time_limit_ends_the_program_and_wait_says_so():
     with pytest.raises(lp.NodeFailedError, match=r'Slurm job \d+ reached its time limit '
                                                  r'\(JobState=TIMEOUT\)'):
         running.wait(timeout=180)
+
+
+def test_steps_per_host_start_every_node_through_one_agent_step_per_host():
+    """steps='host': the job has one step per host (its agent), not one per node; every node
+    answers, and a SIGKILLed node comes back through its host's agent at its address."""
+    program = lp.Program('host_steps')
+    with program.group('member'):
+        handles = [program.add_node(lp.CourierNode(Member)) for _ in range(6)]
+    with launch(program, 'slurm', slurm_options={'steps': 'host', 'output_dir': SLURM_LOGS},
+                failure_policy={'member': _QUICK_RESTART}) as running:
+        assert {h.dereference().who()['pid'] for h in handles} == {
+            s.pid for s in running.statuses()}
+        job = _job_of(running.statuses()[0].pid)
+        steps = subprocess.run(['squeue', '-h', '-s', '-j', job, '-o', '%j'], capture_output=True,
+                               text=True, timeout=30).stdout.split()
+        hosts = {s.host for s in running.statuses()}
+        assert sorted(steps) == sorted(f'lp-agent-{host}' for host in hosts) and hosts <= _HOSTS
+        before = running.statuses()[2]
+        address = handles[2].address.resolve()
+        os.kill(before.pid, signal.SIGKILL)
+        wait_for(lambda: (running.statuses()[2].restarts, running.statuses()[2].state) == (
+            1, lp.NodeState.RUNNING), timeout=60, what='the restart')
+        after = running.statuses()[2]
+        assert handles[2].dereference().who()['pid'] == after.pid != before.pid
+        assert (after.host, handles[2].address.resolve()) == (before.host, address)
+    assert wait_for(lambda: _job_ended(job), timeout=30, what='the job to end') == 'COMPLETED'
+
+
+def test_steps_per_host_with_gpus_is_refused_naming_the_request():
+    """steps='host' cannot give each node its own GPUs: refused before anything is submitted."""
+    program = lp.Program('gpu_host_steps')
+    program.add_node(lp.PyNode(serve_forever), label='learner')
+    with pytest.raises(lp.ProgramError, match=r"steps'\] = 'host' needs .* without GPUs"):
+        launch(program, 'slurm', slurm_options={'steps': 'host', 'output_dir': SLURM_LOGS},
+               resources={'learner': lp.SlurmResources(gpus=1)})

@@ -73,7 +73,9 @@ def test_status_shows_host_and_remote_pid():
         (status,) = controller.statuses()
         assert status.host == 'h3'
         process = psutil.Process(status.pid)
-        assert 'launchpad_py.node_side.remote_node_main' in ' '.join(process.cmdline())
+        # Forked by the host's agent, in a session (process group) of its own.
+        assert 'launchpad_py.node_side.host_agent' in ' '.join(process.parent().cmdline())
+        assert os.getsid(status.pid) == status.pid
         assert os.path.basename(os.readlink(f'/proc/{status.pid}/ns/net')) != os.path.basename(
             os.readlink('/proc/self/ns/net')), 'the node should run in h3 network namespace'
 

@@ -28,7 +28,8 @@ pytestmark = [needs_ssh_hosts, pytest.mark.timeout(180 * max(RUNS, 1)), pytest.m
 
 # Node processes (and their shells before ``exec``); not the host checks run before them,
 # whose death after they answered changes nothing, so the program rightly runs on.
-_NODE_MODULES = ('launchpad_py.node_side.remote_node_main', 'launchpad_py.nodes.colocation_child')
+_NODE_MODULES = ('launchpad_py.node_side.remote_node_main', 'launchpad_py.node_side.host_agent',
+                 'launchpad_py.nodes.colocation_child')
 
 
 def _node_processes(token: str, launcher_pid: int) -> list[psutil.Process]:

@@ -45,7 +45,8 @@ class ControlServer:
         self._on_connect = on_connect
         # The key is checked per connection in a thread of its own (see _admit), so a peer
         # that connects and says nothing cannot stall the accept loop.
-        self._listener = mpc.Listener(address, family=family)
+        # A deep backlog: a thousand nodes may dial in within a second.
+        self._listener = mpc.Listener(address, family=family, backlog=4096)
         #: A Unix path, or (host, port) with the port the listener got (family='AF_INET').
         self.address = self._listener.address
         self._closed = False

@@ -16,7 +16,8 @@ Then, over the authenticated control channel (see ``launchers/remote/``)::
     then the messages of ``node_process``, and ('ping',) from the launcher every second.
 
 The node ends its whole process group when the control channel closes, when
-no heartbeat arrives for ``heartbeat_timeout`` seconds, or when its stdin
+no heartbeat arrives for ``heartbeat_timeout`` seconds (None: not watched, as a
+host agent that started it is pinged for the whole host instead), or when its stdin
 closes (the ssh connection dropped; not watched when the bootstrap came
 from a file), so nothing outlives the launcher.
 """
@@ -37,8 +38,10 @@ from launchpad_py.courier import serialization
 from launchpad_py.program import group_handle
 
 
-def _kill_own_group() -> None:
+def _kill_own_group(why: str = 'the launcher is gone') -> None:
+    """Ends this node and everything it started, saying why on its output first."""
     try:
+        os.write(2, f'launchpad_py remote node: {why}; ending the node\n'.encode())
         os.killpg(os.getpgrp(), signal.SIGKILL)
     finally:
         os._exit(1)
@@ -72,7 +75,7 @@ def _watch_stdin() -> None:
     """The starter's connection (ssh) closing means the launcher is gone."""
     while os.read(0, 4096):
         pass
-    _kill_own_group()
+    _kill_own_group('its stdin closed (the ssh session or host agent ended)')
 
 
 def _local_ip(connection: mpc.Connection) -> str:
@@ -144,8 +147,8 @@ def main() -> int:
             if message[0] == 'members':
                 group_handle.publish(message[1])
             message = channel.recv()
-    except (EOFError, OSError):
-        _kill_own_group()
+    except (EOFError, OSError) as exc:
+        _kill_own_group(f'lost the launcher before running ({exc or type(exc).__name__})')
     if message[0] != 'run':
         return 0  # The launch was called off before this node ran.
     _, program_name, data, flags, args = message
@@ -159,7 +162,8 @@ def main() -> int:
         return executable
 
     # The launcher fixed every address before shipping us: nothing to ask.
-    return node_process.run(channel, program_name, bind_host, load, _kill_own_group,
+    return node_process.run(channel, program_name, bind_host, load,
+                            lambda: _kill_own_group(channel.why_ended),
                             secret=bytes.fromhex(boot['secret']), ask_parent=False)
 
 
@@ -174,13 +178,16 @@ class HeartbeatChannel:
         self._channel = node_process.Channel(connection)
         self._connection = connection
         self._timeout = timeout
+        #: Why ``recv`` last failed: what the node says when it ends itself.
+        self.why_ended = 'the control channel to the launcher closed'
 
     def send(self, *message) -> bool:
         return self._channel.send(*message)
 
     def recv(self):
-        if not self._connection.poll(self._timeout):
-            raise EOFError(f'no heartbeat from the launcher for {self._timeout:.0f}s')
+        if self._timeout is not None and not self._connection.poll(self._timeout):
+            self.why_ended = f'no heartbeat from the launcher for {self._timeout:.0f}s'
+            raise EOFError(self.why_ended)
         return self._connection.recv()
 
     def close(self) -> None:

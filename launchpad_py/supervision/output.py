@@ -19,6 +19,7 @@ import os
 import subprocess
 import sys
 import threading
+from typing import Callable
 
 MODES = ('current_terminal', 'output_to_files', 'tmux_session')
 _COLOURS = (31, 32, 33, 34, 35, 36, 91, 92, 93, 94, 95, 96)
@@ -51,6 +52,10 @@ class Sink:
 
     def note(self, line: str) -> None:
         """A line from the launcher about the node (why its pod waits), kept with its output."""
+
+    def take_lines(self) -> Callable[[str], None]:
+        """For output handed over line by line (a host agent's relay): what takes each line."""
+        return self.note
 
     def tail(self) -> str:
         try:
@@ -86,6 +91,14 @@ class FileSink(Sink):
     def note(self, line: str) -> None:
         with open(self.log_path, 'ab') as log:
             log.write(f'{line}\n'.encode())
+
+    def take_lines(self) -> Callable[[str], None]:
+        self._file = open(self.log_path, 'ab')
+        return self._write_line
+
+    def _write_line(self, line: str) -> None:
+        self._file.write(f'{line}\n'.encode())
+        self._file.flush()
 
     def close(self) -> None:
         if self._thread is not None:

@@ -95,7 +95,8 @@ class RemoteSetup(start_program.Launch):
     def heartbeat(self) -> None:
         while not self._closed.wait(HEARTBEAT_S):
             for worker in list(self.workers.values()):
-                worker.send('ping')
+                if worker.needs_heartbeat:  # Not those whose host agent is pinged instead.
+                    worker.send('ping')
 
     def finish(self) -> None:
         self._closed.set()

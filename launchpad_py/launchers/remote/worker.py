@@ -58,6 +58,10 @@ class Starter(abc.ABC):
         (SIGTERM) reached the launcher first; None if it did not."""
         return None
 
+    #: Whether the node needs the launcher's heartbeat to notice a frozen launcher or a lost
+    #: network; False where the starter watches for that itself (a host agent, per host).
+    needs_heartbeat = True
+
     def again(self, host: str | None) -> 'Starter | None':
         """A fresh starter for a restart of the same node on the same host (``host``: the one
         it reported, None if it never did), or None where the launcher cannot put it there."""
@@ -174,7 +178,12 @@ class RemoteWorker(MembersOverChannel, Worker):
         return {'control': list(control.address), 'key': control.key.hex(),
                 'secret': self._setup.secret.hex(), 'worker_id': self.worker_id,
                 'addresses': len(self.executable.addresses), 'bind': self.bind,
-                'heartbeat_timeout': HEARTBEAT_TIMEOUT_S, 'host_env': self.placement.host_env}
+                'heartbeat_timeout': HEARTBEAT_TIMEOUT_S if self.needs_heartbeat else None,
+                'host_env': self.placement.host_env}
+
+    @property
+    def needs_heartbeat(self) -> bool:
+        return self._starter.needs_heartbeat
 
     def start(self) -> None:
         try:

@@ -1,5 +1,6 @@
 """The ``slurm`` backend: ``launch`` (one allocation, one job step per node, on top of
-``launchers.remote``), ``allocation`` and ``_hold`` (salloc, held for the launcher's
+``launchers.remote``), ``host_steps`` (or one step per host, running the host agent),
+``allocation`` and ``_hold`` (salloc, held for the launcher's
 lifetime), ``job`` (srun steps and Slurm's states), ``resources`` (``SlurmResources``,
 ``SlurmOptions``).
 

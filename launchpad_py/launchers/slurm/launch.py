@@ -21,21 +21,39 @@ from launchpad_py import errors
 from launchpad_py.launchers.remote import launch as remote
 from launchpad_py.supervision.controller import ProgramController
 from launchpad_py.launchers.options import LaunchOptions
+from launchpad_py.launchers.slurm import host_steps
 from launchpad_py.launchers.slurm.allocation import Allocation
 from launchpad_py.launchers.slurm.job import (Component, ExistingAllocation, Job, address_towards,
                                               components_of, step_args)
 from launchpad_py.launchers.slurm.resources import SlurmOptions, SlurmResources, resources_of_groups
 from launchpad_py.program import Program
 
-_NODE_COMMAND = ['-m', 'launchpad_py.node_side.remote_node_main']
+_NODE_MODULE = 'launchpad_py.node_side.remote_node_main'
+_AGENT_MODULE = 'launchpad_py.node_side.host_agent'
+#: With steps='auto', programs of more nodes than this get a step per host.
+_STEP_PER_NODE_UP_TO = 32
 
 
-def _node_command(spec: SlurmResources) -> list[str]:
-    """What each node's srun runs: the node process, with the group's environment."""
+def _node_command(spec: SlurmResources, module: str = _NODE_MODULE) -> list[str]:
+    """What a step's srun runs (the node process, or a host's agent), with the group's
+    environment."""
     env = {**remote.node_environment(), **(spec.env or {})}
     if not spec.gpus:  # Slurm leaves the launcher's CUDA_VISIBLE_DEVICES to a step without GPUs.
         env['CUDA_VISIBLE_DEVICES'] = ''
-    return ['env', *(f'{k}={v}' for k, v in env.items()), sys.executable, *_NODE_COMMAND]
+    return ['env', *(f'{k}={v}' for k, v in env.items()), sys.executable, '-m', module]
+
+
+def _steps_per_host(program: Program, components: list[Component], slurm: SlurmOptions) -> bool:
+    """Whether each host gets one step (running its agent) rather than each node."""
+    can = len(components) == 1 and not components[0].spec.gpus
+    if slurm.steps == 'host' and not can:
+        raise errors.ResourcesError(
+            "slurm_options['steps'] = 'host' needs a job of one component without GPUs (a GPU "
+            'needs a step of its own for Slurm to bind it); got ' +
+            '; '.join(c.describe() for c in components) + ". Use steps='node'")
+    if slurm.steps == 'auto':
+        return can and len(program.get_all_nodes()) > _STEP_PER_NODE_UP_TO
+    return slurm.steps == 'host'
 
 
 class SlurmStep(remote.CommandStarter):
@@ -96,15 +114,28 @@ def launch_slurm(program: Program, options: LaunchOptions) -> ProgramController:
     if not components:
         raise errors.ProgramError(f'program {program.name!r} has no nodes to launch')
     job = _get_job(program, components, slurm)
+    agents = []
     try:
         launcher_ip = slurm.launcher_address or address_towards(job.node_list)
         log_dir = os.path.abspath(os.path.join(slurm.output_dir, f'{program.name}-{job.job_id}'))
         os.makedirs(log_dir, exist_ok=True)
         print(f'launchpad_py: program {program.name!r} runs as Slurm job {job.job_id} '
               f'(nodes {job.node_list}); node logs in {log_dir}', flush=True)
-        placements = _placements(program, job, components, specs, launcher_ip)
+        if _steps_per_host(program, components, slurm):
+            placements, agents = host_steps.place_by_host(
+                program, job, specs, launcher_ip, lambda spec: _node_command(spec, _AGENT_MODULE))
+        else:
+            placements = _placements(program, job, components, specs, launcher_ip)
+
+        def finish() -> None:
+            for agent in agents:
+                agent.close()
+            job.release()
+
         return remote.launch(program, options, 'slurm', placements, log_dir=log_dir,
-                             on_finish=job.release)
+                             on_finish=finish)
     except BaseException:
+        for agent in agents:
+            agent.close()
         job.release()  # Idempotent: a launch that fails after the start released it already.
         raise

@@ -81,6 +81,10 @@ class SlurmResources:
         return None if megabytes is None else math.ceil(megabytes / self.cpus)
 
 
+#: How nodes map onto job steps: one each, one per host, or per host where that pays.
+STEPS = ('node', 'host', 'auto')
+
+
 @dataclasses.dataclass(frozen=True)
 class SlurmOptions:
     """The job-wide options: ``slurm_options={...}`` over the ``--lp_slurm_*`` flags.
@@ -90,7 +94,10 @@ class SlurmOptions:
     arguments for every component; ``output_dir``: node logs go to
     ``output_dir/<program>-<job id>/``; ``launcher_address``: this machine's
     address as the compute nodes reach it; ``pending_timeout``: seconds a
-    pending job may wait before the launch gives up (0: no limit).
+    pending job may wait before the launch gives up (0: no limit); ``steps``:
+    ``'node'`` (a job step per node), ``'host'`` (a step per host, whose agent
+    starts that host's nodes; see ``host_steps``) or ``'auto'`` (per host for
+    programs of more than 32 nodes that can, else per node).
     """
 
     time: str | None = None
@@ -100,6 +107,7 @@ class SlurmOptions:
     output_dir: str = 'lp-slurm-logs'
     launcher_address: str | None = None
     pending_timeout: float = 0.0
+    steps: str = 'auto'
 
     @classmethod
     def from_flags(cls, given: Mapping[str, Any] | None) -> 'SlurmOptions':
@@ -113,6 +121,7 @@ class SlurmOptions:
             'output_dir': flags.value_or_default(flags.SLURM_OUTPUT_DIR),
             'launcher_address': flags.value_or_default(flags.SLURM_LAUNCHER_ADDRESS) or None,
             'pending_timeout': flags.value_or_default(flags.SLURM_PENDING_TIMEOUT),
+            'steps': 'auto',
         }
         values.update({key: value for key, value in given.items() if value is not None})
         if isinstance(values['extra_args'], str):
@@ -133,6 +142,9 @@ class SlurmOptions:
         if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout < 0:
             raise errors.ResourcesError(f"slurm_options['pending_timeout'] must be seconds >= 0 "
                                         f'(got {timeout!r})')
+        if values['steps'] not in STEPS:
+            raise errors.ResourcesError(f"slurm_options['steps'] must be one of {STEPS} "
+                                        f"(got {values['steps']!r})")
         if not isinstance(values['output_dir'], str) or not values['output_dir']:
             raise errors.ResourcesError(f"slurm_options['output_dir'] must be a directory path "
                                         f"(got {values['output_dir']!r})")

@@ -3,10 +3,12 @@
     lp.launch(p, launch_type='ssh', resources={'learner': lp.SshHost('h1', gpus=[0]),
                                                'actor': [lp.SshHost('h2'), lp.SshHost('h3')]})
 
-This module only decides where each node goes and builds its ssh command;
-starting, the address table, logs, stop and cleanup are ``launchers/remote/``'s.
-Each node's ssh session carries its stdin (the bootstrap with the program
-secret, then kept open so a dropped connection ends the node) and its output.
+This module only decides where each node goes and builds the ssh command of
+each host's agent; starting, the address table, logs, stop and cleanup are
+``launchers/remote/``'s. One ssh session per host (not per node) runs the
+agent (``node_side/host_agent.py``), which forks that host's nodes; the
+session's stdin carries their bootstraps (with the program secret) and its
+stdout their output, and its end (launcher gone, network lost) ends the nodes.
 """
 
 from __future__ import annotations
@@ -15,12 +17,13 @@ import shlex
 
 from launchpad_py import errors, flags
 from launchpad_py.launchers.remote import launch as remote
+from launchpad_py.launchers.remote.host_agents import AgentStarter, HostAgent
 from launchpad_py.supervision.controller import ProgramController
 from launchpad_py.launchers.options import LaunchOptions
 from launchpad_py.launchers.ssh.host import SshHost, check_hosts
 from launchpad_py.program import Program
 
-_NODE_COMMAND = ['-m', 'launchpad_py.node_side.remote_node_main']
+_AGENT_COMMAND = ['-m', 'launchpad_py.node_side.host_agent']
 
 
 def _default_hosts() -> list[SshHost]:
@@ -63,12 +66,25 @@ def launch_ssh(program: Program, options: LaunchOptions) -> ProgramController:
     growing = {host for label in program.elastic_groups for host in hosts.get(label, ())}
     launcher_ips = check_hosts(sorted(set(chosen.values()) | growing, key=repr))
     hide_gpus = any(h.gpus is not None for h in set(chosen.values()) | growing)
+    # One agent per host (as SshHost names it, with its env and GPUs), opened by its first node.
+    agents = {host: HostAgent(host.ssh_argv(host.remote_command(_AGENT_COMMAND, hide_gpus)),
+                              host.name) for host in launcher_ips}
 
     def place(label: str, index: int) -> remote.Placement:
         host = hosts[label][index % len(hosts[label])]
-        return remote.Placement(argv=host.ssh_argv(host.remote_command(_NODE_COMMAND, hide_gpus)),
-                                host=host.name, launcher_ip=launcher_ips[host])
+        agent = agents[host]
+        return remote.Placement(argv=agent.argv, host=host.name, launcher_ip=launcher_ips[host],
+                                starter=AgentStarter(agent))
+
+    def close_agents() -> None:
+        for agent in agents.values():
+            agent.close()
 
     placements = {(label, node.index): place(label, node.index)
                   for label in hosts for node in program.groups[label]}
-    return remote.launch(program, options, 'ssh', placements, place_new=place)
+    try:
+        return remote.launch(program, options, 'ssh', placements, place_new=place,
+                             on_finish=close_agents)
+    except BaseException:
+        close_agents()  # Idempotent; a launch that failed after its start closed them already.
+        raise

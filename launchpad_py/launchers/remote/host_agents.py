@@ -1,0 +1,181 @@
+"""The launcher's end of a per-host agent (``node_side/host_agent.py``): one session per host.
+
+Starting every node through its own ssh session costs one connection (and one
+sshd ``MaxStartups`` slot) per node; a ``HostAgent`` opens one session per host
+on its first node, and each node's ``AgentStarter`` (the ``Starter`` the remote
+core sees) asks that agent to fork the node, reads its output lines and exit
+code from the agent's one stdout, and asks the agent to kill it.
+
+    agent = HostAgent(['ssh', 'h1', 'python -m launchpad_py.node_side.host_agent'], 'h1')
+    placement = Placement(agent.argv, 'h1', launcher_ip, starter=AgentStarter(agent))
+    ...
+    agent.close()  # Its end kills whatever nodes it still runs.
+
+The session's stdin carries the nodes' bootstraps (with the program secret);
+whoever writes there is the launcher, as the session's own authentication
+(ssh, or Slurm's srun) proves.
+"""
+
+from __future__ import annotations
+
+import collections
+import itertools
+import json
+import subprocess
+import threading
+from typing import Callable
+
+from launchpad_py.launchers.remote.setup import HEARTBEAT_S, HEARTBEAT_TIMEOUT_S
+from launchpad_py.launchers.remote.worker import Starter
+from launchpad_py.node_side import node_process
+from launchpad_py.supervision import output
+
+#: The agent kills its nodes after this long without a ping (sent every HEARTBEAT_S): twice a
+#: node's own heartbeat timeout, as one late ping now costs a whole host.
+AGENT_TIMEOUT_S = 2 * HEARTBEAT_TIMEOUT_S
+_CLOSE_TIMEOUT_S = 10.0
+
+
+class HostAgent:
+    """One host's agent process, started by the local command ``argv`` on first use."""
+
+    def __init__(self, argv: list[str], host: str):
+        self.argv, self.host = argv, host
+        self._process: subprocess.Popen | None = None
+        self._nodes: dict[int, AgentStarter] = {}
+        self._ids = itertools.count()
+        self._lock = threading.Lock()
+        self._write_lock = threading.Lock()
+        self._closed = threading.Event()
+        self._ended: str | None = None  # How the agent's session ended, once it has.
+        self._errors: collections.deque[str] = collections.deque(maxlen=10)
+        self._threads: list[threading.Thread] = []
+
+    def start(self, starter: 'AgentStarter', boot: dict) -> int:
+        """Asks the agent to start a node (opening the session first); the node's id there."""
+        with self._lock:
+            if self._ended is not None or self._closed.is_set():
+                raise OSError(f'the agent on {self.host} has ended ({self._ended or "closed"})')
+            if self._process is None:
+                self._open()
+                self._send({'timeout': AGENT_TIMEOUT_S})
+            node_id = next(self._ids)
+            self._nodes[node_id] = starter
+        self._send({'start': node_id, 'boot': boot})
+        return node_id
+
+    def kill(self, node_id: int) -> None:
+        self._send({'kill': node_id})
+
+    def _open(self) -> None:
+        # A session of its own: Ctrl-C in the terminal goes to the launcher, which stops the
+        # nodes gracefully, instead of cutting the host's session.
+        self._process = subprocess.Popen(self.argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                         stderr=subprocess.PIPE, start_new_session=True)
+        for target, name in ((self._read, 'read'), (self._read_errors, 'errors'),
+                             (self._ping, 'ping')):
+            thread = threading.Thread(target=target, name=f'lp-agent-{name}-{self.host}',
+                                      daemon=True)
+            thread.start()
+            self._threads.append(thread)
+
+    def _send(self, request: dict) -> None:
+        with self._write_lock:
+            try:
+                self._process.stdin.write(json.dumps(request).encode() + b'\n')
+                self._process.stdin.flush()
+            except (OSError, ValueError):
+                pass  # The session ended; the reader tells every node.
+
+    def _ping(self) -> None:
+        while not self._closed.wait(HEARTBEAT_S) and self._ended is None:
+            self._send({'ping': 1})
+
+    def _read_errors(self) -> None:
+        for raw in iter(self._process.stderr.readline, b''):
+            self._errors.append(raw.decode(errors='replace').rstrip())
+
+    def _read(self) -> None:
+        for raw in iter(self._process.stdout.readline, b''):
+            kind, node_id, rest = (raw.rstrip(b'\n').split(b' ', 2) + [b'', b''])[:3]
+            if kind not in (b'o', b's', b'x') or not node_id.isdigit():
+                # Not the agent's (a login script's echo): kept to explain a failure.
+                self._errors.append(raw.decode(errors='replace').rstrip())
+                continue
+            with self._lock:
+                starter = self._nodes.get(int(node_id))
+            if starter is None:  # Output of a node that has ended (its children's).
+                continue
+            if kind == b'o':
+                starter.take_line(rest.decode(errors='replace'))
+            elif kind == b'x':
+                with self._lock:
+                    del self._nodes[int(node_id)]
+                starter.exited(int(rest), None)
+        code = self._process.wait()
+        self._threads[1].join(1)  # The stderr reader: its last lines say why.
+        errors = '; '.join(line for line in self._errors if line)
+        with self._lock:
+            self._ended = node_process.describe_exit(code) + (f': {errors}' if errors else '')
+            lost, self._nodes = list(self._nodes.values()), {}
+        for starter in lost:
+            starter.exited(None, f'the agent session on {self.host} ended ({self._ended})')
+
+    def close(self) -> None:
+        """Ends the session; the agent then kills every node it still runs."""
+        self._closed.set()
+        with self._lock:
+            process = self._process
+        if process is None:
+            return
+        with self._write_lock:
+            try:
+                process.stdin.close()
+            except OSError:
+                pass
+        try:
+            process.wait(_CLOSE_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            process.kill()
+        for thread in self._threads:
+            thread.join(_CLOSE_TIMEOUT_S)
+
+
+class AgentStarter(Starter):
+    """One node, started by its host's agent (see ``HostAgent``)."""
+
+    def __init__(self, agent: HostAgent):
+        self.agent = agent
+        self.take_line: Callable[[str], None] | None = None
+        self._id: int | None = None
+        self._code: int | None = None
+        self._lost: str | None = None
+        self._exited = threading.Event()
+
+    def start(self, boot: dict, sink: output.Sink) -> None:
+        self.take_line = sink.take_lines()
+        self._id = self.agent.start(self, boot)
+
+    def exited(self, code: int | None, lost: str | None) -> None:
+        """The agent reported the node's end (``lost``: why the agent itself ended first)."""
+        self._code, self._lost = code, lost
+        self._exited.set()
+
+    def wait(self) -> int | None:
+        self._exited.wait()
+        return self._code
+
+    def terminate(self) -> bool:
+        if self._id is None:
+            return False
+        if not self._exited.is_set():
+            self.agent.kill(self._id)
+        return True
+
+    def describe_exit(self, code: int | None) -> str:
+        return self._lost or super().describe_exit(code)
+
+    needs_heartbeat = False  # The agent is pinged, per host; the node watches its agent.
+
+    def again(self, host: str | None) -> 'AgentStarter':
+        return AgentStarter(self.agent)  # The same host's agent starts it again.

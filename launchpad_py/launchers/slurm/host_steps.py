@@ -1,0 +1,86 @@
+"""One job step per host instead of one per node (``slurm_options={'steps': 'host'}``).
+
+Each ``srun`` step costs the launcher a process and slurmctld a step record,
+so a program of a thousand nodes spends most of its launch starting steps.
+With steps per host, one step on each host of the allocation runs the host
+agent (``node_side/host_agent.py``), which forks that host's nodes; the step
+holds all of the job's CPUs and memory there (``--overlap``: the nodes share
+them). A restart asks the same agent; ``scancel`` or the time limit ends the
+step, so the agent's nodes end too and say why (``taken_away``).
+
+Only for jobs of one component whose groups ask for no GPUs: a GPU needs a
+step of its own for Slurm to bind it (``steps='node'``, as before).
+
+    placements, agents = place_by_host(program, job, specs, launcher_ip, command)
+"""
+
+from __future__ import annotations
+
+import re
+
+from launchpad_py.launchers.remote import launch as remote
+from launchpad_py.launchers.remote.host_agents import AgentStarter, HostAgent
+from launchpad_py.launchers.slurm.job import Job, run
+from launchpad_py.launchers.slurm.resources import SlurmResources
+from launchpad_py.program import Program
+
+
+class AgentStep(AgentStarter):
+    """A node started by its host's agent step; when Slurm ends the job, says so."""
+
+    def __init__(self, agent: HostAgent, job: Job):
+        super().__init__(agent)
+        self._job = job
+
+    def again(self, host: str | None) -> 'AgentStep':
+        return AgentStep(self.agent, self._job)  # The same host's agent: the same address.
+
+    def taken_away(self) -> str | None:
+        return self._job.ended_by()
+
+
+def _count_cpus(cpu_ids: str) -> int:
+    """``'0-3,8'`` -> 5."""
+    total = 0
+    for part in cpu_ids.split(','):
+        low, _, high = part.partition('-')
+        total += int(high or low) - int(low) + 1
+    return total
+
+
+def cpus_by_host(job: Job) -> dict[str, int]:
+    """The CPUs the job holds on each of its hosts (``scontrol show job -d``)."""
+    cpus: dict[str, int] = {}
+    shown = run(['scontrol', '-d', 'show', 'job', job.job_id])
+    for hosts, cpu_ids in re.findall(r'\bNodes=(\S+) CPU_IDs=(\S+)', shown):
+        for host in run(['scontrol', 'show', 'hostnames', hosts]).split():
+            cpus[host] = cpus.get(host, 0) + _count_cpus(cpu_ids)
+    return cpus
+
+
+def place_by_host(program: Program, job: Job, specs: dict[str, SlurmResources],
+                  launcher_ip: str, command) -> tuple[dict, list[HostAgent]]:
+    """Every node on a host of the job, in proportion to the job's CPUs there; the agents.
+
+    ``command(spec)``: what a host's step runs for groups of ``spec`` (their
+    environment differs, so each environment gets an agent of its own per host).
+    """
+    cpus = cpus_by_host(job)
+    used = dict.fromkeys(cpus, 0)
+    agents: dict[tuple, HostAgent] = {}
+    placements = {}
+    for label, nodes in program.groups.items():
+        spec = specs[label]
+        env_key = tuple(sorted((spec.env or {}).items()))
+        for node in nodes:
+            host = min(cpus, key=lambda h: ((used[h] + spec.cpus) / cpus[h], h))
+            used[host] += spec.cpus
+            if (host, env_key) not in agents:
+                argv = [*job.srun(None), '--nodes=1', '--ntasks=1', f'--nodelist={host}',
+                        f'--cpus-per-task={cpus[host]}', '--mem=0', '--overlap', '--gres=none',
+                        f'--job-name=lp-agent-{host}', *command(spec)]
+                agents[host, env_key] = HostAgent(argv, host)
+            placements[label, node.index] = remote.Placement(
+                agents[host, env_key].argv, host, launcher_ip,
+                starter=AgentStep(agents[host, env_key], job))
+    return placements, list(agents.values())
