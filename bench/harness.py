@@ -37,6 +37,10 @@ class Result:
     higher_is_better: bool = False
     note: str = ""
     extra: dict = field(default_factory=dict)
+    # Per repetition, where measured (see bench.cpu): CPU microseconds and
+    # context switches per call, summed over the caller and server processes.
+    cpu_us_per_call: list[float] = field(default_factory=list)
+    switches_per_call: list[float] = field(default_factory=list)
 
     @property
     def median(self) -> float | None:
@@ -50,9 +54,19 @@ class Result:
     def max(self) -> float | None:
         return max(self.values) if self.values else None
 
+    @property
+    def cpu_median(self) -> float | None:
+        return statistics.median(self.cpu_us_per_call) if self.cpu_us_per_call else None
+
+    @property
+    def switches_median(self) -> float | None:
+        return statistics.median(self.switches_per_call) if self.switches_per_call else None
+
     def to_json(self) -> dict:
         d = asdict(self)
-        d.update(median=self.median, min=self.min, max=self.max)
+        d.update(median=self.median, min=self.min, max=self.max,
+                 cpu_us_per_call_median=self.cpu_median,
+                 switches_per_call_median=self.switches_median)
         return d
 
 

@@ -1,8 +1,8 @@
 """The interface every benchmarked peer implements, and the generic fan-in.
 
 A peer adapter (floor, gRPC, Ray, later launchpad_py's courier) subclasses
-:class:`Peer`.  ``run_peers`` only talks to this interface, so adding a peer
-is adding one adapter and one entry in ``run_peers.PEERS``.
+:class:`Peer`.  ``bench.run`` only talks to this interface, so adding a peer
+is adding one adapter and one entry in ``bench.run.PEERS``.
 
 Every adapter serves the same tiny service: ``echo(x) -> x``, ``ping()`` and
 ``pid() -> server pid``.
@@ -38,7 +38,7 @@ class Peer:
     """Base class of a benchmarked peer."""
 
     name = "peer"
-    # Measures this peer takes part in (see run_peers.MEASURES).
+    # Measures this peer takes part in (see bench.run).
     supports: frozenset = frozenset()
 
     def start(self) -> None:
@@ -108,65 +108,88 @@ class ProcessPeer(Peer):
 
 
 def _fanin_worker(conn, spec) -> None:
+    from .cpu import self_usage
+
     module, func, kwargs = spec
     client = getattr(importlib.import_module(module), func)(**kwargs)
     try:
         client.call("ping")
         conn.send("ready")
-        while conn.poll(120):
+        while conn.poll(600):
             msg = conn.recv()
             if msg[0] != "run":
                 break
             _, max_calls, max_seconds = msg
-            conn.send(call_loop(lambda: client.call("ping"), Budget(max_calls, max_seconds)))
+            before = self_usage()
+            n, dt = call_loop(lambda: client.call("ping"), Budget(max_calls, max_seconds))
+            conn.send((n, dt, self_usage() - before))
     finally:
         client.close()
         conn.close()
 
 
-def fanin_processes(spec, callers: int, budget: Budget, reps: int, warmup: int = 1,
-                    start_timeout: float = 60.0) -> list[float]:
-    """Starts ``callers`` spawned processes; each rep runs them together."""
-    ctx = multiprocessing.get_context("spawn")
-    procs, conns = [], []
-    try:
-        for _ in range(callers):
-            parent, child = ctx.Pipe()
-            p = ctx.Process(target=_fanin_worker, args=(child, spec), daemon=True)
-            p.start()
-            child.close()
-            procs.append(p)
-            conns.append(parent)
-        for c in conns:
-            if not c.poll(start_timeout):
-                raise RuntimeError("fan-in caller did not start")
-            assert c.recv() == "ready"
-        rates = []
-        for i in range(warmup + reps):
-            for c in conns:
-                c.send(("run", budget.max_calls, budget.max_seconds))
-            total = 0.0
-            for c in conns:
-                if not c.poll(budget.max_seconds + 60):
-                    raise RuntimeError("fan-in caller did not answer")
-                n, dt = c.recv()
-                total += n / dt
-            if i >= warmup:
-                rates.append(total)
-        return rates
-    finally:
-        for c in conns:
+class FaninPool:
+    """``callers`` spawned caller processes of one server, kept for several reps.
+
+    ``rep(budget)`` runs them together and returns (total calls/s, calls,
+    the callers' CPU :class:`bench.cpu.Usage` over their timed loops).
+    """
+
+    def __init__(self, spec, callers: int, start_timeout: float = 60.0):
+        ctx = multiprocessing.get_context("spawn")
+        self.procs, self.conns = [], []
+        try:
+            for _ in range(callers):
+                parent, child = ctx.Pipe()
+                p = ctx.Process(target=_fanin_worker, args=(child, spec), daemon=True)
+                p.start()
+                child.close()
+                self.procs.append(p)
+                self.conns.append(parent)
+            for c in self.conns:
+                if not c.poll(start_timeout):
+                    raise RuntimeError("fan-in caller did not start")
+                assert c.recv() == "ready"
+        except BaseException:
+            self.close()
+            raise
+
+    def rep(self, budget: Budget):
+        from .cpu import Usage
+
+        for c in self.conns:
+            c.send(("run", budget.max_calls, budget.max_seconds))
+        rate, calls, usage = 0.0, 0, Usage()
+        for c in self.conns:
+            if not c.poll(budget.max_seconds + 60):
+                raise RuntimeError("fan-in caller did not answer")
+            n, dt, used = c.recv()
+            rate, calls, usage = rate + n / dt, calls + n, usage + used
+        return rate, calls, usage
+
+    def close(self) -> None:
+        for c in self.conns:
             try:
                 c.send(("stop",))
             except OSError:
                 pass
-        for p in procs:
+        for p in self.procs:
             p.join(10)
             if p.is_alive():
                 p.terminate()
                 p.join(5)
-        for c in conns:
+        for c in self.conns:
             c.close()
+
+
+def fanin_processes(spec, callers: int, budget: Budget, reps: int, warmup: int = 1,
+                    start_timeout: float = 60.0) -> list[float]:
+    """Starts ``callers`` spawned processes; each rep runs them together."""
+    pool = FaninPool(spec, callers, start_timeout)
+    try:
+        return [pool.rep(budget)[0] for i in range(warmup + reps)][warmup:]
+    finally:
+        pool.close()
 
 
 def fifo_inflight(submit, wait, depth: int, budget: Budget) -> tuple[int, float]:

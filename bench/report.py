@@ -1,5 +1,7 @@
 """Prints a ``bench.run`` JSON file as a Markdown table: medians, ratios to the floor.
 
+Rows measured with CPU (bench.cpu) also show CPU µs per call and its ratio to the floor.
+
     python -m bench.report bench/results.json
 """
 
@@ -22,6 +24,7 @@ def main(path: str) -> None:
         if r['values'] and not r['measure'].startswith('rt_GBps:'):
             rows.setdefault(r['measure'], {})[r['peer']] = r
     ratios = {(x['measure'], x['peer']): x['x_floor'] for x in doc['ratios']}
+    cpu_ratios = {(x['measure'], x['peer']): x['cpu_x_floor'] for x in doc.get('cpu_ratios', [])}
     print('| measure | unit | ' + ' | '.join(PEERS) + ' |')
     print('|---|---|' + '---|' * len(PEERS))
     for measure in sorted(rows, key=measure_order):
@@ -36,6 +39,11 @@ def main(path: str) -> None:
             text = fmt_value(r['median'], r['unit'])
             if ratio is not None and peer != BASELINE:
                 text += f' ({ratio:.2g}×)'
+            if r.get('cpu_us_per_call_median'):
+                cpu_ratio = cpu_ratios.get((measure, peer))
+                text += f"; CPU {r['cpu_us_per_call_median']:.3g} µs"
+                if cpu_ratio is not None and peer != BASELINE:
+                    text += f' ({cpu_ratio:.2g}×)'
             cells.append(text)
         print(f'| {measure} | {unit} | ' + ' | '.join(cells) + ' |')
     meta = doc['meta']

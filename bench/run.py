@@ -27,6 +27,13 @@ min-max reported; every repetition is bounded in calls and seconds):
 ``batched16``      launchpad only: 16 caller threads, sync calls, against a
                    ``batched_handler(16)`` method and against plain ``echo``
 
+``tiny_sync``, ``inflight*`` and ``fanin*`` run interleaved across peers
+(bench.interleave: all peers started, then rounds of one repetition each)
+and carry ``cpu us`` (CPU microseconds per call, user + system, caller and
+server processes together; fan-in: the caller processes and the server) and
+``csw`` (voluntary + involuntary context switches per call), see bench.cpu;
+``cpu x fl`` and ``cpu x tcp`` are the CPU ratios to the two floors.
+
 The ``x floor`` column is the cost ratio to ``floor_unix`` (time / floor
 time, or floor rate / rate; >1 means slower); ``x tcp`` is the same ratio to
 ``floor_tcp``, the one that matters for the paths between hosts.  To add a peer, write a
@@ -43,8 +50,9 @@ import sys
 import time
 import traceback
 
-from . import peers_floor, peers_grpc, peers_launchpad, peers_ray, procs
+from . import interleave, peers_floor, peers_grpc, peers_launchpad, peers_ray, procs
 from .harness import DEFAULT_REPS, Budget, Result, fmt_value, measure, per_call_us
+from .interleave import FANIN_BUDGET, FANIN_CALLERS
 
 BASELINE = "floor_unix"
 TCP_BASELINE = "floor_tcp"
@@ -64,11 +72,6 @@ PEERS = {
     "ray": (lambda: peers_ray.RayPeer(), peers_ray.available),
 }
 
-INFLIGHT_DEPTHS = (8, 64)
-FANIN_CALLERS = (4, 16)
-TINY_BUDGET = Budget(max_calls=20_000, max_seconds=0.4)
-INFLIGHT_BUDGET = Budget(max_calls=100_000, max_seconds=0.5)
-FANIN_BUDGET = Budget(max_calls=200_000, max_seconds=1.0)
 ARRAY_BUDGET = Budget(max_calls=2_000, max_seconds=0.5)
 BIG_ARRAY_BUDGET = Budget(max_calls=1, max_seconds=0.0)  # one call per rep
 LAUNCH_TIMEOUT = 300.0
@@ -110,34 +113,32 @@ class Run:
             traceback.print_exc()
         self.add(r)
 
-    def run_peer(self, name: str, peer) -> None:
-        reps = self.args.reps
+    def start_peer(self, name: str, peer) -> bool:
+        """Starts ``peer``; a failure becomes a noted row and ``False``."""
         self.log(f"starting {name}")
         t0 = time.perf_counter()
-        peer.start()
-        startup = time.perf_counter() - t0
         try:
+            peer.start()
             peer.call("ping")
+        except Exception as e:  # noqa: BLE001 - one peer failing does not end the run
+            traceback.print_exc()
+            self.add(Result("all", name, "", note=f"error: {type(e).__name__}: {e}"))
+            try:
+                peer.stop()
+            except Exception:  # noqa: BLE001 - already reported
+                pass
+            return False
+        note = "ray.init + first actor answers" if name == "ray" else "spawn server + connect"
+        self.add(Result("startup", name, "s", [time.perf_counter() - t0], note=note))
+        return True
+
+    def run_peer(self, name: str, peer) -> None:
+        """The rows that are not interleaved (see bench.interleave for those that are)."""
+        reps = self.args.reps
+        try:
             if "idle_rss" in peer.supports:
                 self.guarded("idle_rss", name, "bytes", lambda: self.idle_rss(name, peer))
-            self.guarded("tiny_sync", name, "us/call",
-                         lambda: measure(per_call_us(lambda: peer.call("echo", 1), TINY_BUDGET), reps))
-
-            for depth in INFLIGHT_DEPTHS:
-                def inflight_rep(depth=depth):
-                    n, dt = peer.inflight("echo", (1,), depth, INFLIGHT_BUDGET)
-                    return n / dt
-
-                self.guarded(f"inflight{depth}", name, "calls/s",
-                             lambda: measure(inflight_rep, reps), higher_is_better=True)
-            if hasattr(peer, "inflight_threads"):
-                def threads_rep():
-                    n, dt = peer.inflight_threads("echo", (1,), 8, INFLIGHT_BUDGET)
-                    return n / dt
-
-                self.guarded("inflight8_threads", name, "calls/s", lambda: measure(threads_rep, reps),
-                             higher_is_better=True, note="8 client threads, sync calls")
-            if "fanin" in peer.supports:
+            if "fanin" in peer.supports and peer.fanin_spec() is None:
                 for callers in FANIN_CALLERS:
                     self.guarded(f"fanin{callers}", name, "calls/s",
                                  lambda: peer.fanin(callers, FANIN_BUDGET, reps),
@@ -162,10 +163,6 @@ class Run:
         finally:
             self.log(f"stopping {name}")
             peer.stop()
-        if name == "ray":
-            self.add(Result("startup", name, "s", [startup], note="ray.init + first actor answers"))
-        else:
-            self.add(Result("startup", name, "s", [startup], note="spawn server + connect"))
 
     def idle_rss(self, name, peer):
         time.sleep(0.5)
@@ -233,6 +230,13 @@ def ratios(results: list[Result], baseline: str = BASELINE) -> dict:
     return out
 
 
+def cpu_ratios(results: list[Result], baseline: str = BASELINE) -> dict:
+    """CPU per call over the baseline's CPU per call (>1 means more CPU per call)."""
+    base = {r.measure: r.cpu_median for r in results if r.peer == baseline and r.cpu_median}
+    return {(r.measure, r.peer): r.cpu_median / base[r.measure]
+            for r in results if r.cpu_median and base.get(r.measure)}
+
+
 def measure_order(m: str) -> tuple:
     head, _, size = m.partition(":")
     order = ["all", "startup", "idle_rss", "tiny_sync", "inflight8", "inflight64",
@@ -245,6 +249,7 @@ def measure_order(m: str) -> tuple:
 def table(results: list[Result]) -> str:
     rat = ratios(results)
     rat_tcp = ratios(results, TCP_BASELINE)
+    cpu_rat, cpu_rat_tcp = cpu_ratios(results), cpu_ratios(results, TCP_BASELINE)
     gbps = {(r.measure.split(":", 1)[1], r.peer): r.median
             for r in results if r.measure.startswith("rt_GBps:") and r.values}
     peer_order = list(PEERS) + ["memcpy"]
@@ -252,7 +257,8 @@ def table(results: list[Result]) -> str:
     rows = sorted(results, key=lambda r: (measure_order(r.measure),
                                           peer_order.index(r.peer) if r.peer in peer_order else 99))
     lines = [f"{'measure':<18} {'peer':<18} {'median':>12} {'min - max':>23} {'unit':<8} "
-             f"{'x floor':>8} {'x tcp':>6}  note", "-" * 116]
+             f"{'x floor':>8} {'x tcp':>6} {'cpu us':>7} {'csw':>5} {'cpu x fl':>8} "
+             f"{'cpu x tcp':>9}  note", "-" * 150]
     for r in rows:
         if r.values:
             med = fmt_value(r.median, r.unit)
@@ -270,9 +276,17 @@ def table(results: list[Result]) -> str:
         if r.measure == "idle_rss" and r.extra.get("cluster_rss_total"):
             note += (f" ({r.peer}: {r.extra['cluster_processes']} processes, "
                      f"{r.extra['cluster_rss_total'] / 2**20:.0f} MiB RSS total)")
+        key = (r.measure, r.peer)
+        cpu = (f"{r.cpu_median:>7.3g} {r.switches_median:>5.2g} "
+               f"{_fmt_ratio(cpu_rat.get(key)):>8} {_fmt_ratio(cpu_rat_tcp.get(key)):>9}"
+               if r.cpu_median else " " * 32)
         lines.append(f"{r.measure:<18} {r.peer:<18} {med:>12} {span:>23} {unit:<8} {ratio_s:>8} "
-                     f"{tcp_s:>6}  {note}")
+                     f"{tcp_s:>6} {cpu}  {note}")
     return "\n".join(lines)
+
+
+def _fmt_ratio(x: float | None) -> str:
+    return "-" if x is None else f"{x:.3g}"
 
 
 def meta(args, started: float) -> dict:
@@ -349,17 +363,28 @@ def main(argv=None) -> int:
     t0 = time.perf_counter()
     run = Run(args)
     run.memcpy()
-    for name in args.peers:
-        factory, check = PEERS[name]
-        if check is not None:
-            ok, why = check()
-            if not ok:
-                run.log(f"{name}: {why}")
-                for m in planned_measures(args):
-                    run.add(Result(m, name, "", note=why))
-                continue
+    started_peers = {}
+    try:
+        for name in args.peers:
+            factory, check = PEERS[name]
+            if check is not None:
+                ok, why = check()
+                if not ok:
+                    run.log(f"{name}: {why}")
+                    for m in planned_measures(args):
+                        run.add(Result(m, name, "", note=why))
+                    continue
+            peer = factory()
+            if run.start_peer(name, peer):
+                started_peers[name] = peer
+        run.results += interleave.interleaved(started_peers, args.reps, run.log)
+    except BaseException:
+        for peer in started_peers.values():
+            peer.stop()
+        raise
+    for name, peer in started_peers.items():
         try:
-            run.run_peer(name, factory())
+            run.run_peer(name, peer)
         except Exception as e:  # noqa: BLE001 - one peer failing does not end the run
             traceback.print_exc()
             run.add(Result("all", name, "", note=f"error: {type(e).__name__}: {e}"))
@@ -373,7 +398,11 @@ def main(argv=None) -> int:
                "results": [r.to_json() for r in run.results],
                "ratios": [{"measure": m, "peer": p, "x_floor": v} for (m, p), v in ratios(run.results).items()],
                "ratios_tcp": [{"measure": m, "peer": p, "x_floor_tcp": v}
-                              for (m, p), v in ratios(run.results, TCP_BASELINE).items()]}
+                              for (m, p), v in ratios(run.results, TCP_BASELINE).items()],
+               "cpu_ratios": [{"measure": m, "peer": p, "cpu_x_floor": v}
+                              for (m, p), v in cpu_ratios(run.results).items()],
+               "cpu_ratios_tcp": [{"measure": m, "peer": p, "cpu_x_floor_tcp": v}
+                                  for (m, p), v in cpu_ratios(run.results, TCP_BASELINE).items()]}
         with open(args.json, "w") as f:
             json.dump(doc, f, indent=1)
         print(f"wrote {args.json}")

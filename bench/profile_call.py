@@ -1,0 +1,89 @@
+"""Where a tiny sync call's CPU goes, caller and server side (py-spy samples).
+
+    python -m bench.profile_call --peer launchpad --seconds 5 --out /tmp/prof
+
+Starts one peer of ``bench.run`` (``launchpad``, ``launchpad_tcp``,
+``floor_unix``, ``floor_tcp``), calls ``echo(1)`` in a loop on a thread of
+this process, and has ``py-spy record --format raw`` sample this process and
+the server process at once (``--native`` adds C frames).  Prints the top
+functions by own samples on each side.  Needs ``pip install py-spy`` and
+ptrace rights (root, or ``kernel.yama.ptrace_scope=0``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import os
+import shutil
+import subprocess
+import sys
+import threading
+
+from . import run
+
+
+def _spy(pid: int, seconds: float, path: str, native: bool) -> subprocess.Popen:
+    exe = shutil.which("py-spy") or os.path.join(os.path.dirname(sys.executable), "py-spy")
+    cmd = [exe, "record", "-p", str(pid), "-d", str(int(seconds)), "-r", "997", "-f", "raw",
+           "-o", path, "--nonblocking", "--threads"]
+    if native:
+        cmd.append("--native")
+    return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def top(path: str, n: int = 15, skip_idle: bool = True) -> list[tuple[str, float]]:
+    """Leaf frames by share of samples, from a py-spy raw (collapsed) file."""
+    own, total = collections.Counter(), 0
+    with open(path) as f:
+        for line in f:
+            stack, _, count = line.rstrip().rpartition(" ")
+            frames = stack.split(";")
+            if skip_idle and any(k in frames[-1] for k in ("wait (threading", "select", "poll",
+                                                            "accept", "_worker (concurrent")):
+                continue
+            own[frames[-1]] += int(count)
+            total += int(count)
+    return [(f, c / max(total, 1)) for f, c in own.most_common(n)]
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--peer", default="launchpad")
+    ap.add_argument("--seconds", type=float, default=5.0)
+    ap.add_argument("--out", default="/tmp/lp_profile")
+    ap.add_argument("--native", action="store_true")
+    args = ap.parse_args(argv)
+    os.makedirs(args.out, exist_ok=True)
+    peer = run.PEERS[args.peer][0]()
+    peer.start()
+    stop, calls = threading.Event(), [0]
+
+    def loop():
+        while not stop.is_set():
+            peer.call("echo", 1)
+            calls[0] += 1
+
+    try:
+        peer.call("ping")
+        t = threading.Thread(target=loop, name="caller")
+        t.start()
+        sides = {"caller": os.getpid(), "server": peer.server_pid()}
+        spies = {s: _spy(pid, args.seconds, f"{args.out}/{args.peer}_{s}.txt", args.native)
+                 for s, pid in sides.items()}
+        for p in spies.values():
+            p.wait()
+        stop.set()
+        t.join()
+    finally:
+        peer.stop()
+    print(f"{args.peer}: {calls[0]} calls")
+    for side in sides:
+        print(f"-- {side}")
+        for frame, share in top(f"{args.out}/{args.peer}_{side}.txt"):
+            print(f"{share:6.1%}  {frame}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
