@@ -74,8 +74,22 @@ def checkpoint_dir() -> str:
         raise errors.ProgramError('lp.checkpoint_dir() is for code running in a node: this '
                                   'thread belongs to no node of a launched program')
     path = os.path.join(_root(runtime.current_scope()), node.label, str(node.index))
-    os.makedirs(path, mode=0o700, exist_ok=True)
+    _make_private(path)
     return path
+
+
+def _make_private(path: str) -> None:
+    """Makes ``path`` and every missing directory above it 0700 (``os.makedirs`` gives only
+    the last one its mode): other users see neither the checkpoints nor the programs' names."""
+    missing = []
+    while not os.path.isdir(path):
+        missing.append(path)
+        path = os.path.dirname(path)
+    for directory in reversed(missing):
+        try:
+            os.mkdir(directory, 0o700)
+        except FileExistsError:  # Another node of the program made it just now.
+            pass
 
 
 def register_checkpoint_handler(handler: Callable[[], None]) -> None:
