@@ -209,30 +209,20 @@ def listen(serving: interface.Serving) -> TcpListener | None:
     return listener if listener.bind() else None
 
 
-_channels: dict[tuple, socket_channel.SocketChannel] = {}
-_channels_lock = threading.Lock()
+_channels = socket_channel.ChannelCache()  # By address, secret, TLS and expected name.
 
 
 def forget(host: str, port: int) -> None:
     """Closes the cached channels to the stopped server whose address is ``host:port``."""
     address = f'{host}:{port}'
-    with _channels_lock:
-        gone = [key for key in _channels if key[0] == address]
-        channels = [_channels.pop(key) for key in gone]
-    for channel in channels:
-        channel.close()
+    _channels.close_where(lambda key: key[0] == address)
 
 
 def dial(dial: interface.Dial) -> socket_channel.SocketChannel:
     """The channel of this process to the server at ``dial.address`` over raw TCP, one per
     address, secret, TLS and expected name (shared by the clients that agree on those)."""
-    key = (dial.address, dial.secret, dial.tls, dial.expected)
-    with _channels_lock:
-        channel = _channels.get(key)
-        if channel is None:
-            channel = _channels[key] = socket_channel.SocketChannel(
-                dial.address, _TcpPort(dial).connect)
-        return channel
+    return _channels.get((dial.address, dial.secret, dial.tls, dial.expected), dial.address,
+                         lambda: _TcpPort(dial).connect)
 
 
 class _TcpPort:

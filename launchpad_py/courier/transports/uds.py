@@ -259,19 +259,13 @@ def connect(port: int, timeout: float | None = None) -> Connection | None:
     return Connection(sock)
 
 
-_channels: dict[str, socket_channel.SocketChannel] = {}
-_channels_lock = threading.Lock()
+_channels = socket_channel.ChannelCache()  # By address.
 
 
 def forget(host: str, port: int) -> None:
     """Closes the cached channel to the stopped loopback server on ``port``, if any."""
-    if host not in LOOPBACK_HOSTS:
-        return
-    with _channels_lock:
-        gone = [address for address in _channels if local_port(address) == port]
-        channels = [_channels.pop(address) for address in gone]
-    for channel in channels:
-        channel.close()
+    if host in LOOPBACK_HOSTS:
+        _channels.close_where(lambda address: local_port(address) == port)
 
 
 def dial(dial: interface.Dial) -> socket_channel.SocketChannel | None:
@@ -280,9 +274,4 @@ def dial(dial: interface.Dial) -> socket_channel.SocketChannel | None:
     port = local_port(dial.address)
     if port is None:
         return None
-    with _channels_lock:
-        channel = _channels.get(dial.address)
-        if channel is None:
-            channel = _channels[dial.address] = socket_channel.SocketChannel(
-                dial.address, functools.partial(connect, port))
-        return channel
+    return _channels.get(dial.address, dial.address, lambda: functools.partial(connect, port))

@@ -125,3 +125,28 @@ class SocketChannel:
 
 
 NO_SOCKET = _NO_SOCKET
+
+
+class ChannelCache:
+    """A transport's channels of this process, one per key, shared by the clients that
+    dial the same key; those to a stopped server are closed (``close_where``), since a
+    channel's reader sleeps while no call is pending and would never see its server go."""
+
+    def __init__(self):
+        self._channels: dict[Any, SocketChannel] = {}
+        self._lock = threading.Lock()
+
+    def get(self, key, address: str, connect: Callable[[], Callable]) -> SocketChannel:
+        """The channel of ``key``, made for ``address`` with ``connect()``'s connector once."""
+        with self._lock:
+            channel = self._channels.get(key)
+            if channel is None:
+                channel = self._channels[key] = SocketChannel(address, connect())
+            return channel
+
+    def close_where(self, stopped: Callable[[Any], bool]) -> None:
+        """Closes and forgets every channel whose key ``stopped`` says is a stopped server's."""
+        with self._lock:
+            channels = [self._channels.pop(key) for key in list(self._channels) if stopped(key)]
+        for channel in channels:
+            channel.close()
