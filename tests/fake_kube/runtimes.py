@@ -48,6 +48,10 @@ class ProcessHandle:
 
 
 class ProcessRuntime:
+    #: Set by ``FakeCluster``: a pod with a service account gets it as KUBECONFIG (the fake's
+    #: stand-in for the token a real pod has mounted).
+    kubeconfig: str | None = None
+
     def start(self, pod: dict, netns: str | None, secrets: dict[str, dict[str, bytes]],
               directory: str, log_path: str) -> ProcessHandle:
         """``secrets``: per mount path, the files of the Secret mounted there."""
@@ -63,6 +67,8 @@ class ProcessRuntime:
         container = pod['spec']['containers'][0]
         env = {'PATH': f'{os.path.dirname(sys.executable)}:/usr/bin:/bin',
                'PYTHONPATH': f'{REPO}:{REPO}/tests', 'HOME': directory}
+        if pod['spec'].get('serviceAccountName') and self.kubeconfig:
+            env['KUBECONFIG'] = self.kubeconfig
         for item in container.get('env') or ():
             value = item['value']
             for mount_path, local in mounts.items():
