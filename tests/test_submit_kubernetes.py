@@ -178,3 +178,22 @@ def test_a_controller_killed_is_restarted_and_its_old_node_goes(cluster):
              'the program to run again')
     assert program.stop(grace=5) == 'ended'
     assert processes_left(cluster) == []
+
+
+def test_lp_submit_of_a_program_object_runs_it_in_the_namespace_and_waits(cluster):
+    """lp.submit(program, launch_type='kubernetes'): the pickled program runs, its node's pod
+    in the submission's namespace; wait() gives the exit code; the log has the node's line."""
+    from fake_kube import IMAGE
+    from submit_scripts import short
+    program = lp.Program('short')
+    program.add_node(lp.PyNode(short), label='worker')
+    submitted = lp.submit(program, launch_type='kubernetes',
+                          kubernetes_options={'image': IMAGE, 'namespace': 'research'},
+                          resources={'worker': lp.KubernetesResources(image=IMAGE)})
+    assert isinstance(submitted, lp.SubmittedProgram) and submitted.name == 'short'
+    assert submitted.wait(timeout=120) == 0
+    assert submitted.logs(node='worker') == '[worker/0] done\n'
+    names = {(p['metadata']['namespace'], p['metadata'].get('labels', {}).get('job-name'))
+             for p in pods(cluster)}
+    assert names == {('research', submitted.record['job'])}  # The node's pod went, too.
+    assert processes_left(cluster) == []
