@@ -36,11 +36,10 @@ SECRET_LIMIT = 1024 * 1024
 _RBAC = 'rbac.authorization.k8s.io'
 #: What the Kubernetes launcher calls, as RBAC rules (docs/launchers.md lists the same).
 RULES = [
-    {'apiGroups': [''], 'resources': ['pods'],
-     'verbs': ['create', 'delete', 'get', 'list', 'watch']},
+    {'apiGroups': ['batch'], 'resources': ['jobs'], 'verbs': ['create', 'patch', 'delete']},
+    {'apiGroups': [''], 'resources': ['pods'], 'verbs': ['create', 'delete', 'list', 'watch']},
     {'apiGroups': [''], 'resources': ['pods/log'], 'verbs': ['get']},
-    {'apiGroups': [''], 'resources': ['secrets'], 'verbs': ['create', 'delete', 'get']},
-    {'apiGroups': ['batch'], 'resources': ['jobs'], 'verbs': ['create', 'delete', 'get', 'patch']},
+    {'apiGroups': [''], 'resources': ['secrets'], 'verbs': ['create']},
 ]
 
 
