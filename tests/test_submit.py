@@ -404,3 +404,16 @@ def test_list_reads_only_this_users_records(programs_dir):
     assert listed.returncode == 1 and 'mode at most 0700' in listed.stderr
     assert f'set {records.DIR_ENV} to a directory of your own' in listed.stderr
     os.chmod(programs_dir, 0o700)  # For the fixture's own look at what is left running.
+
+
+def test_an_endpoint_whose_host_name_does_not_resolve_names_its_route_address(monkeypatch):
+    """In a container whose name nothing resolves (podman's host network), the controller's
+    endpoint still names an address (its default route's), instead of failing to start."""
+    import socket
+
+    from launchpad_py.submission import endpoint
+    monkeypatch.delenv('SSH_CONNECTION', raising=False)
+    monkeypatch.delenv('SLURMD_NODENAME', raising=False)
+    monkeypatch.setattr(socket, 'gethostname', lambda: 'no-such-host.invalid')
+    address = endpoint.reachable_address()
+    assert socket.inet_aton(address) and address != '0.0.0.0'

@@ -28,15 +28,17 @@ class FakeCluster:
     """Store, controllers and API server of one fake cluster; a context manager."""
 
     def __init__(self, workdir: str, nodes: list[FakeNode], namespaces=('default', 'research'),
-                 images=(IMAGE,), runtime=None):
+                 images=(IMAGE,), runtime=None, api_host: str = '127.0.0.1'):
+        """``api_host``: the address the API server listens on; pods in the namespace hosts
+        reach 10.250.0.1 (the bridge), not this machine's loopback."""
         self.store = Store(namespaces)
         self.kubelet = Kubelet(self.store, nodes, set(images), workdir,
                                runtime or ProcessRuntime())
-        self.server = ApiServer(self.store, self.kubelet)
+        self.server = ApiServer(self.store, self.kubelet, api_host)
         self._thread = threading.Thread(target=self.server.serve_forever, name='fake-kube-api',
                                         daemon=True)
         self._thread.start()
-        self.url = f'http://127.0.0.1:{self.server.server_address[1]}'
+        self.url = f'http://{api_host}:{self.server.server_address[1]}'
         self.kubeconfig = os.path.join(workdir, 'kubeconfig')
         # A pod with a service account reaches this API server (as a mounted token would).
         self.kubelet.runtime.kubeconfig = self.kubeconfig

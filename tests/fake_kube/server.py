@@ -179,8 +179,8 @@ def _json_patch(obj: dict, operations: list) -> None:
 class ApiServer(http.server.ThreadingHTTPServer):
     daemon_threads = True
 
-    def __init__(self, store: Store, kubelet):
-        super().__init__(('127.0.0.1', 0), Handler)
+    def __init__(self, store: Store, kubelet, host: str = '127.0.0.1'):
+        super().__init__((host, 0), Handler)
         self.store, self.kubelet = store, kubelet
         self.closing = threading.Event()
         #: (method, resource, named, log, watch) of every request, for tests to check.
