@@ -197,3 +197,27 @@ def test_lp_submit_of_a_program_object_runs_it_in_the_namespace_and_waits(cluste
              for p in pods(cluster)}
     assert names == {('research', submitted.record['job'])}  # The node's pod went, too.
     assert processes_left(cluster) == []
+
+
+def test_an_api_server_away_is_a_clear_error_and_list_goes_on(tmp_path, monkeypatch):
+    """No API server at the kubeconfig's address: `list` shows the program's state as unknown
+    with the reason (exit 0), `status` fails with exit code 1 naming the API and the program."""
+    import socket
+    with socket.socket() as unused:  # A port nothing listens on.
+        unused.bind(('127.0.0.1', 0))
+        port = unused.getsockname()[1]
+    kubeconfig = tmp_path / 'kubeconfig'
+    kubeconfig.write_text(json.dumps({
+        'apiVersion': 'v1', 'kind': 'Config', 'current-context': 'away',
+        'clusters': [{'name': 'away', 'cluster': {'server': f'http://127.0.0.1:{port}'}}],
+        'users': [{'name': 'away', 'user': {'token': 'x'}}],
+        'contexts': [{'name': 'away', 'context': {'cluster': 'away', 'user': 'away'}}]}))
+    monkeypatch.setenv('KUBECONFIG', str(kubeconfig))
+    record = {'id': 'away-0a0b0c', 'name': 'away', 'launcher': 'kubernetes', 'started': 0,
+              'job': 'away-0a0b0c', 'job_uid': 'u', 'kubernetes_options': {'image': 'a:1'}}
+    record['dir'] = records.create(record, b'k' * 32)
+    listed = cli('list')
+    assert listed.returncode == 0 and 'unknown (the Kubernetes API at' in listed.stdout, listed
+    status = cli('status', 'away-0a0b0c')
+    assert status.returncode == 1
+    assert f'127.0.0.1:{port} failed for program away-0a0b0c' in status.stderr, status

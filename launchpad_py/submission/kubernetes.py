@@ -26,7 +26,7 @@ import time
 from typing import Iterator
 
 from launchpad_py import errors
-from launchpad_py.launchers.kubernetes.api import Cluster
+from launchpad_py.launchers.kubernetes.api import Cluster, load_client
 from launchpad_py.submission import records
 from launchpad_py.submission.kubernetes_objects import SCRIPT, Objects, SubmitOptions, owner_of
 
@@ -41,12 +41,26 @@ def options_of(record: dict) -> SubmitOptions:
 
 @contextlib.contextmanager
 def _cluster(record: dict):
+    """The cluster of the submission; the API's errors (away, refusing) as LaunchError."""
+    import urllib3
     options = options_of(record)
     cluster = Cluster(options.namespace, options.context)
     try:
         yield cluster
+    except (OSError, urllib3.exceptions.HTTPError, _api_error()) as exc:
+        raise errors.LaunchError(f'the Kubernetes API at {cluster.host} failed for program '
+                                 f'{record["id"]}: {type(exc).__name__}: {exc}') from None
     finally:
         cluster.close()
+
+
+def _api_error() -> type:
+    return load_client().client.exceptions.ApiException
+
+
+def _plain(response) -> dict:
+    """An API answer read with ``_preload_content=False``, as plain JSON (as api.py reads)."""
+    return json.loads(response.data)
 
 
 def files_of(record: dict, secret: bytes | None, pickled: bytes | None) -> dict[str, bytes]:
@@ -91,20 +105,19 @@ def submit(record: dict, secret: bytes, pickled: bytes | None) -> dict:
 
 def _job(cluster: Cluster, record: dict) -> dict | None:
     try:
-        job = cluster.batch.read_namespaced_job(record['job'], cluster.namespace)
-    except cluster._exceptions as exc:
+        return _plain(cluster.batch.read_namespaced_job(record['job'], cluster.namespace,
+                                                        _preload_content=False))
+    except _api_error() as exc:
         if exc.status == 404:
             return None
-        raise errors.LaunchError(f'cannot read Job {record["job"]} of {record["id"]}: '
-                                 f'{exc.status} {exc.reason}') from None
-    return cluster._api.sanitize_for_serialization(job)
+        raise
 
 
 def _pods(cluster: Cluster, record: dict) -> list[dict]:
     """The controller's pods, oldest first (more than one after a controller restart)."""
-    listing = cluster.core.list_namespaced_pod(cluster.namespace,
-                                               label_selector=f'job-name={record["job"]}')
-    pods = cluster._api.sanitize_for_serialization(listing)['items']
+    pods = _plain(cluster.core.list_namespaced_pod(
+        cluster.namespace, label_selector=f'job-name={record["job"]}',
+        _preload_content=False))['items']
     return sorted(pods, key=lambda p: (p['metadata'].get('creationTimestamp') or '',
                                        int(p['metadata'].get('resourceVersion') or 0)))
 
@@ -144,7 +157,7 @@ def _log(cluster: Cluster, pod: dict, head: bool = False) -> str:
     try:
         return cluster.core.read_namespaced_pod_log(pod['metadata']['name'], cluster.namespace,
                                                     **options)
-    except cluster._exceptions:  # Not started yet, or gone.
+    except _api_error():  # Not started yet, or gone.
         return ''
 
 

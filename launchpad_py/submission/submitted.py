@@ -43,8 +43,8 @@ class SubmittedProgram:
         if self.launcher == 'slurm':
             return f'Slurm job {self.record.get("job_id")}'
         if self.launcher == 'kubernetes':
-            return (f'Kubernetes Job {self.record["kubernetes_options"]["namespace"]}/'
-                    f'{self.record["job"]}')
+            namespace = kubernetes.options_of(self.record).namespace
+            return f'Kubernetes Job {namespace}/{self.record["job"]}'
         return f'{self.record["host"]} pid {self.record.get("pid")}'
 
     def result(self) -> dict | None:
