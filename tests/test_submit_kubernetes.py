@@ -221,3 +221,18 @@ def test_an_api_server_away_is_a_clear_error_and_list_goes_on(tmp_path, monkeypa
     status = cli('status', 'away-0a0b0c')
     assert status.returncode == 1
     assert f'127.0.0.1:{port} failed for program away-0a0b0c' in status.stderr, status
+
+
+def test_a_pending_controller_is_stopped_by_deleting_its_job(cluster):
+    """An image the cluster lacks keeps the controller pod pending: `list` says so, and `stop`
+    (no endpoint to ask) deletes the Job, and with it every object of the submission."""
+    done = cli('submit', '--launch_type', 'kubernetes', '--image', 'registry.example/none:1',
+               '--name', 'stuck', SCRIPT, 'ticker')
+    assert done.returncode == 0, done.stderr
+    program = lp.attach(done.stdout.strip())
+    wait_for(lambda: pods(cluster, 'Pending'), 60, 'the controller pod to be pending')
+    assert program.state() == 'pending'
+    assert len(cluster.objects()) == 6  # ServiceAccount, Role, RoleBinding, Secret, Job, Pod.
+    stopped = cli('stop', program.id, '--timeout', '5')
+    assert stopped.returncode == 0 and stopped.stdout.strip() == f'{program.id}: lost', stopped
+    assert cluster.objects() == []
