@@ -7,6 +7,7 @@
     python -m launchpad_py logs trainer-3f9a1c -f --node learner --grep loss
     python -m launchpad_py stop trainer-3f9a1c --grace 30
     python -m launchpad_py dashboard trainer-3f9a1c     # prints http://127.0.0.1:PORT/?token=...
+    python -m launchpad_py dashboard trainer-3f9a1c --via api   # Kubernetes, API server only
 
 Each command finds the program by the record ``submit`` wrote for this user
 (``submission/records``) and talks to its controller with the program's
@@ -118,7 +119,8 @@ def _stop(args) -> int:
 
 def _dashboard(args) -> int:
     program = attach(args.id)
-    tunnel, url = program.open_dashboard(args.port, shlex.split(args.ssh_options or ''))
+    tunnel, url = program.open_dashboard(args.port, shlex.split(args.ssh_options or ''),
+                                         via=args.via)
     print(url, flush=True)
     print('launchpad_py: forwarding until the program ends (Ctrl-C to stop)', file=sys.stderr)
     try:
@@ -196,6 +198,10 @@ def parser() -> argparse.ArgumentParser:
                                  help='the local port (default: a free one)')
             command.add_argument('--ssh_options', help="for slurm: ssh arguments to reach the "
                                  "node, e.g. '-F my_config' (ssh: the submission's own)")
+            command.add_argument('--via', choices=('direct', 'api'),
+                                 help='for kubernetes: reach the controller pod directly (its '
+                                      'IP) or through the API server\'s port forward; '
+                                      'default: direct if the pod answers, else the API')
         if name == 'stop':
             command.add_argument('--grace', type=float, help='seconds nodes get to stop')
             command.add_argument('--timeout', type=float, default=60.0,

@@ -60,6 +60,10 @@ class Channel:
     def recv(self):
         return self._connection.recv()
 
+    def fileno(self) -> int:
+        """The socket's descriptor, for a peer that takes the connection over as raw bytes."""
+        return self._connection.fileno()
+
     def close(self) -> None:
         self._connection.close()
 

@@ -42,6 +42,15 @@ def ask(endpoint_text: str | None, secret: bytes, request: tuple, timeout: float
     except OSError as exc:
         raise NotReachableError(f'the controller at {address[0]}:{address[1]} does not answer '
                                 f'({exc})') from None
+    connection, value = converse(sock, secret, request, timeout, f'{address[0]}:{address[1]}')
+    connection.close()
+    return value
+
+
+def converse(sock: socket.socket, secret: bytes, request: tuple, timeout: float,
+             where: str) -> tuple[mpc.Connection, object]:
+    """Proves the secret over the connected ``sock``, sends ``request``; the connection (still
+    open, for a relay) and the reply. ``sock`` is taken over either way."""
     sock.settimeout(None)  # Blocking, with a receive timeout the Connection keeps.
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO,
                     struct.pack('ll', int(timeout), int(timeout % 1 * 1e6)))
@@ -51,9 +60,11 @@ def ask(endpoint_text: str | None, secret: bytes, request: tuple, timeout: float
         mpc.deliver_challenge(connection, secret)
         connection.send(request)
         _, value = _PlainData(io.BytesIO(connection.recv_bytes())).load()  # ('reply', value)
-        return value
+        return connection, value
     except (EOFError, OSError) as exc:
-        raise NotReachableError(f'the controller at {address[0]}:{address[1]} hung up '
-                                f'({exc or type(exc).__name__})') from None
-    finally:
         connection.close()
+        raise NotReachableError(f'the controller at {where} hung up '
+                                f'({exc or type(exc).__name__})') from None
+    except BaseException:
+        connection.close()
+        raise

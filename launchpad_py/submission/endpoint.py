@@ -11,6 +11,13 @@ both ways, in ``node_side/control_channel``). Its address goes to
                              'programs': [{'program', 'running', 'dashboard', 'nodes': [...]}]}
     ('stop', grace)      -> {'stopping': [program names]}: the clean stop of ``lp.stop()``
                             ([] before the script has launched: the caller kills instead)
+    ('relay_dashboard',) -> {'relaying': {'port', 'token'}}, then the connection carries raw
+                            bytes to and from the dashboard (loopback here), until either
+                            side ends; or {'error': ...}
+
+The relay is how ``dashboard ID`` reaches a dashboard that listens on the
+loopback of a pod: the secret guards it like every other request, and the
+dashboard's token guards the pages.
 
     endpoint = Endpoint(secret, directory)   # ... the script runs ...
     endpoint.close()
@@ -27,7 +34,7 @@ import threading
 
 from launchpad_py.node_side import control_channel
 from launchpad_py.observability import status_endpoint
-from launchpad_py.submission import records
+from launchpad_py.submission import records, splice
 from launchpad_py.supervision import controller as controllers
 
 
@@ -36,11 +43,16 @@ class Endpoint:
 
     def __init__(self, secret: bytes, directory: str):
         self._server = control_channel.ControlServer(
-            ('0.0.0.0', 0), lambda request, channel: status_endpoint.answer_until_closed(
-                request, channel, self._answer), family='AF_INET', key=secret)
+            ('0.0.0.0', 0), self._on_connect, family='AF_INET', key=secret)
         self.host, self.port = reachable_address(), self._server.address[1]
         records.write_private(os.path.join(directory, records.ENDPOINT), json.dumps(
             {'host': self.host, 'port': self.port, 'pid': os.getpid()}), replace=True)
+
+    def _on_connect(self, request, channel) -> None:
+        if request == ('relay_dashboard',):
+            _relay_dashboard(channel)
+        else:
+            status_endpoint.answer_until_closed(request, channel, self._answer)
 
     def _answer(self, request):
         kind = request[0] if isinstance(request, tuple) and request else None
@@ -67,6 +79,25 @@ def _dashboard(program) -> dict | None:
     """Where the program's dashboard listens (loopback here) and its token, if it has one."""
     board = program.dashboard
     return board and {'port': board.port, 'token': board.token}
+
+
+def _relay_dashboard(channel) -> None:
+    """Joins ``channel`` to a new connection to the first running program's dashboard."""
+    board = next(filter(None, map(_dashboard, controllers.running_programs())), None)
+    if board is None:
+        channel.send('reply', {'error': 'no program here serves a dashboard'})
+        channel.close()
+        return
+    try:
+        target = socket.create_connection(('127.0.0.1', board['port']), timeout=10)
+    except OSError as exc:
+        channel.send('reply', {'error': f'the dashboard at port {board["port"]} refused: {exc}'})
+        channel.close()
+        return
+    channel.send('reply', {'relaying': board})
+    peer = socket.socket(fileno=os.dup(channel.fileno()))
+    channel.close()
+    splice.splice(peer, target)
 
 
 def reachable_address() -> str:

@@ -5,13 +5,16 @@
     read(record, name)                # controller.log, endpoint.json, result.json: from the API
     follow(record)                    # the controller's log, live, pod after pod
     cancel(record)                    # delete the Job: SIGTERM to the controller, then the rest
+    controller_pod(record)            # (pod, pod IP, endpoint port) of the running controller
+    open_port(record, pod, port)      # a socket to the pod's port through pods/portforward
 
 Nothing of the program is read from files here: the log is the controller
 pod's log (``pods/log``), the result its container's exit code, and the
 endpoint's address the pod's IP and the port the controller logs first. So
 ``logs``, ``status``, ``list`` and ``wait`` need only the API server; the
 endpoint (``status``'s node table, the clean ``stop``, ``dashboard``) needs a
-route to the pod's IP as well (docs/walk_away.md). A result, once seen, is
+route to the pod's IP as well (docs/walk_away.md), except ``dashboard``, which
+can go through the API's port forward (``dashboard_relay``). A result, once seen, is
 kept in the program's record directory, so it outlives the Job's TTL.
 """
 
@@ -21,6 +24,7 @@ import contextlib
 import json
 import os
 import re
+import socket
 import threading
 import time
 from typing import Iterator
@@ -176,6 +180,34 @@ def _result(cluster: Cluster, record: dict) -> dict | None:
     return result
 
 
+def _controller(cluster: Cluster, pods: list[dict]) -> tuple[str, str, int] | None:
+    """The running controller pod's name, IP and endpoint port (None until it logged them)."""
+    live = [p for p in pods if (p.get('status') or {}).get('phase') == 'Running']
+    found = live and _ENDPOINT.search(_log(cluster, live[-1], head=True))
+    if not found:
+        return None
+    host = (live[-1].get('status') or {}).get('podIP') or found.group(1)
+    return live[-1]['metadata']['name'], host, int(found.group(2))
+
+
+def controller_pod(record: dict) -> tuple[str, str, int] | None:
+    """(pod name, pod IP, endpoint port) of the running controller; None while there is none."""
+    with _cluster(record) as cluster:
+        return _controller(cluster, _pods(cluster, record))
+
+
+def open_port(record: dict, pod: str, port: int) -> socket.socket:
+    """A socket to ``port`` of ``pod`` through the API server's ``pods/portforward`` (the
+    websocket protocol ``kubectl port-forward`` speaks), so no route to the pod is needed."""
+    from kubernetes.stream import portforward
+    with _cluster(record) as cluster:
+        forward = portforward(cluster.core.connect_get_namespaced_pod_portforward, pod,
+                              cluster.namespace, ports=str(port))
+        sock = forward.socket(port)
+    sock.setblocking(True)
+    return sock
+
+
 def read(record: dict, name: str) -> str | None:
     """``name`` of the program's directory as the API shows it (None while there is none)."""
     with _cluster(record) as cluster:
@@ -186,12 +218,8 @@ def read(record: dict, name: str) -> str | None:
         if name == records.LOG:
             return ''.join(_log(cluster, pod) for pod in pods) or None
         if name == records.ENDPOINT:
-            live = [p for p in pods if (p.get('status') or {}).get('phase') == 'Running']
-            found = live and _ENDPOINT.search(_log(cluster, live[-1], head=True))
-            if not found:
-                return None
-            host = (live[-1].get('status') or {}).get('podIP') or found.group(1)
-            return json.dumps({'host': host, 'port': int(found.group(2))})
+            found = _controller(cluster, pods)
+            return found and json.dumps({'host': found[1], 'port': found[2]})
     raise ValueError(f'no {name!r} for a Kubernetes submission')
 
 

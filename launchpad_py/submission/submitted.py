@@ -21,7 +21,8 @@ from typing import Iterator
 
 from launchpad_py import errors
 from launchpad_py.launchers.ssh.host import SshHost
-from launchpad_py.submission import client, forward, kubernetes, logs, records, slurm, ssh
+from launchpad_py.submission import (client, dashboard_relay, forward, kubernetes, logs,
+                                     records, slurm, ssh)
 
 PLATFORMS = {'slurm': slurm, 'ssh': ssh, 'kubernetes': kubernetes}
 _POLL_S = 1.0
@@ -115,18 +116,22 @@ class SubmittedProgram:
         yield from logs.select(logs.follow_file(path, lambda: self.state() not in (
             'pending', 'running')), node, grep, since, times)
 
-    def open_dashboard(self, local_port: int = 0, ssh_options: list[str] | None = None
-                       ) -> tuple[forward.Forward, str]:
+    def open_dashboard(self, local_port: int = 0, ssh_options: list[str] | None = None,
+                       via: str | None = None) -> tuple[forward.Forward, str]:
         """A local port forward to the dashboard (``lp.launch(..., dashboard=True)`` or
         ``--lp_dashboard``) and its URL with the token; ``close()`` the forward when done.
 
         Over ssh to the controller's host: the submission's host and ssh options, or for
-        Slurm the node's address with ``ssh_options``.
+        Slurm the node's address with ``ssh_options``. On Kubernetes, relayed by the
+        controller's endpoint, reached ``via`` 'direct' (the pod's IP) or 'api' (the API
+        server's port forward); by default direct if it answers, else the API.
         """
         if self.launcher == 'kubernetes':
-            raise errors.ProgramError(
-                f'dashboard {self.id}: not for Kubernetes yet; `kubectl port-forward` to the '
-                f'controller pod of Job {self.record["job"]} reaches it (docs/walk_away.md)')
+            tunnel = dashboard_relay.open_for(self, local_port, via)
+            return tunnel, f'http://127.0.0.1:{tunnel.local_port}/?token={tunnel.token}'
+        if via is not None:
+            raise errors.ProgramError(f'dashboard {self.id}: --via is for Kubernetes programs '
+                                      f'(this one runs on {self.launcher})')
         reply = self.ask(('statistics',))
         board = next((p['dashboard'] for p in reply['programs'] if p.get('dashboard')), None)
         if board is None:

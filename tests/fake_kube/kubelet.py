@@ -14,10 +14,12 @@ times (no backoff delay), and marks the Job Complete or Failed.
 from __future__ import annotations
 
 import base64
+import ctypes
 import dataclasses
 import datetime
 import os
 import secrets
+import socket
 import subprocess
 import threading
 import time
@@ -28,12 +30,15 @@ from fake_kube.store import ApiError, Store, now
 
 @dataclasses.dataclass
 class FakeNode:
-    """A node pods can be scheduled on; ``netns`` is the network namespace its pods run in."""
+    """A node pods can be scheduled on; ``netns`` is the network namespace its pods run in;
+    ``pod_ip``, if given, the podIP its pods report (an address this machine has no route
+    to stands for a pod network that is not routed to the user's machine)."""
 
     name: str
     labels: dict = dataclasses.field(default_factory=dict)
     gpus: int = 0
     netns: str | None = None
+    pod_ip: str | None = None
 
 
 class LogSource:
@@ -156,6 +161,7 @@ class Kubelet:
         self.store.update('pods', *key, lambda obj: obj['spec'].update(nodeName=node.name))
         self._set_status(pod, phase='Running', conditions=[{'type': 'PodScheduled',
                                                             'status': 'True'}],
+                         **({'podIP': node.pod_ip} if node.pod_ip else {}),
                          containerStatuses=self._container(pod, {
                              'running': {'startedAt': now()}}))
         threading.Thread(target=self._reap, args=(pod, key, handle),
@@ -176,6 +182,19 @@ class Kubelet:
             raise ApiError(400, 'BadRequest', f'container "node" in pod "{name}" is waiting to '
                                               'start: ContainerCreating')
         return LogSource(os.path.join(self.workdir, pod['metadata']['uid'], 'log'), ended)
+
+    def connect(self, namespace: str, name: str, port: int) -> socket.socket:
+        """A connection to ``port`` on the loopback of a running pod (its node's network
+        namespace), as the kubelet opens for ``pods/portforward``."""
+        pod = self.store.get('pods', namespace, name)
+        with self._lock:
+            ended = self._ended.get((namespace, name))
+        if ended is None or ended.is_set():
+            raise ApiError(400, 'BadRequest', f'pod {name} is not running')
+        node = next(n for n in self.nodes if n.name == pod['spec'].get('nodeName'))
+        if node.netns is None:
+            return socket.create_connection(('127.0.0.1', port), timeout=10)
+        return _connect_in(node.netns, port)
 
     def _pod_deleted(self, pod: dict) -> None:
         key = (pod['metadata']['namespace'], pod['metadata']['name'])
@@ -255,3 +274,25 @@ def _seconds_since(timestamp: str) -> float:
         tzinfo=datetime.timezone.utc)
     return time.time() - then.timestamp()
 
+
+def _connect_in(netns: str, port: int) -> socket.socket:
+    """Connects to 127.0.0.1:``port`` of network namespace ``netns``: setns(2) moves only the
+    calling thread, so a thread of its own enters the namespace and ends there."""
+    found: list = []
+
+    def enter_and_connect() -> None:
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)
+            with open(f'/run/netns/{netns}') as handle:
+                if libc.setns(handle.fileno(), 0x40000000) != 0:  # CLONE_NEWNET
+                    raise OSError(ctypes.get_errno(), f'setns into {netns} failed')
+            found.append(socket.create_connection(('127.0.0.1', port), timeout=10))
+        except OSError as exc:
+            found.append(exc)
+
+    thread = threading.Thread(target=enter_and_connect, name=f'fake-kube-netns-{netns}')
+    thread.start()
+    thread.join()
+    if isinstance(found[0], OSError):
+        raise found[0]
+    return found[0]

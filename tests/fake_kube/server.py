@@ -3,7 +3,8 @@
 No Kubernetes API server can run on these machines, so the launcher's calls
 go to this one. It implements exactly those calls (and the listings the
 tests make): create/list/watch/get/delete Pods with their logs, create/list
-Secrets, create/list/patch (JSON Patch)/delete Jobs; and, for submitted
+Secrets, create/list/patch (JSON Patch)/delete Jobs; a Pod's port forward
+(``portforward.py``); and, for submitted
 programs, create/get ServiceAccounts, Roles and RoleBindings (stored only:
 the fake enforces no RBAC). ``kubelet.py`` plays
 the scheduler, the kubelet and the Job and TTL controllers.
@@ -21,11 +22,12 @@ import threading
 import time
 import urllib.parse
 
+from fake_kube import portforward
 from fake_kube.store import KINDS, ApiError, Store
 
 _PATH = re.compile(r'^/(?:api/v1|apis/batch/v1|apis/rbac.authorization.k8s.io/v1)/namespaces/'
                    r'(?P<ns>[^/]+)/(?P<resource>pods|secrets|jobs|serviceaccounts|roles|'
-                   r'rolebindings)(?:/(?P<name>[^/]+)(?P<log>/log)?)?$')
+                   r'rolebindings)(?:/(?P<name>[^/]+)(?:(?P<log>/log)|(?P<forward>/portforward))?)?$')
 
 
 def _resources(group_version: str, names: list[tuple[str, str, bool]]) -> dict:
@@ -68,6 +70,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
             raise ApiError(404, 'NotFound', f'the fake API server has no {url.path}')
         self.server.calls.append((self.command, match['resource'], bool(match['name']),
                                   bool(match['log']), query.get('watch') == 'true'))
+        if match['forward']:
+            query['_forward'] = '1'  # GET pods/NAME/portforward: the websocket upgrade.
         return match['ns'], match['resource'], match['name'], match['log'], query
 
     def _body(self):
@@ -102,7 +106,9 @@ class Handler(http.server.BaseHTTPRequestHandler):
 
     def _get(self, ns, resource, name, log, query) -> None:
         store = self.server.store
-        if log:
+        if query.pop('_forward', None):
+            portforward.serve(self, self.server.kubelet, ns, name, query)
+        elif log:
             self._stream_log(ns, name, query.get('follow') == 'true')
         elif name:
             self._send(200, store.get(resource, ns, name))
@@ -185,3 +191,5 @@ class ApiServer(http.server.ThreadingHTTPServer):
         self.closing = threading.Event()
         #: (method, resource, named, log, watch) of every request, for tests to check.
         self.calls: list[tuple] = []
+        #: (namespace, pod, port) of every port forward opened.
+        self.forwarded: list[tuple[str, str, int]] = []

@@ -1,0 +1,137 @@
+"""``dashboard ID`` for programs submitted to Kubernetes (issue 27): the fake API server, its
+controller pod a local process, and the CLI run as a user runs it, in a process of its own.
+
+The dashboard listens on the pod's loopback; the controller's endpoint relays it
+to the local port the CLI opens, reached directly (the pod's IP) or through the
+API server's ``pods/portforward``.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import socket
+import subprocess
+import sys
+import urllib.error
+import urllib.request
+
+import psutil
+import pytest
+
+import launchpad_py as lp
+from conftest import wait_for
+from launchpad_py.submission import kubernetes
+from launchpad_py.submission.submitted import submitted_programs
+from test_submit import cli
+from test_submit_kubernetes import SCRIPT, cluster, pods, programs_dir, submit, ticks  # noqa: F401
+
+pytest.importorskip('kubernetes', reason="the [kubernetes] extra is not installed "
+                                         "(pip install 'launchpad_py[kubernetes]')")
+
+
+def open_board(program, *args: str) -> tuple[subprocess.Popen, str]:
+    """``python -m launchpad_py dashboard ID ARGS`` running, and the URL it printed."""
+    board = subprocess.Popen([sys.executable, '-m', 'launchpad_py', 'dashboard', program.id,
+                              *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    url = board.stdout.readline().strip()
+    assert url.startswith('http://127.0.0.1:') and '/?token=' in url, board.stderr.read()
+    return board, url
+
+
+def fetch_status(url: str) -> dict:
+    return json.loads(urllib.request.urlopen(url.replace('/?', '/api/status?'), timeout=30).read())
+
+
+def port_of(url: str) -> int:
+    return int(url.split(':')[2].split('/')[0])
+
+
+def assert_closed(port: int) -> None:
+    with pytest.raises(ConnectionRefusedError):
+        socket.create_connection(('127.0.0.1', port), timeout=5).close()
+
+
+def relayed_connections(program) -> list:
+    """Connections of this machine still open to or from the controller's endpoint (closed
+    ones linger in TIME_WAIT: the kernel's, held by no process)."""
+    port = kubernetes.controller_pod(program.record)[2]
+    return [c for c in psutil.net_connections('tcp')
+            if c.status not in (psutil.CONN_LISTEN, psutil.CONN_TIME_WAIT)
+            and port in (c.laddr and c.laddr.port, c.raddr and c.raddr.port)]
+
+
+@pytest.mark.parametrize('via', [None, 'direct', 'api'])
+def test_dashboard_of_a_kubernetes_program_is_forwarded_with_its_token(cluster, via):
+    """The URL printed serves the program's status with the token and refuses without it;
+    Ctrl-C (SIGINT) ends the CLI and its local port, and the program runs on."""
+    program = submit(SCRIPT, 'ticker', '60', '--lp_dashboard')
+    wait_for(lambda: ticks(program) >= 1, 120, 'the node pod to tick')
+    board, url = open_board(program, *(['--via', via] if via else []))
+    assert fetch_status(url)['program'] == 'ticker'
+    assert fetch_status(url)['program'] == 'ticker'  # Each request its own relayed connection.
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(url.split('?')[0] + 'api/status', timeout=30)
+    assert refused.value.code == 403
+    forwarded = len(cluster.server.forwarded)  # Local pods answer directly: the API is spare.
+    assert forwarded >= 4 if via == 'api' else forwarded == 0
+    board.send_signal(signal.SIGINT)
+    assert board.wait(timeout=30) == 130
+    assert_closed(port_of(url))
+    wait_for(lambda: not relayed_connections(program), 30, 'the relays in the pod to end')
+    assert program.state() == 'running'
+    stopped = cli('stop', program.id, '--grace', '5')
+    assert stopped.returncode == 0 and stopped.stdout.strip() == f'{program.id}: ended', stopped
+
+
+def test_the_dashboard_forward_ends_with_the_program(cluster):
+    """`stop` from another process: the program ends, and so does `dashboard`, by itself."""
+    program = submit(SCRIPT, 'ticker', '60', '--lp_dashboard')
+    wait_for(lambda: ticks(program) >= 1, 120, 'the node pod to tick')
+    board, url = open_board(program)
+    assert cli('stop', program.id, '--grace', '5').returncode == 0
+    assert board.wait(timeout=60) == 0
+    assert_closed(port_of(url))
+
+
+def test_a_program_without_a_dashboard_or_not_running_is_a_clear_error(cluster):
+    """No --lp_dashboard: the error says how to get one; a pending controller: it says so."""
+    program = submit(SCRIPT, 'ticker', '60')
+    wait_for(lambda: ticks(program) >= 1, 120, 'the node pod to tick')
+    done = cli('dashboard', program.id)
+    assert done.returncode == 1 and '--lp_dashboard' in done.stderr, done
+    stuck = cli('submit', '--launch_type', 'kubernetes', '--image', 'registry.example/none:1',
+                '--name', 'stuck', SCRIPT, 'ticker')
+    pending = lp.attach(stuck.stdout.strip())
+    wait_for(lambda: pods(cluster, 'Pending'), 60, 'the controller pod to be pending')
+    done = cli('dashboard', pending.id)
+    assert done.returncode == 1 and 'the controller is pending' in done.stderr, done
+    assert cli('dashboard', program.id, '--via', 'tunnel').returncode == 2
+
+
+@pytest.fixture
+def unrouted_cluster(tmp_path, monkeypatch):
+    """A fake cluster whose pods report a pod IP this machine has no route to (TEST-NET-1)."""
+    from fake_kube import FakeCluster, FakeNode
+    (tmp_path / 'kube').mkdir()
+    with FakeCluster(str(tmp_path / 'kube'), [FakeNode('far', pod_ip='192.0.2.7')]) as fake:
+        monkeypatch.setenv('KUBECONFIG', fake.kubeconfig)
+        yield fake
+        for program in submitted_programs():
+            if program.state() in ('pending', 'running'):
+                program.stop(grace=0, timeout=30)
+
+
+def test_a_pod_network_out_of_reach_is_crossed_through_the_api(unrouted_cluster):
+    """`--via direct` says there is no route; by default the API's port forward is taken."""
+    program = submit(SCRIPT, 'ticker', '60', '--lp_dashboard')
+    wait_for(lambda: ticks(program) >= 1, 120, 'the node pod to tick')
+    done = cli('dashboard', program.id, '--via', 'direct')
+    assert done.returncode == 1 and 'no route to pod' in done.stderr, done
+    assert '--via' in done.stderr  # It says how to go through the API instead.
+    board, url = open_board(program)
+    assert fetch_status(url)['program'] == 'ticker'
+    assert unrouted_cluster.server.forwarded
+    board.send_signal(signal.SIGINT)
+    assert board.wait(timeout=30) == 130
+    assert_closed(port_of(url))
