@@ -85,9 +85,14 @@ def test_dashboard_of_a_kubernetes_program_is_forwarded_with_its_token(cluster, 
 
 
 def test_the_dashboard_forward_ends_with_the_program(cluster):
-    """`stop` from another process: the program ends, and so does `dashboard`, by itself."""
+    """`stop` from another process: the program ends, and so does `dashboard`, by itself.
+    From Python, ``lp.attach(ID).open_dashboard()`` gives the same relay until closed."""
     program = submit(SCRIPT, 'ticker', '60', '--lp_dashboard')
     wait_for(lambda: ticks(program) >= 1, 120, 'the node pod to tick')
+    tunnel, own_url = lp.attach(program.id).open_dashboard(via='api')
+    assert fetch_status(own_url)['program'] == 'ticker'
+    tunnel.close()
+    assert_closed(port_of(own_url))
     board, url = open_board(program)
     assert cli('stop', program.id, '--grace', '5').returncode == 0
     assert board.wait(timeout=60) == 0
