@@ -83,3 +83,26 @@ def test_a_submitted_program_runs_as_podman_pods_and_ends_with_its_result(
     assert len(played) == 2  # The controller's pod and the node's.
     wait_for(lambda: all(podman('pod', 'exists', name, check=False).returncode != 0
                          for name in played), timeout=60, what='every podman pod to go')
+
+
+@pytest.mark.parametrize('via', ['direct', 'api'])
+def test_the_dashboard_of_a_podman_controller_pod_is_relayed(cluster, controller_image, via):
+    """The dashboard on the controller pod's loopback (h1's network) reaches this machine:
+    directly over the bridge, or through the fake API server's port forward."""
+    import json
+    import urllib.request
+    program = lp.submit(SCRIPT, 'ticker', '60', '--lp_dashboard', launch_type='kubernetes',
+                        name='ticker', kubernetes_options={
+                            'image': controller_image,
+                            'env': {'LP_TEST_NODE_IMAGE': controller_image}})
+    try:
+        wait_for(lambda: ' tick ' in program.logs(node='worker/0'), 300, 'the node pod to tick')
+        tunnel, url = program.open_dashboard(via=via)
+        try:
+            page = urllib.request.urlopen(url.replace('/?', '/api/status?'), timeout=60).read()
+        finally:
+            tunnel.close()
+        assert json.loads(page)['program'] == 'ticker'
+        assert bool(cluster.server.forwarded) == (via == 'api')
+    finally:
+        assert program.stop(grace=5, timeout=120) in ('ended', 'lost')
