@@ -28,6 +28,8 @@ from launchpad_py.courier import serialization, shm
 REQUEST, REPLY, CHUNKED = 1, 2, 4
 # call_id, kind, released count, buffer count, pickle length, segment id, segment size
 HEADER = struct.Struct('<QBxHIQQQ')
+_HEADER_SIZE = HEADER.size
+_unpack_header = HEADER.unpack_from
 _ENTRY = struct.Struct('<qQ')
 _BUFFER_ALIGN = 16
 _PADDING = bytes(_BUFFER_ALIGN)
@@ -273,14 +275,33 @@ class Reader:
             have += self._recv(target[have:])
 
     def read(self) -> Frame:
-        start = self._start
-        if self._end - start >= HEADER.size:  # Fast path: a small frame already buffered.
-            call_id, kind, n_released, n_buffers, pickle_len, segment_id, _ = \
-                HEADER.unpack_from(self._buf, start)
-            begin = start + HEADER.size
-            if not (n_released or n_buffers or segment_id) and self._end - begin >= pickle_len:
-                self._start = begin + pickle_len
-                return Frame(call_id, kind, bytes(self._view[begin:self._start]), [], [])
+        frame = self._small_frame()
+        if frame is not None:
+            return frame
+        if self._start == self._end:  # Nothing buffered: one receive usually brings a whole call.
+            self._start = self._end = 0
+            self._end = self._recv(self._view)
+            frame = self._small_frame()
+            if frame is not None:
+                return frame
+        return self._read_frame()
+
+    def _small_frame(self) -> Frame | None:
+        """The next frame, when it is small (no buffers, nothing released) and wholly buffered."""
+        start, end = self._start, self._end
+        if end - start < _HEADER_SIZE:
+            return None
+        call_id, kind, n_released, n_buffers, pickle_len, segment_id, _ = \
+            _unpack_header(self._buf, start)
+        begin = start + _HEADER_SIZE
+        stop = begin + pickle_len
+        if stop > end or n_released or n_buffers or segment_id:
+            return None
+        self._start = stop
+        return Frame(call_id, kind, bytes(self._view[begin:stop]), [], [])
+
+    def _read_frame(self) -> Frame:
+        """Any frame, its parts received as they come (large buffers straight into place)."""
         call_id, kind, n_released, n_buffers, pickle_len, segment_id, segment_size = \
             HEADER.unpack(self._take(HEADER.size))
         self._in_frame = True
