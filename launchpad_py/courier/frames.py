@@ -22,7 +22,7 @@ import ssl
 import struct
 from typing import Any, Protocol
 
-from launchpad_py.courier import serialization, shm
+from launchpad_py.courier import frame_loop, serialization, shm
 
 # A reply too large for one gRPC message says so with a CHUNKED frame (see grpc_chunks).
 REQUEST, REPLY, CHUNKED = 1, 2, 4
@@ -78,6 +78,13 @@ def encode(call_id: int, kind: int, obj: Any, pool: shm.SegmentPool | None = Non
            shm_min_bytes: int | None = None) -> tuple[list, int | None]:
     """The frame's parts (for ``sendmsg``) and the segment descriptor to pass, if any."""
     pickled, buffers = serialization.encode(obj)
+    return encode_parts(call_id, kind, pickled, buffers, pool, released, shm_min_bytes)
+
+
+def encode_parts(call_id: int, kind: int, pickled: bytes, buffers: list,
+                 pool: shm.SegmentPool | None = None, released: list[int] | tuple = (),
+                 shm_min_bytes: int | None = None) -> tuple[list, int | None]:
+    """``encode`` of a payload already serialized (``serialization.encode``)."""
     if not buffers and not released:  # The common small call: one part, one syscall.
         return [HEADER.pack(call_id, kind, 0, 0, len(pickled), 0, 0) + pickled], None
     shared = [] if pool is None or shm_min_bytes is None else [
@@ -171,6 +178,18 @@ def send(sock: socket.socket, parts: list, fd: int | None) -> None:
         views = _advance(views, sock.sendmsg(views[:_IOV_MAX]))
 
 
+def send_small(sock: socket.socket, loop, call_id: int, kind: int, pickled: bytes) -> None:
+    """Sends a frame without buffers in one write; ``loop``: the compiled frame loop (one
+    ``sendmsg`` of header and pickle, no joined copy), None for Python's ``sendall``."""
+    sent = 0
+    if loop is not None:
+        sent = loop.send_small(sock.fileno(), call_id, kind, pickled)
+        if sent == _HEADER_SIZE + len(pickled):
+            return
+    frame = HEADER.pack(call_id, kind, 0, 0, len(pickled), 0, 0) + pickled
+    sock.sendall(memoryview(frame)[sent:] if sent else frame)  # Would block: it has a timeout.
+
+
 def _advance(views: list[memoryview], sent: int) -> list[memoryview]:
     index = 0
     while sent and sent >= views[index].nbytes:
@@ -210,6 +229,8 @@ class Reader:
                  scratch: int = 256 * 1024, *, descriptors: bool = True,
                  max_frame_bytes: int | None = None):
         self._sock = sock
+        #: The compiled frame loop this reader and its connection's sends use, or None.
+        self.loop = None if isinstance(sock, ssl.SSLSocket) else frame_loop.compiled()
         self._descriptors = descriptors
         self._limit = max_frame_bytes
         self._released = released
@@ -275,6 +296,8 @@ class Reader:
             have += self._recv(target[have:])
 
     def read(self) -> Frame:
+        if self.loop is not None:
+            return self._read_compiled()
         frame = self._small_frame()
         if frame is not None:
             return frame
@@ -284,6 +307,18 @@ class Reader:
             frame = self._small_frame()
             if frame is not None:
                 return frame
+        return self._read_frame()
+
+    def _read_compiled(self) -> Frame:
+        """The compiled loop receives a small frame; any other is read on in Python."""
+        pickled, call_id, kind, self._start, self._end, fds, eof = self.loop.recv_small(
+            self._sock.fileno(), self._buf, self._start, self._end, self._descriptors)
+        if fds:
+            self._fds.extend(fds)
+        if pickled is not None:
+            return Frame(call_id, kind, pickled, [], [])
+        if eof:
+            raise EOFError('the peer closed the connection')
         return self._read_frame()
 
     def _small_frame(self) -> Frame | None:
