@@ -32,6 +32,18 @@ static void store_u64(unsigned char *p, uint64_t v) {
     for (int i = 0; i < 8; i++) { p[i] = (unsigned char)(v & 0xff); v >>= 8; }
 }
 
+enum { RETRY, WOULD_BLOCK, FAILED };
+
+/* What to do after a system call failed (errno): retry it (interrupted, no Python signal
+ * handler raised), give up for now (the socket would block: Python's calls wait for it), or
+ * raise (the exception is set). */
+static int after_failure(void) {
+    if (errno == EINTR) return PyErr_CheckSignals() < 0 ? FAILED : RETRY;
+    if (errno == EAGAIN || errno == EWOULDBLOCK) return WOULD_BLOCK;
+    PyErr_SetFromErrno(PyExc_OSError);
+    return FAILED;
+}
+
 /* Appends the descriptors of an SCM_RIGHTS message to *fds (made on first use). */
 static int collect_fds(struct msghdr *msg, PyObject **fds) {
     for (struct cmsghdr *c = CMSG_FIRSTHDR(msg); c != NULL; c = CMSG_NXTHDR(msg, c)) {
@@ -121,12 +133,9 @@ static PyObject *recv_small(PyObject *self, PyObject *args) {
         Py_ssize_t n = receive(fd, (char *)base + end, cap - end, ancillary, &fds, &fds_error);
         if (fds_error) goto done;
         if (n < 0) {
-            if (errno == EINTR) {
-                if (PyErr_CheckSignals() < 0) goto done;
-                continue;
-            }
-            if (errno == EAGAIN || errno == EWOULDBLOCK) break;
-            PyErr_SetFromErrno(PyExc_OSError);
+            int next = after_failure();
+            if (next == RETRY) continue;
+            if (next == WOULD_BLOCK) break;
             goto done;
         }
         if (n == 0) {
@@ -187,12 +196,9 @@ static PyObject *send_small(PyObject *self, PyObject *args) {
         n = sendmsg(fd, &msg, MSG_NOSIGNAL);
         Py_END_ALLOW_THREADS
         if (n < 0) {
-            if (errno == EINTR) {
-                if (PyErr_CheckSignals() < 0) goto error;
-                continue;
-            }
-            if (errno == EAGAIN || errno == EWOULDBLOCK) break;
-            PyErr_SetFromErrno(PyExc_OSError);
+            int next = after_failure();
+            if (next == RETRY) continue;
+            if (next == WOULD_BLOCK) break;
             goto error;
         }
         sent += n;
