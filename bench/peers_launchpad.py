@@ -35,7 +35,7 @@ class BatchedEchoService(EchoService):
 
 
 NAMES = {'auto': 'launchpad', 'grpc': 'launchpad_grpc', 'tcp': 'launchpad_tcp'}
-# The courier's pure-Python frame loop instead of the compiled one (launchpad_py/courier/frame_loop.py).
+# The courier's pure-Python frame loop, not the compiled one (courier/frame_loop.py).
 PURE_ENV = {'LP_COURIER_PURE': '1'}
 
 

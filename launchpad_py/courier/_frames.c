@@ -86,20 +86,22 @@ static Py_ssize_t receive(int fd, char *into, Py_ssize_t room, int ancillary, Py
     return n;
 }
 
-/* recv_small(fd, buf, start, end, ancillary) ->
+/* recv_small(fd, buf, start, end, ancillary, limit) ->
  *     (pickled | None, call_id, kind, start, end, fds | None, eof)
  *
  * Receives into the scratch buffer ``buf`` (bytearray; unread bytes are buf[start:end])
  * until a small frame is complete, and returns its pickle as bytes. ``pickled`` is None
- * when the next frame is not small, does not fit behind ``start``, the socket would block
+ * when the next frame is not small, its pickle is longer than ``limit`` (frames.py refuses
+ * it), it does not fit behind ``start``, the socket would block
  * (it has a timeout: Python's own calls wait for it), or the stream ended (``eof``): then
  * frames.py goes on from the returned start and end. Descriptors received are returned. */
 static PyObject *recv_small(PyObject *self, PyObject *args) {
     int fd, ancillary;
     Py_buffer view;
-    Py_ssize_t start, end;
+    Py_ssize_t start, end, limit;
     (void)self;
-    if (!PyArg_ParseTuple(args, "iw*nnp", &fd, &view, &start, &end, &ancillary)) return NULL;
+    if (!PyArg_ParseTuple(args, "iw*nnpn", &fd, &view, &start, &end, &ancillary, &limit))
+        return NULL;
     unsigned char *base = view.buf;
     Py_ssize_t cap = view.len;
     PyObject *fds = NULL, *pickled = NULL, *result = NULL;
@@ -118,6 +120,7 @@ static PyObject *recv_small(PyObject *self, PyObject *args) {
                                  ((uint32_t)h[14] << 16) | ((uint32_t)h[15] << 24);
             uint64_t pickle_len = load_u64(h + 16), segment_id = load_u64(h + 24);
             if (n_released || n_buffers || segment_id) break;  /* Not small: frames.py. */
+            if (pickle_len > (uint64_t)limit) break;  /* Too large: frames.py refuses it. */
             if (pickle_len > (uint64_t)(cap - start - HEADER_SIZE)) break;  /* Does not fit. */
             if ((uint64_t)(avail - HEADER_SIZE) >= pickle_len) {
                 call_id = load_u64(h);

@@ -20,6 +20,7 @@ import mmap
 import socket
 import ssl
 import struct
+import sys
 from typing import Any, Protocol
 
 from launchpad_py.courier import frame_loop, serialization, shm
@@ -233,6 +234,8 @@ class Reader:
         self.loop = None if isinstance(sock, ssl.SSLSocket) else frame_loop.compiled()
         self._descriptors = descriptors
         self._limit = max_frame_bytes
+        # Frames read whole by the small-frame paths; a larger pickle takes the checked path.
+        self._small_limit = sys.maxsize if max_frame_bytes is None else max_frame_bytes
         self._released = released
         self._buf = bytearray(scratch)
         self._view = memoryview(self._buf)
@@ -312,7 +315,8 @@ class Reader:
     def _read_compiled(self) -> Frame:
         """The compiled loop receives a small frame; any other is read on in Python."""
         pickled, call_id, kind, self._start, self._end, fds, eof = self.loop.recv_small(
-            self._sock.fileno(), self._buf, self._start, self._end, self._descriptors)
+            self._sock.fileno(), self._buf, self._start, self._end, self._descriptors,
+            self._small_limit)
         if fds:
             self._fds.extend(fds)
         if pickled is not None:
@@ -330,7 +334,7 @@ class Reader:
             _unpack_header(self._buf, start)
         begin = start + _HEADER_SIZE
         stop = begin + pickle_len
-        if stop > end or n_released or n_buffers or segment_id:
+        if stop > end or n_released or n_buffers or segment_id or pickle_len > self._small_limit:
             return None
         self._start = stop
         return Frame(call_id, kind, bytes(self._view[begin:stop]), [], [])

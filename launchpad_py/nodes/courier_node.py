@@ -64,7 +64,8 @@ class _UnderConstruction:
         self._done.set()
 
     def _target(self) -> Any:
-        self._done.wait()
+        if not self._done.is_set():  # Every call comes here: once built, no lock per call.
+            self._done.wait()
         if self._error is not None:
             raise errors.PeerFailedError(f'the object of node {self._label!r} failed to construct: '
                                          f'{type(self._error).__name__}: {self._error}')

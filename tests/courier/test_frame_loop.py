@@ -122,6 +122,19 @@ def test_end_of_stream_says_whether_a_frame_was_cut(loop):
         right.close()
 
 
+def test_a_small_frame_over_the_frame_limit_is_refused(loop):
+    """``max_frame_bytes`` holds for frames the small-frame paths would read whole too."""
+    left, right = socket.socketpair()
+    reader = frames.Reader(right, None, descriptors=False, max_frame_bytes=100)
+    try:
+        left.sendall(_small(1, 'x' * 50) + _small(2, 'y' * 200))
+        assert reader.read().value() == 'x' * 50
+        with pytest.raises(frames.FrameError):
+            reader.read()
+    finally:
+        left.close(), right.close()
+
+
 def test_a_socket_with_a_timeout_still_reads_and_times_out(loop):
     """A socket with a timeout (a sync call with a deadline) is non-blocking underneath: the
     compiled loop leaves the wait to Python, which reads the frame or times out."""
