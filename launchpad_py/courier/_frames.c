@@ -132,6 +132,7 @@ static PyObject *recv_small(PyObject *self, PyObject *args) {
                 break;
             }
         }
+        if (start == end) start = end = 0;  /* Nothing unread: receive at the front again. */
         if (end == cap) break;  /* Full: frames.py moves what is unread to the front. */
         Py_ssize_t n = receive(fd, (char *)base + end, cap - end, ancillary, &fds, &fds_error);
         if (fds_error) goto done;
