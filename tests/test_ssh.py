@@ -148,7 +148,8 @@ def test_bad_hosts_are_each_named_before_anything_starts(tmp_path):
     assert 'lo:1: unreachable over ssh: ' in text and 'Connection refused' in text
     assert "h1: python '/nonexistent/python3' cannot run there" in text
     assert ("h2: launchpad_py cannot be imported there (ModuleNotFoundError: No module named "
-            "'launchpad_py'); install launchpad_py==") in text
+            "'launchpad_py'); install it with: /usr/bin/python3 -m pip install launchpad_py==") \
+        in text
     assert f'h3: launchpad_py 0.0.1 is installed there ({old}/launchpad_py), the launcher ' in text
     assert f"h3: workdir '{tmp_path / 'missing'}' does not exist there" in text
 
