@@ -5,7 +5,8 @@
 # SECOND sshd on port $LP_PRIVATE_PORT (2200) in its own mount and UTS namespaces. Inside, /tmp,
 # /var/tmp, /home, /root, /run/user and /dev/shm are fresh tmpfs, the tree holding the launcher's
 # checkout and venvs (/work, and this checkout's parent) is hidden, and /opt/lp is the host's own:
-#   /opt/lp/env     a venv of /usr/bin/python3 with launchpad_py, installed from wheels built
+#   /opt/lp/env     a venv of /usr/bin/python3 with launchpad_py[$LP_PRIVATE_EXTRAS] (default
+#                   examples: the paper's examples run there), installed from wheels built
 #                   here once (pip wheel of this checkout and its dependencies)
 #   /opt/lp/bare    a venv without launchpad_py (for the "not installed" errors)
 #   /opt/lp/wheels  the wheelhouse (and lp_probe_pkg, a tiny package installed nowhere, for
@@ -17,7 +18,7 @@ set -euo pipefail
 D=${LP_PRIVATE_DIR:-/tmp/lp-private}; SSH_D=${LP_SSH_DIR:-/tmp/lp-ssh}
 PORT=${LP_PRIVATE_PORT:-2200}; N=${LP_SSH_HOSTS:-3}; NET=10.250.0
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-PY=${LP_PRIVATE_PYTHON:-/usr/bin/python3}
+PY=${LP_PRIVATE_PYTHON:-/usr/bin/python3}; EXTRAS=${LP_PRIVATE_EXTRAS-examples}
 cmd=${1:-up}
 
 stop_host() {  # $1 = host index
@@ -37,10 +38,10 @@ done
 mkdir -p "$D/wheels"; chmod 700 "$D"
 
 # The wheelhouse, once per checkout content: launchpad_py from this checkout, its dependencies.
-stamp=$(cd "$REPO" && { git ls-files -co --exclude-standard -- launchpad_py pyproject.toml | sort | xargs sha256sum; } | sha256sum | cut -c1-16)
+stamp=$(cd "$REPO" && { echo "$EXTRAS"; git ls-files -co --exclude-standard -- launchpad_py pyproject.toml | sort | xargs sha256sum; } | sha256sum | cut -c1-16)
 if [ "$(cat "$D/wheels/.stamp" 2>/dev/null)" != "$stamp" ]; then
   rm -f "$D"/wheels/launchpad_py-*.whl
-  "$PY" -m pip wheel -q --disable-pip-version-check -w "$D/wheels" "$REPO" 2>&1 | grep -v '^WARNING: Location' || true
+  "$PY" -m pip wheel -q --disable-pip-version-check -w "$D/wheels" "$REPO${EXTRAS:+[$EXTRAS]}" 2>&1 | grep -v '^WARNING: Location' || true
   "$PY" - "$D/wheels" <<'EOP'
 import base64, hashlib, sys, zipfile
 files = {'lp_probe_pkg/__init__.py': b'VALUE = 42\n',
@@ -107,7 +108,7 @@ EOC
   unshare --mount --propagation private sh -c "mount --bind '$H' /opt/lp &&
     '$PY' -m venv /opt/lp/env && '$PY' -m venv /opt/lp/bare &&
     /opt/lp/env/bin/python -m pip install -q --disable-pip-version-check --no-index \
-      --find-links /opt/lp/wheels launchpad_py" 2>&1 | grep -v '^WARNING: Location' || true
+      --find-links /opt/lp/wheels 'launchpad_py${EXTRAS:+[$EXTRAS]}'" 2>&1 | grep -v '^WARNING: Location' || true
   nsenter --net=/run/netns/lp-h$i unshare --mount --uts --propagation private \
     bash -c "$(hide_and_serve "$i")"
   echo "$stamp" > "$H/.stamp"

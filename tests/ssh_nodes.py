@@ -81,8 +81,14 @@ def spread_program(token: str):
     program.add_node(lp.MultiProcessingColocation(
         [lp.PyNode(wait_forever), lp.PyNode(wait_forever)]), label='colocated')
     options = ['-F', os.path.join(os.environ.get('LP_SSH_DIR', '/tmp/lp-ssh'), 'ssh_config')]
-    resources = {group: lp.SshHost(host, ssh_options=options, env={'LP_TEST_TOKEN': token})
-                 for group, host in zip(program.groups, ['h1', 'h2', 'h3'])}
+    names, more = ['h1', 'h2', 'h3'], {}
+    if os.environ.get('LP_SSH_TEST_HOSTS') == 'p':  # The share-nothing hosts, code shipped.
+        options = ['-F', os.path.join(os.environ.get('LP_PRIVATE_DIR', '/tmp/lp-private'),
+                                      'ssh_config')]
+        names, more = ['p1', 'p2', 'p3'], {'python': '/opt/lp/env/bin/python', 'ship_code': True}
+    resources = {group: lp.SshHost(host, ssh_options=options, env={'LP_TEST_TOKEN': token},
+                                   **more)
+                 for group, host in zip(program.groups, names)}
     return program, resources
 
 

@@ -19,6 +19,7 @@ import hashlib
 import io
 import json
 import os
+import secrets
 import shutil
 import stat
 import sys
@@ -88,6 +89,8 @@ def install(digest: str, data: bytes) -> str:
                     shutil.copyfileobj(source, sink)
         with open(os.path.join(staging, _MARKER), 'w') as marker:
             marker.write(digest)
+        if os.path.lexists(final) and not _trusted(final, digest):
+            _set_aside(final)  # Not ours, not private or unfinished: never used, never deleted.
         try:
             os.rename(staging, final)
         except OSError:  # Another launch put it there first.
@@ -96,6 +99,10 @@ def install(digest: str, data: bytes) -> str:
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return final
+
+
+def _set_aside(path: str) -> None:
+    os.rename(path, f'{path}.untrusted-{secrets.token_hex(4)}')
 
 
 def activate(path: str) -> list[str]:

@@ -34,7 +34,9 @@ _AGENT_COMMAND = ['-m', 'launchpad_py.node_side.host_agent']
 def _default_hosts() -> list[SshHost]:
     """The hosts of --lp_ssh_hosts, for groups that resources do not place."""
     options = shlex.split(flags.value_or_default(flags.SSH_OPTIONS))
-    return [SshHost(name, ssh_options=options) for name in flags.value_or_default(flags.SSH_HOSTS)]
+    python = flags.value_or_default(flags.SSH_PYTHON) or None
+    return [SshHost(name, ssh_options=options, python=python)
+            for name in flags.value_or_default(flags.SSH_HOSTS)]
 
 
 def _hosts_of_groups(program: Program, resources: dict) -> dict[str, list[SshHost]]:

@@ -6,7 +6,7 @@
 Before the check, each such host gets a venv of its own under
 ``~/.cache/launchpad_py/envs/<hash>`` (the hash of its python, requirements
 and ``pip_args``), made from its ``python`` with that python's packages
-visible (``--system-site-packages``: launchpad_py comes from there), and
+visible after its own (launchpad_py comes from there), and
 ``pip install``s the requirements from whatever index the host reaches
 (``pip_args`` may name another, or ``--no-index --find-links DIR``). pip's
 lines are shown as they come, prefixed with the host. A venv made before is
@@ -27,6 +27,10 @@ from launchpad_py.launchers.ssh.host import SshHost
 
 _TIMEOUT_S = 1800
 _DONE = '.launchpad_provisioned'
+# The venv sees its parent python's packages after its own (launchpad_py comes from there;
+# ``--system-site-packages`` would reach only the base interpreter's when that is a venv).
+_PURELIB = 'import sysconfig; print(sysconfig.get_paths()["purelib"])'
+_SITES = 'import site; print("\\n".join(site.getsitepackages()))'
 
 
 def _venv_of(host: SshHost) -> str:
@@ -40,7 +44,9 @@ def _script(host: SshHost, venv: str) -> str:
     pip = shlex.join([*(host.pip_args or ()), *host.requirements])
     return (f'set -e; cd "$HOME"; if [ -f {venv}/{_DONE} ]; then echo "cached: $HOME/{venv}"; '
             f'exit 0; fi; rm -rf {venv}.new; mkdir -p -m 700 {venv}.new; '
-            f'{python} -m venv --system-site-packages {venv}.new; '
+            f'{python} -m venv {venv}.new; '
+            f'sp=$({venv}.new/bin/python -c {shlex.quote(_PURELIB)}); '
+            f'{python} -c {shlex.quote(_SITES)} > "$sp/launchpad_py_parent.pth"; '
             f'{venv}.new/bin/python -m pip install --disable-pip-version-check '
             f'--progress-bar off {pip} 2>&1; '
             f'rm -rf {venv}; mv {venv}.new {venv}; touch {venv}/{_DONE}; echo "made: $HOME/{venv}"')
