@@ -9,6 +9,7 @@ machine's process table, so the launcher-death test sees every host's processes.
 from __future__ import annotations
 
 import json
+import re
 import os
 import signal
 import subprocess
@@ -153,3 +154,43 @@ def test_sigkill_of_launcher_leaves_nothing_on_any_host():
     launcher.stdout.close()
     wait_for(lambda: not marked_processes(token), timeout=30,
              what=f'processes of {token} to end on p1..p3')
+
+
+# The paper's four examples: (module, arguments, pattern of the result line, what must match).
+# mapreduce and evolution strategies are deterministic: their result lines match exactly
+# (times aside). The parameter server's result is a throughput and the actor-learner's an
+# asynchronous training run, so those must match in what they reach, not in numbers.
+_EXAMPLES = {
+    'mapreduce': (['--inputs=examples/*/*.py'], r'^\[output/0\] (output: .*)$'),
+    'evolution_strategies': (['--max_generations=60'],
+                             r'^\[evolver/0\] evolver: (reached the generation limit after \d+ '
+                             r'generations) in [\d.]+s(; fitness of the mean .*)$'),
+    'parameter_server': (['--topology=replicated'],
+                         r'^\[meter/0\] meter: (\d+ requesters), \d+ queries'),
+    'actor_learner': ([], r'^\[evaluator/0\] evaluator: (reached the target return) \('),
+}
+
+
+def _example_result(name: str, launch_type: str) -> tuple[str, ...]:
+    arguments, pattern = _EXAMPLES[name]
+    flags = [f'--lp_launch_type={launch_type}']
+    if launch_type == 'ssh':
+        flags += ['--lp_ssh_hosts=p1,p2,p3',
+                  f'--lp_ssh_options=-F {os.path.join(PRIVATE_DIR, "ssh_config")}',
+                  f'--lp_ssh_python={PRIVATE_PYTHON}', '--lp_ssh_ship_code']
+    done = subprocess.run([sys.executable, '-m', f'examples.{name}', *flags, *arguments],
+                          cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    found = [re.match(pattern, line) for line in (done.stdout + done.stderr).splitlines()]
+    results = [m.groups() for m in found if m]
+    assert results, f'no result line of {name} under {launch_type}: {done.stderr[-2000:]}'
+    return results[-1]
+
+
+@slow
+@pytest.mark.timeout(1500)
+@pytest.mark.parametrize('name', list(_EXAMPLES))
+def test_paper_example_on_share_nothing_hosts_matches_local_mp(name):
+    """Each example over ssh on p1..p3 (code shipped, hosts' own python) gives local_mp's result."""
+    private_host('p1')
+    assert _example_result(name, 'ssh') == _example_result(name, 'local_mp')

@@ -9,7 +9,7 @@ per host, over the agent's ssh session. The pack is deterministic (sorted
 names, no times or owners), so the same files give the same digest and a
 second launch sends nothing. Only the user's own directories go: never the
 interpreter's, a venv's or site-packages (the host has its own environment),
-nor launchpad_py itself (installed there, its version checked).
+nor launchpad_py's own package (installed there, its version checked).
 """
 
 from __future__ import annotations
@@ -47,14 +47,18 @@ class CodePack:
     files_bytes: int
 
 
-def _not_users(path: str) -> bool:
-    """True for the interpreter's, a venv's, site-packages and launchpad_py's own directory."""
+def _our_root() -> str:
+    """The directory launchpad_py is imported from (a checkout, when installed editable)."""
     import launchpad_py
+    return os.path.realpath(os.path.dirname(os.path.dirname(launchpad_py.__file__)))
+
+
+def _not_users(path: str) -> bool:
+    """True for the interpreter's, a venv's and site-packages."""
     real = os.path.realpath(path)
     prefixes = {os.path.realpath(p) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix,
                                               sys.base_exec_prefix)}
-    ours = os.path.realpath(os.path.dirname(os.path.dirname(launchpad_py.__file__)))
-    return (real == ours or any(real == p or real.startswith(p + os.sep) for p in prefixes)
+    return (any(real == p or real.startswith(p + os.sep) for p in prefixes)
             or any(part in ('site-packages', 'dist-packages') for part in real.split(os.sep))
             or os.path.exists(os.path.join(real, 'pyvenv.cfg')))
 
@@ -71,7 +75,15 @@ def user_paths() -> list[str]:
 
 def _files(root: str) -> list[str]:
     """The files under ``root`` to ship, relative: git's view (``.gitignore`` honoured) in a git
-    tree, else every file but caches and nested venvs."""
+    tree, else every file but caches and nested venvs; never launchpad_py itself (launching
+    from its checkout), which the host has installed."""
+    names = _listed(root)
+    if root == _our_root():
+        names = [n for n in names if not n.startswith('launchpad_py' + os.sep)]
+    return names
+
+
+def _listed(root: str) -> list[str]:
     try:
         listed = subprocess.run(['git', '-C', root, 'ls-files', '-co', '--exclude-standard', '-z'],
                                 capture_output=True, timeout=60)
