@@ -106,6 +106,12 @@ def private_host(name: str, **options):
     return lp.SshHost(name, ssh_options=['-F', config], **options)
 
 
+def host_name(name: str) -> str:
+    """The name statuses and messages give the test host ``name`` (h1..h3: p1..p3 with
+    ``LP_SSH_TEST_HOSTS=p``)."""
+    return 'p' + name[1:] if _SSH_ON_PRIVATE and re.fullmatch(r'h[123]', name) else name
+
+
 def ssh_host(name: str, **options):
     """``lp.SshHost`` for one of the test hosts (h1..h3, lo); fails if they are not up.
     With ``LP_SSH_TEST_HOSTS=p``, h1..h3 are the share-nothing p1..p3."""
