@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import pathlib
 import statistics
 import subprocess
 import sys
@@ -78,10 +79,9 @@ def main() -> None:
         'command': 'python -m bench.share_nothing --json bench/share_nothing.json',
     }
     text = json.dumps(result, indent=2)
-    print(text)
     if args.json:
-        with open(args.json, 'w') as out:
-            out.write(text + '\n')
+        pathlib.Path(args.json).write_text(text + '\n')
+    print(text)
 
 
 if __name__ == '__main__':

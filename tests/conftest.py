@@ -116,8 +116,8 @@ def ssh_host(name: str, **options):
     """``lp.SshHost`` for one of the test hosts (h1..h3, lo); fails if they are not up.
     With ``LP_SSH_TEST_HOSTS=p``, h1..h3 are the share-nothing p1..p3."""
     import launchpad_py as lp
-    if _SSH_ON_PRIVATE and re.fullmatch(r'h[123]', name):
-        return private_host('p' + name[1:], **options)
+    if _SSH_ON_PRIVATE and re.fullmatch(r'h[123]', name) and 'port' not in options:
+        return private_host('p' + name[1:], **options)  # (A port names the test's own sshd.)
     if not os.path.exists(SSH_OPTIONS[1]):
         pytest.fail(f'{SSH_OPTIONS[1]} is missing: bring the test hosts up with '
                     '`bash ../shared/infra/ssh_hosts.sh up` (as root)')
