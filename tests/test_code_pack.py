@@ -122,3 +122,17 @@ def test_entry_opened_to_others_is_not_trusted_and_replaced(tmp_path, cache):
     assert code_cache.install(pack.digest, pack.data) == path
     assert code_cache.lookup(pack.digest) == path
     assert any('.untrusted-' in name for name in os.listdir(cache))
+
+
+def test_agent_ending_before_it_took_the_code_fails_the_start_at_once(tmp_path):
+    """A host agent session that ends before answering about the code fails the node's start
+    with why (its exit and last words), without waiting out the code timeout."""
+    from launchpad_py.launchers.remote.host_agents import AgentStarter, HostAgent
+    pack = code_pack.make([str(_project(tmp_path))])
+    agent = HostAgent(['sh', '-c', 'read line; echo "no python here" >&2; exit 3'], 'x', pack)
+    try:
+        with pytest.raises(OSError, match=r'could not be put in use on x: the agent session '
+                                          r'ended \(exited with code 3: no python here\)'):
+            agent.start(AgentStarter(agent), {})
+    finally:
+        agent.close()

@@ -81,8 +81,6 @@ class HostAgent:
         self._send({'code': self.code.digest})
         if not self._code_settled.wait(CODE_TIMEOUT_S) or self._code_answer != 'ready':
             why = self._code_answer or f'no answer within {CODE_TIMEOUT_S:.0f}s'
-            if self._ended:
-                why = f'the agent session ended ({self._ended})'
             self._ended = f'its code is not in use: {why}'  # No node starts there.
             raise OSError(f'the code pack {self.code.digest[:12]} could not be put in use on '
                           f'{self.host}: {why}')
@@ -158,10 +156,13 @@ class HostAgent:
         code = self._process.wait()
         self._threads[1].join(1)  # The stderr reader: its last lines say why.
         errors = '; '.join(line for line in self._errors if line)
+        ended = node_process.describe_exit(code) + (f': {errors}' if errors else '')
+        if self._code_answer is None:  # A start may wait for the code, holding the lock.
+            self._code_answer = f'the agent session ended ({ended})'
+        self._code_settled.set()
         with self._lock:
-            self._ended = node_process.describe_exit(code) + (f': {errors}' if errors else '')
+            self._ended = ended
             lost, self._nodes = list(self._nodes.values()), {}
-        self._code_settled.set()  # Nobody waits for code from an ended agent.
         for starter in lost:
             starter.exited(None, f'the agent session on {self.host} ended ({self._ended})')
 
