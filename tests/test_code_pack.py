@@ -6,6 +6,7 @@ import gzip
 import hashlib
 import io
 import os
+import re
 import subprocess
 import sys
 import tarfile
@@ -136,3 +137,25 @@ def test_agent_ending_before_it_took_the_code_fails_the_start_at_once(tmp_path):
             agent.start(AgentStarter(agent), {})
     finally:
         agent.close()
+
+
+@pytest.mark.parametrize('options, error', [
+    ({'ship_code': '.'}, "ship_code must be True, False or a non-empty list of existing "
+                         "directories (got '.' for 'h1')"),
+    ({'requirements': ['numpy>=1.24', 'not a requirement']},
+     "requirements: 'not a requirement' is not a requirement such as 'numpy'"),
+    ({'requirements': 'numpy'}, "requirements must be a list of strings"),
+    ({'provision': True}, 'provision=True needs requirements=[...] to install'),
+])
+def test_bad_shipping_options_are_named(options, error):
+    """SshHost says which option is wrong, with the value, before any host is asked."""
+    with pytest.raises((TypeError, ValueError), match=re.escape(error)):
+        lp.SshHost('h1', **options)
+
+
+def test_shipping_host_runs_from_its_home_without_the_launchers_import_path():
+    """With ship_code the agent starts in the host's $HOME, not at the launcher's paths."""
+    command = lp.SshHost('h1', ship_code=True, python='/opt/lp/env/bin/python').remote_command(
+        ['-m', 'launchpad_py.node_side.host_agent'])
+    assert command.startswith('cd "$HOME" ')
+    assert 'PYTHONPATH' not in command and os.getcwd() not in command
