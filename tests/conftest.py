@@ -6,6 +6,7 @@ import importlib.util
 import json
 import os
 import re
+import shlex
 import socket
 import subprocess
 import sys
@@ -110,6 +111,20 @@ def host_name(name: str) -> str:
     """The name statuses and messages give the test host ``name`` (h1..h3: p1..p3 with
     ``LP_SSH_TEST_HOSTS=p``)."""
     return 'p' + name[1:] if _SSH_ON_PRIVATE and re.fullmatch(r'h[123]', name) else name
+
+
+def read_on_host(host: str, path: str) -> str:
+    """The text of ``path`` as the test host ``host`` sees it: read here for hosts sharing
+    this filesystem, over ssh for the share-nothing p1..p3."""
+    if not re.fullmatch(r'p[123]', host):
+        with open(path) as f:
+            return f.read()
+    done = subprocess.run(['ssh', '-F', os.path.join(PRIVATE_DIR, 'ssh_config'), host,
+                           f'cat {shlex.quote(path)}'], capture_output=True, text=True,
+                          timeout=60)
+    if done.returncode != 0:
+        raise FileNotFoundError(f'{path} on {host}: {done.stderr.strip()}')
+    return done.stdout
 
 
 def ssh_host(name: str, **options):
