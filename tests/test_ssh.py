@@ -2,6 +2,9 @@
 
 The hosts come from ../shared/infra/ssh_hosts.sh (CI brings them up); they
 share this filesystem and process table, so remote pids are visible here.
+With ``LP_SSH_TEST_HOSTS=p`` the same tests run on the share-nothing hosts
+p1..p3 (scripts/private_hosts.sh), the code shipped; nothing here may then
+lean on a shared path.
 """
 
 from __future__ import annotations

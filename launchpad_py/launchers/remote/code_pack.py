@@ -49,8 +49,8 @@ class CodePack:
 
 def _our_root() -> str:
     """The directory launchpad_py is imported from (a checkout, when installed editable)."""
-    import launchpad_py
-    return os.path.realpath(os.path.dirname(os.path.dirname(launchpad_py.__file__)))
+    package = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    return os.path.realpath(os.path.dirname(package))
 
 
 def _not_users(path: str) -> bool:
