@@ -17,7 +17,7 @@ from launchpad_py.program import failure_policy
 from launchpad_py.launchers import registry
 from launchpad_py.supervision.controller import ProgramController
 from launchpad_py.launchers.local.threads import ThreadWorker
-from conftest import needs_ssh_hosts, ssh_host, wait_for
+from conftest import host_name, needs_ssh_hosts, ssh_host, wait_for
 from restart_nodes import Member, always_crash, crash_first_times
 
 _QUICK = lp.Restart(max_restarts=3, backoff=(0.05, 0.2))
@@ -269,7 +269,7 @@ def test_node_on_another_host_restarts_at_its_address():
         address = handle.address.resolve()
         old, new = _kill_and_wait_back(controller, client)
         assert new != old and address.startswith('10.250.0.12:')
-        assert handle.address.resolve() == address and _state(controller).host == 'h2'
+        assert handle.address.resolve() == address and _state(controller).host == host_name('h2')
         # The restart went through h2's agent: still the one ssh session to h2.
         assert len([p for p in psutil.Process().children() if p.name() == 'ssh']) == 1
 
