@@ -24,6 +24,8 @@ _NODE_METRICS = (
     # name, type, help, attribute
     ('lp_node_uptime_seconds', 'gauge', 'Seconds since the node started.', 'uptime_s'),
     ('lp_node_restarts_total', 'counter', 'Times the node was restarted.', 'restarts'),
+    ('lp_node_rescheduled_total', 'counter', 'Times the scheduler ended the node (evicted, node '
+     'lost, preempted) and it was started again, not counted in restarts.', 'rescheduled'),
     ('lp_node_calls_in_flight', 'gauge', 'Calls being served now.', 'in_flight'),
     ('lp_node_received_bytes_total', 'counter', 'Request bytes received.', 'bytes_in'),
     ('lp_node_sent_bytes_total', 'counter', 'Reply bytes sent.', 'bytes_out'),

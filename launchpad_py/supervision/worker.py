@@ -190,6 +190,8 @@ class Worker(abc.ABC):
         self.started_at: float | None = None
         self.ended_at: float | None = None
         self.restarts = 0        # How many workers ran this node before this one.
+        self.rescheduled = 0     # Of those, how many the scheduler ended (not counted above).
+        self.rescheduled_why: str | None = None  # The latest such reason (evicted, ...).
         self.removing = False    # Asked to stop alone (an elastic group shrinks).
         self.retired = False     # Replaced by its restart: its late events are ignored.
 

@@ -35,6 +35,13 @@ class ProcessHandle:
         code = self._process.wait()
         return code if code >= 0 else 128 - code  # As a container reports a signal.
 
+    def kill(self) -> None:
+        """SIGKILL at once, as the kubelet ends a container under node pressure."""
+        try:
+            os.killpg(self._process.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
     def terminate(self, grace: float) -> None:
         for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 10)):
             try:
@@ -104,6 +111,9 @@ class PodmanHandle:
         code = done.stdout.strip()
         self.remove()
         return int(code) if code.lstrip('-').isdigit() else 1
+
+    def kill(self) -> None:
+        podman('pod', 'kill', self.pod, check=False)
 
     def terminate(self, grace: float) -> None:
         podman('pod', 'stop', '-t', str(int(grace)), self.pod, check=False)
