@@ -122,3 +122,18 @@ def test_elastic_group_grows_and_shrinks_by_pods(kubernetes_cluster):
                  timeout=15, what='the removed pod to be deleted')
         assert f'{added.host}-boot' not in {n for _, n in kubernetes_cluster.objects()}
         assert seen.members()['answers'] == ['member/0']
+
+
+@needs_ssh_hosts
+def test_pod_deleted_by_the_cluster_comes_back_under_restart(kubernetes_cluster):
+    """A pod the cluster deletes (preemption, a drained node: kubectl delete pod) is started
+    again as a new pod under lp.Restart, counted as rescheduled, and the program goes on."""
+    program, movable, caller = _moving_program('preempted')
+    with _launch(program, {'movable': lp.Restart(max_restarts=0, backoff=(0.05, 0.1))}
+                 ) as controller:
+        pod = _status(controller).host
+        kubernetes_cluster.store.delete('pods', 'default', pod)
+        _back(controller, restarts=0, rescheduled=1)
+        assert _status(controller).host == f'{pod}-r1'
+        assert caller.dereference().peer_who()['who']['name'] == 'movable/0'
+        assert controller.is_running

@@ -8,8 +8,9 @@ caused it takes its place. A node of a ``Restart`` group that fails waits out it
 ``worker.restarted()`` takes its place: same label, index and address (a new
 one where the launcher cannot keep it: a pod), one more restart counted. A
 failure the scheduler caused (``FailureReport.by_scheduler``: evicted, node
-lost, preempted) restarts too but counts as ``rescheduled``, not against
-``max_restarts``. Clients of the node see calls in flight fail with
+lost, preempted) where the launcher can place the node again (``replaceable``:
+a new pod) restarts too, but counts as ``rescheduled``, not against
+``max_restarts``; one it cannot (a Slurm job ended) stops the program. Clients of the node see calls in flight fail with
 ``CourierUnavailableError``; later calls wait for it and succeed once it is
 back. Events of the replaced worker are ignored. A node that fails after
 ``max_restarts`` restarts stops the program, and its failure says so.
@@ -146,6 +147,8 @@ class Failures:
         policy = self._policy(worker)
         if not isinstance(policy, failure_policy.Restart):
             return False
+        if failure.by_scheduler and not failure.replaceable:
+            return False  # What the scheduler took away (a Slurm job) is not given back.
         if not failure.by_scheduler and not policy.allows(worker.restarts):
             return False
         delay = policy.delay(0 if failure.by_scheduler else worker.restarts, self._rng)

@@ -42,6 +42,9 @@ class FailureReport:
     by_scheduler: bool = False
     #: The node's code raised (rather than its process dying or being killed).
     raised: bool = False
+    #: With ``by_scheduler``: the launcher can place the node again (an evicted pod gets a
+    #: new one), so ``lp.Restart`` restarts it without counting it against max_restarts.
+    replaceable: bool = False
 
     @classmethod
     def from_exception(cls, exc: BaseException) -> 'FailureReport':

@@ -140,8 +140,9 @@ def _terminated(pod: dict) -> dict | None:
 class PodStarter(Starter):
     """One node as a Pod: created with its Secret, watched through the API, deleted to kill."""
 
-    #: A restart is a new pod, with a new IP.
+    #: A restart is a new pod, with a new IP; so is a pod the cluster evicted or deleted.
     keeps_addresses = False
+    replaces_taken = True
 
     def __init__(self, deployment: Deployment, label: str, index: int, incarnation: int = 0):
         self._deployment, self._label, self._index = deployment, label, index

@@ -70,6 +70,10 @@ class Starter(abc.ABC):
     #: None: the placement's host.
     shown_as: str | None = None
 
+    #: Whether a node the scheduler took away (``taken_away``) can be started again
+    #: elsewhere (a new pod), so that lp.Restart does without counting it.
+    replaces_taken = False
+
     #: Whether a restart serves at the same addresses; False where it comes back elsewhere
     #: (a new pod): its clients then find it through the launch's ``AddressTable``.
     keeps_addresses = True
@@ -272,7 +276,7 @@ class RemoteWorker(MembersOverChannel, Worker):
         taken = self._starter.taken_away() if failure is None or failure.follows_from_a_peer else None
         if taken is not None:  # The scheduler's doing is why, even if the node ended cleanly.
             failure = FailureReport(taken, f'{taken}\n--- output tail ---\n{self._sink.tail()}',
-                                    by_scheduler=True)
+                                    by_scheduler=True, replaceable=self._starter.replaces_taken)
         if failure is None and not self._finished:
             how = self._starter.describe_exit(code)
             if self._channel is None:
