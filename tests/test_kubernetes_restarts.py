@@ -137,3 +137,16 @@ def test_pod_deleted_by_the_cluster_comes_back_under_restart(kubernetes_cluster)
         assert _status(controller).host == f'{pod}-r1'
         assert caller.dereference().peer_who()['who']['name'] == 'movable/0'
         assert controller.is_running
+
+
+@needs_ssh_hosts
+def test_evicted_pod_without_a_restart_policy_fails_the_program_saying_why(kubernetes_cluster):
+    """Without lp.Restart an evicted pod stops the program, and wait() names the eviction."""
+    program, _, _ = _moving_program('evicted_stops')
+    controller = _launch(program, None)
+    pod = _status(controller).host
+    kubernetes_cluster.kubelet.evict('default', pod)
+    with pytest.raises(lp.NodeFailedError, match=rf"'movable'.*pod {pod} was ended by the "
+                                                 r"cluster \(Evicted: The node was low"):
+        controller.wait(timeout=60)
+    wait_for(lambda: kubernetes_cluster.objects() == [], timeout=15, what='every object deleted')

@@ -103,6 +103,7 @@ class Client:
             auth.check_name(server_identity, 'server_identity')
         self._locate = locate
         self._lost = False  # A call failed unavailable: ask ``locate`` before the next.
+        self._last_future: concurrent.futures.Future | None = None
         self._connect(address)
         self._decode = functools.partial(decode_reply, device_arrays=device_arrays)
         self._futures = _FutureMethods(self)
@@ -118,9 +119,14 @@ class Client:
         self._local = registry.dial(self._transport, self._dial)
         self._grpc_caller: grpc_client.GrpcCaller | None = None
 
-    def _relocate(self) -> None:
+    def _follow(self) -> None:
         """After a lost call: follows the server if ``locate`` says it moved."""
-        self._lost = False
+        last = self._last_future  # Its callback may not have run yet when its caller woke.
+        if last is not None and last.done() and not last.cancelled():
+            self._note_loss(last)
+        if not self._lost:
+            return
+        self._lost, self._last_future = False, None
         address = self._locate(self._address)
         if address != self._address:
             self._connect(address)
@@ -148,8 +154,7 @@ class Client:
     def call(self, method: str, *args, **kwargs) -> Any:
         if self._locate is None:
             return self._call((method, args, kwargs))
-        if self._lost:
-            self._relocate()
+        self._follow()
         try:
             return self._call((method, args, kwargs))
         except CourierUnavailableError:
@@ -164,11 +169,11 @@ class Client:
         return self._grpc.call(request, self._decode)
 
     def call_future(self, method: str, *args, **kwargs) -> concurrent.futures.Future:
-        if self._lost:
-            self._relocate()
-        future = self._call_future((method, args, kwargs))
-        if self._locate is not None:
-            future.add_done_callback(self._note_loss)
+        if self._locate is None:
+            return self._call_future((method, args, kwargs))
+        self._follow()
+        future = self._last_future = self._call_future((method, args, kwargs))
+        future.add_done_callback(self._note_loss)
         return future
 
     def _call_future(self, request: tuple) -> concurrent.futures.Future:
