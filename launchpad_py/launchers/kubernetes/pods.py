@@ -61,9 +61,12 @@ class Deployment:
             self._threads.append(thread)
 
     def starter(self, label: str, index: int, incarnation: int = 0) -> 'PodStarter':
-        starter = PodStarter(self, label, index, incarnation)
+        """The starter of node ``label/index``'s run ``incarnation``; it hears of its pod
+        through the watch once it starts."""
+        return PodStarter(self, label, index, incarnation)
+
+    def follow(self, starter: 'PodStarter') -> None:
         self._starters[starter.pod_name] = starter
-        return starter
 
     @property
     def finished(self) -> bool:
@@ -162,6 +165,7 @@ class PodStarter(Starter):
     def start(self, boot: dict, sink) -> None:
         """Queues the creation of the pod and its Secret (``create_concurrency`` at a time)."""
         self._sink = sink
+        self._deployment.follow(self)
         try:
             self._deployment.creates.submit(self._create, boot)
         except RuntimeError:  # The program is over already: nothing to start.
