@@ -1,8 +1,9 @@
 """A courier client that follows a server to a new address (``Client(locate=...)``).
 
 Kubernetes restarts a node as a new pod at a new address; a handle to it makes clients with
-``locate``. These tests use two real servers on loopback: the first stops, the second serves
-elsewhere.
+``locate``, and the launcher declares the old address gone (``fail_fast_on_unavailable``) in
+every process. These tests do the same with two real servers on loopback: the first stops,
+the second serves elsewhere.
 """
 
 from __future__ import annotations
@@ -32,11 +33,15 @@ def test_client_loses_one_call_then_follows_the_server_to_its_new_address(transp
                                     locate=lambda stale: asked.append(stale) or second.address)
             assert client.name() == 'first' and asked == []
             first.stop()
-            with pytest.raises(courier.CourierUnavailableError):
-                client.name()
-            assert client.name() == 'second' and asked == [old]
-            assert client.futures.name().result(timeout=30) == 'second'
-            assert asked == [old]  # Asked once: the client stays at the new address.
+            gone = courier.fail_fast_on_unavailable([old])
+            try:
+                with pytest.raises(courier.CourierUnavailableError):
+                    client.name()
+                assert client.name() == 'second' and asked == [old]
+                assert client.futures.name().result(timeout=30) == 'second'
+                assert asked == [old]  # Asked once: the client stays at the new address.
+            finally:
+                gone()
 
 
 def test_futures_lose_one_call_then_follow_too():
@@ -45,6 +50,10 @@ def test_futures_lose_one_call_then_follow_too():
         client = courier.Client(first.address, timeout=30, locate=lambda stale: second.address)
         assert client.futures.name().result(timeout=30) == 'first'
         first.stop()
-        with pytest.raises(courier.CourierUnavailableError):
-            client.futures.name().result(timeout=30)
-        assert client.futures.name().result(timeout=30) == 'second'
+        gone = courier.fail_fast_on_unavailable([first.address])
+        try:
+            with pytest.raises(courier.CourierUnavailableError):
+                client.futures.name().result(timeout=30)
+            assert client.futures.name().result(timeout=30) == 'second'
+        finally:
+            gone()

@@ -20,11 +20,11 @@ passes the node's ``label/index``) it refuses any other server before
 sending it anything. A pickled client carries no secret: it uses the
 receiving process's.
 
-A server may come back at another address (a restarted pod). Given
-``locate`` (a handle to such a node passes one), the client does not wait
-at an address where nobody listens: that call fails with
-``CourierUnavailableError``, and the next one first asks ``locate`` where
-the server is now (which may wait until it is back), then goes there.
+A server may come back at another address (a restarted pod). Its old
+address is then declared gone (``fail_fast_on_unavailable``), so calls
+waiting there fail with ``CourierUnavailableError``; given ``locate`` (a
+handle to such a node passes one), the next call first asks ``locate``
+where the server is now (which may wait until it is back), then goes there.
 """
 
 from __future__ import annotations
@@ -111,9 +111,7 @@ class Client:
     def _connect(self, address: str) -> None:
         self._address = address
         self._secret = auth.secret_for(address, self._given_secret)
-        # A server that may move is waited for by ``locate``, not at its old address.
-        waits = self._wait_for_ready and self._locate is None
-        self._dial = interface.Dial(address, self._secret, self._timeout, waits,
+        self._dial = interface.Dial(address, self._secret, self._timeout, self._wait_for_ready,
                                     self._tls, self._expected, self._max_message_bytes)
         # The fastest path that reaches the server (None: gRPC only).
         self._local = registry.dial(self._transport, self._dial)

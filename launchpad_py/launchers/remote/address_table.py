@@ -8,7 +8,8 @@ answers with the node's address once its new run has reported it, so the
 client loses one call and then follows.
 
     table.learn({key: '10.1.2.3:4567'})   # a node reported (at launch, or after a restart)
-    table.moving([key])                   # its node ended and comes back elsewhere
+    table.moving([key])                   # its node ended and comes back elsewhere: its
+                                          # old addresses, which every process gives up
     table.ask([key], answer)              # answer(values, gone), maybe later
 """
 
@@ -42,11 +43,11 @@ class AddressTable:
 
     report = learn  # What ``relay_node_messages`` calls with a ready node's addresses.
 
-    def moving(self, keys: Iterable[str]) -> None:
-        """The node of ``keys`` ended and will report new addresses: questions wait for them."""
+    def moving(self, keys: Iterable[str]) -> list[str]:
+        """The node of ``keys`` ended and will report new addresses: questions wait for them.
+        Returns the addresses it had."""
         with self._lock:
-            for key in keys:
-                self._values.pop(key, None)
+            return [old for old in (self._values.pop(key, None) for key in keys) if old]
 
     def ask(self, keys: list[str], answer: Answer) -> None:
         """Answers with the addresses known now, the rest once their nodes report."""

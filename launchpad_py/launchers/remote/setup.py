@@ -36,6 +36,7 @@ class RemoteSetup(start_program.Launch):
         self.workers: dict = {}  # worker id -> its RemoteWorker
         #: Where each node serves now, for clients whose peer moved (a restarted pod).
         self.table = AddressTable()
+        self._gone_ends: list = []  # Ends our rules that calls to moved nodes fail fast.
         self._controls: dict[str, control_channel.ControlServer] = {}
         self._registered: list[str] = []
         self._distributed = False
@@ -99,6 +100,15 @@ class RemoteSetup(start_program.Launch):
         except Exception as exc:  # Checked when it was made, so only a surprise lands here.
             worker.fail_before_run(f'cannot ship node {worker.name}: {type(exc).__name__}: {exc}')
 
+    def moved(self, gone: list[str]) -> None:
+        """A node that comes back elsewhere left ``gone``: calls waiting there, here and in
+        every node, fail (``CourierUnavailableError``), and their clients look it up again."""
+        if not gone:
+            return
+        self._gone_ends.append(courier.fail_fast_on_unavailable(gone))
+        for worker in list(self.workers.values()):
+            worker.send('moved', gone)
+
     def heartbeat(self) -> None:
         while not self._closed.wait(HEARTBEAT_S):
             for worker in list(self.workers.values()):
@@ -108,6 +118,8 @@ class RemoteSetup(start_program.Launch):
     def finish(self) -> None:
         self._closed.set()
         self.table.close(f'program {self.program_name!r} is over')
+        for end in self._gone_ends:
+            end()
         for value in self._registered:
             courier.forget_secret(value)
         for server in self._controls.values():

@@ -232,7 +232,7 @@ class RemoteWorker(MembersOverChannel, Worker):
         if failure is not None:
             self._failure = failure
         if not self._starter.keeps_addresses:  # Its clients' questions wait for its next run.
-            self._setup.table.moving(a.key for a in self.executable.addresses)
+            self._setup.moved(self._setup.table.moving(a.key for a in self.executable.addresses))
         self._channel_closed.set()
 
     @property
