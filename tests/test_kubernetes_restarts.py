@@ -150,3 +150,18 @@ def test_evicted_pod_without_a_restart_policy_fails_the_program_saying_why(kuber
                                                  r"cluster \(Evicted: The node was low"):
         controller.wait(timeout=60)
     wait_for(lambda: kubernetes_cluster.objects() == [], timeout=15, what='every object deleted')
+
+
+@pytest.mark.parametrize('status, reason', [
+    ({'phase': 'Failed', 'reason': 'Evicted', 'message': 'low on memory'}, 'Evicted: low on memory'),
+    ({'phase': 'Running', 'conditions': [{'type': 'DisruptionTarget', 'status': 'True',
+                                          'reason': 'PreemptionByScheduler'}]},
+     'PreemptionByScheduler'),
+    ({'phase': 'Failed', 'reason': 'NodeLost'}, 'NodeLost'),
+    ({'phase': 'Failed'}, None),  # The container failed by itself: the node's own failure.
+    ({'phase': 'Running', 'conditions': [{'type': 'DisruptionTarget', 'status': 'False'}]}, None),
+])
+def test_what_the_cluster_did_is_read_from_the_pod_status(status, reason):
+    """Eviction, preemption and a lost node are told apart from a container's own failure."""
+    from launchpad_py.launchers.kubernetes.pods import _taken_reason
+    assert _taken_reason({'status': status}) == reason
