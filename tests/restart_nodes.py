@@ -19,6 +19,11 @@ class Member:
     def hold(self):
         threading.Event().wait()
 
+    def member_tables(self):
+        """The groups whose member tables reached this node (it uses no group handle)."""
+        from launchpad_py.program import group_handle
+        return sorted(group_handle._table)
+
 
 class Watcher:
     """Reports what a group handle shows inside a node."""

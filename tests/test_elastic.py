@@ -52,14 +52,32 @@ def test_added_nodes_serve_and_the_group_handle_lists_them():
             s.pid for s in controller.statuses() if s.label == 'member']
 
 
+@pytest.mark.parametrize('launch_type', ['test_mp', 'local_mp'])
+def test_member_tables_go_only_to_nodes_that_use_the_group_handle(launch_type):
+    """A table is sent to a node once it dereferences the group handle, never to the others:
+    sending every change to every node cost O(N) messages of O(N) members per change."""
+    program, members, watcher = _program(members=3, name=f'tables_{launch_type}')
+    with lp.launch(program, launch_type=launch_type) as controller:
+        seen = watcher.dereference().members()
+        assert seen['names'] == [f'member/{i}' for i in range(3)]
+        clients = members.dereference().clients()
+        assert [client.member_tables() for client in clients] == [[], [], []]
+        controller.add_nodes('member', 1)  # A change after the launch goes to the watcher only.
+        assert wait_for(lambda: len(watcher.dereference().members()['names']) == 4, 30)
+        assert [c.member_tables() for c in members.dereference().clients()] == [[]] * 4
+
+
 def test_removed_nodes_are_the_newest_and_stop_gracefully():
     """remove_nodes stops the highest indices; they end STOPPED, out of the group handle."""
     program, members, watcher = _program(members=3)
     with lp.launch(program, launch_type='test_mp') as controller:
+        version = watcher.dereference().members()['version']
         removed = controller.remove_nodes('member', 2)
         assert [(s.index, s.state, s.exit_code) for s in removed] == [
             (1, lp.NodeState.STOPPED, 0), (2, lp.NodeState.STOPPED, 0)]
-        assert members.dereference().names() == ['member/0']
+        assert members.dereference().names() == ['member/0']  # The launcher's own: at once.
+        # A node's table comes over its channel, as the removed nodes stop: wait for it.
+        assert watcher.dereference().wait_for_change(version, 30) == version + 1
         assert watcher.dereference().members()['answers'] == ['member/0']
         assert controller.is_running
         controller.add_nodes('member', 1)  # Indices are not reused.
@@ -170,5 +188,7 @@ def test_nodes_join_and_leave_across_hosts():
         assert [s.host for s in added] == ['h2', 'h1']
         wait_for(lambda: len(watcher.dereference().members()['answers']) == 3,
                  what='the watcher to see 3 members')
+        version = watcher.dereference().members()['version']
         controller.remove_nodes('member', 1)
+        assert watcher.dereference().wait_for_change(version, 30) == version + 1
         assert watcher.dereference().members()['answers'] == ['member/0', 'member/1']

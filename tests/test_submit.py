@@ -353,3 +353,67 @@ def _job_processes(job: str) -> list[psutil.Process]:
         names = ' '.join(' '.join(p.info['cmdline'] or ()) for p in found)
         return found if 'controller_main' in names and 'remote_node_main' in names else None
     return wait_for(find, 60, f'the controller and nodes of job {job}')
+
+
+@needs_ssh_hosts
+def test_an_ssh_controller_killed_is_restarted_and_its_program_resumes():
+    """controller_restarts=1: SIGKILL of the controller on h1 ends its node; the supervising
+    process starts the controller again, whose node resumes from its checkpoint; stop ends all."""
+    program = lp.submit(SCRIPT, 'resumer', launch_type='ssh', host='h1', ssh_options=SSH_OPTIONS,
+                        program_launch_type='local_mp', name='resumer', controller_restarts=1)
+    wait_for(lambda: ticks(program) >= 3, 60, 'the node to tick')
+    supervisor = psutil.Process(program.record['pid'])
+    (controller,) = supervisor.children()
+    first = family(controller.pid)
+    controller.kill()
+    assert_gone(first)
+    wait_for(lambda: re.search(r'^\[worker/0\] resumed from [1-9]', program.logs(), re.MULTILINE),
+             60, 'the node to resume from its checkpoint')
+    assert 'starting it again (0 restart(s) left)' in program.logs()
+    assert program.state() == 'running'
+    everything = family(supervisor.pid)
+    assert program.stop(grace=5) == 'ended'
+    assert_gone(everything)
+
+
+def test_controller_restarts_are_checked():
+    """Negative, or on Slurm (whose requeue does it): refused, naming the value."""
+    with pytest.raises(lp.ProgramError, match=r'controller_restarts must be a whole number, 0 or '
+                                              r'more \(got -1\)'):
+        lp.submit(SCRIPT, launch_type='ssh', host='h1', controller_restarts=-1)
+    with pytest.raises(lp.ProgramError, match="on Slurm, requeue=True"):
+        lp.submit(SCRIPT, launch_type='slurm', controller_restarts=2)
+
+
+@pytest.mark.skipif(os.getuid() != 0, reason='making a directory of another owner needs root')
+def test_list_reads_only_this_users_records(programs_dir):
+    """A program directory of another owner: `list` skips it unread, `status` refuses it; a
+    programs directory others may enter: `list` refuses it (exit 1), saying how to fix it."""
+    programs_dir.mkdir(mode=0o700)
+    theirs = programs_dir / 'theirs-000000'
+    theirs.mkdir(mode=0o700)
+    records.write_private(str(theirs / 'record.json'), json.dumps(
+        {'id': 'theirs-000000', 'name': 'theirs', 'launcher': 'ssh', 'started': 0}))
+    os.chown(theirs, 65534, 65534)
+    listed = cli('list')
+    assert listed.returncode == 0 and 'theirs' not in listed.stdout
+    status = cli('status', 'theirs-000000')
+    assert status.returncode == 1 and 'belongs to uid 65534' in status.stderr
+    os.chmod(programs_dir, 0o755)
+    listed = cli('list')
+    assert listed.returncode == 1 and 'mode at most 0700' in listed.stderr
+    assert f'set {records.DIR_ENV} to a directory of your own' in listed.stderr
+    os.chmod(programs_dir, 0o700)  # For the fixture's own look at what is left running.
+
+
+def test_an_endpoint_whose_host_name_does_not_resolve_names_its_route_address(monkeypatch):
+    """In a container whose name nothing resolves (podman's host network), the controller's
+    endpoint still names an address (its default route's), instead of failing to start."""
+    import socket
+
+    from launchpad_py.submission import endpoint
+    monkeypatch.delenv('SSH_CONNECTION', raising=False)
+    monkeypatch.delenv('SLURMD_NODENAME', raising=False)
+    monkeypatch.setattr(socket, 'gethostname', lambda: 'no-such-host.invalid')
+    address = endpoint.reachable_address()
+    assert socket.inet_aton(address) and address != '0.0.0.0'

@@ -1,6 +1,8 @@
 """``python -m launchpad_py submit|list|status|logs|stop|dashboard``: programs that outlive the terminal.
 
     python -m launchpad_py submit --launch_type slurm --sbatch '--ntasks=4' train.py --steps=10
+    python -m launchpad_py submit --launch_type kubernetes --image registry/team/agent:1.2 \
+        --controller_restarts 2 train.py      # --dry_run prints every manifest instead
     python -m launchpad_py list
     python -m launchpad_py logs trainer-3f9a1c -f --node learner --grep loss
     python -m launchpad_py stop trainer-3f9a1c --grace 30
@@ -27,12 +29,32 @@ from launchpad_py.submission.submitted import attach, submitted_programs
 EXIT_FAILED, EXIT_UNKNOWN = 1, 3
 
 
+def _kubernetes_options(args) -> dict | None:
+    given = {'image': args.image, 'namespace': args.namespace, 'context': args.context}
+    given = {key: value for key, value in given.items() if value is not None}
+    if args.launch_type == 'kubernetes':
+        return given
+    if given or args.dry_run:
+        raise errors.ProgramError('--image, --namespace, --context and --dry_run are for '
+                                  f'--launch_type kubernetes (got {args.launch_type})')
+    return None
+
+
 def _submit(args) -> int:
+    options = _kubernetes_options(args)
     program = submit(args.script, *args.args, launch_type=args.launch_type, host=args.host,
                      ssh_options=shlex.split(args.ssh_options or ''),
                      sbatch_args=shlex.split(args.sbatch or ''),
                      program_launch_type=args.program_launch_type, name=args.name,
-                     requeue=args.requeue, signal_s=args.signal_s)
+                     requeue=args.requeue, signal_s=args.signal_s,
+                     controller_restarts=args.controller_restarts,
+                     **({'kubernetes_options': options, 'dry_run': args.dry_run}
+                        if options is not None else {}))
+    if args.dry_run:
+        import yaml  # Comes with the kubernetes client, which rendering needed.
+        sys.stdout.write(yaml.safe_dump_all(program, sort_keys=False))
+        print('launchpad_py: dry run: nothing was applied', file=sys.stderr)
+        return 0
     print(program.id)
     print(f'launchpad_py: submitted {program.name!r} as {program.id} ({program.where}); '
           f'follow it with `python -m launchpad_py logs {program.id} -f`', file=sys.stderr)
@@ -117,9 +139,10 @@ def parser() -> argparse.ArgumentParser:
     run = commands.add_parser('submit', help='start a script\'s program where it runs; print '
                               'its id', description='Runs SCRIPT (which calls lp.launch) on the '
                               'platform, not in this terminal; prints the program id.')
-    run.add_argument('--launch_type', choices=('slurm', 'ssh'), default='slurm',
-                     help='where the controller runs: an sbatch job (slurm), or a detached '
-                          'session on --host (ssh); default slurm')
+    run.add_argument('--launch_type', choices=('slurm', 'ssh', 'kubernetes'), default='slurm',
+                     help='where the controller runs: an sbatch job (slurm), a detached '
+                          'session on --host (ssh), or the pod of a Job (kubernetes); '
+                          'default slurm')
     run.add_argument('--host', help='for ssh: the host (a name of your ssh config)')
     run.add_argument('--ssh_options', help="for ssh: extra ssh arguments, e.g. '-F my_config'")
     run.add_argument('--sbatch', help="for slurm: sbatch arguments, e.g. '--ntasks=4 --time=1:00:00'")
@@ -130,8 +153,19 @@ def parser() -> argparse.ArgumentParser:
     run.add_argument('--signal_s', type=int,
                      help='with --requeue: seconds before the time limit at which the job '
                           'checkpoints and requeues itself')
+    run.add_argument('--controller_restarts', type=int, default=0,
+                     help='for kubernetes and ssh: start the controller again, up to this many '
+                          'times, when it fails or dies; the program then runs again from its '
+                          "nodes' checkpoints")
+    run.add_argument('--image', help='for kubernetes: the controller\'s image (launchpad_py and '
+                                     'what the script imports)')
+    run.add_argument('--namespace', help='for kubernetes: the namespace (default: default)')
+    run.add_argument('--context', help='for kubernetes: the kubeconfig context')
+    run.add_argument('--dry_run', action='store_true',
+                     help='for kubernetes: print every manifest (YAML) and apply nothing')
     run.add_argument('--program_launch_type',
-                     help="the default launch_type of the script's lp.launch (slurm: 'slurm')")
+                     help="the default launch_type of the script's lp.launch (slurm: 'slurm', "
+                          "kubernetes: 'kubernetes')")
     run.add_argument('--name', help='the program name in ids and lists (default: the script)')
     run.add_argument('script', help='the launching script')
     run.add_argument('args', nargs=argparse.REMAINDER, help='the script\'s arguments')

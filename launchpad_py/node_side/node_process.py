@@ -6,7 +6,7 @@ Shared by the launchers' worker processes and the children of a
 
     process → parent: ('ready', {key: 'host:port'}), ('stop_program',), ('failed', summary,
                       traceback, exception_bytes), ('finished',), ('metrics', request_id,
-                      counters), ('resolve', [key, ...])
+                      counters), ('resolve', [key, ...]), ('watch', token)
     parent → process: ('stop',), ('metrics', request_id), ('members', table),
                       ('addresses', {key: 'host:port'}, {key: why unknown}),
                       ('moved', ['host:port', ...])
@@ -15,9 +15,11 @@ Shared by the launchers' worker processes and the children of a
 'ready' carries the addresses the node's servers bound (late binding: they bind
 port 0 unless fixed); 'resolve' asks for the addresses of other nodes that the
 node's handles reference and it does not know, which 'addresses' answers as
-they become known (see ``program.address``). 'moved' names addresses a peer left
-for good (a restarted pod comes back elsewhere): calls waiting there fail, and
-their clients ask again ('resolve') where it is now.
+they become known (see ``program.address``); 'watch' asks for a group handle's
+member tables, which 'members' then brings on every change (``program.group_handle``).
+'moved' names addresses a peer left for good (a restarted pod comes back
+elsewhere): calls waiting there fail, and their clients ask again ('resolve')
+where it is now.
 
 The end of the channel means the parent died; the process then ends too, so
 no node outlives whoever started it.
@@ -94,6 +96,7 @@ def run(channel: Channel, program_name: str, bind_host: str,
     address.directory.learn(addresses or {})
     if ask_parent:
         address.directory.ask = lambda keys: channel.send('resolve', keys)
+    group_handle.ask = lambda token: channel.send('watch', token)
     scope = runtime.ProgramScope(program_name, lambda: channel.send('stop_program'))
     scope.secret = secret
     runtime.activate(scope)

@@ -107,6 +107,14 @@ class _Supervisor:
             if child.channel is not None:
                 child.channel.send('members', table)
 
+    def _watch(self, channel: Channel, token: str) -> None:
+        """A child uses a group handle: we ask our launcher for its tables, which we pass on
+        (``_forward_members``); one we have already goes to the child now."""
+        group_handle.watch(token)
+        entry = self._members.get(token)
+        if entry is not None:
+            channel.send('members', {token: entry})
+
     def _next_event(self):
         """The next event; restarts children that are due, and once the children's grace
         after a stop ran out, kills them."""
@@ -164,6 +172,8 @@ class _Supervisor:
             elif message[0] == 'resolve':
                 threading.Thread(target=_answer, args=(channel, message[1]), daemon=True,
                                  name='lp-colocation-addresses').start()
+            elif message[0] == 'watch':
+                self._watch(channel, message[1])
             elif message[0] == 'stop_program':
                 self._scope.request_program_stop()
             elif message[0] == 'failed':

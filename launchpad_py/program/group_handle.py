@@ -9,10 +9,14 @@
 
 A member is live while it serves: from its 'ready' until it fails, is being
 restarted or removed, or the program stops. The launcher's controller keeps
-a table of the live members of every group that has a handle and sends it to
-each node process whenever it changes (and applies it in its own process);
-``publish`` is how a table arrives. Members are given as their own handles,
-so a member of any node type dereferences as it would from ``add_node``.
+a table of the live members of every group that has a handle and applies it
+in its own process. A node process gets a group's table only once it uses
+that group's handle: its first use asks for it (``watch``, through ``ask``,
+which the node's runtime sets), and every change follows. Sending each change
+to every node cost O(N) messages of O(N) members per change, O(N³) bytes for
+a launch of N members, for tables most nodes never read. ``publish`` is how a
+table arrives. Members are given as their own handles, so a member of any
+node type dereferences as it would from ``add_node``.
 """
 
 from __future__ import annotations
@@ -32,6 +36,20 @@ Table = dict[str, tuple[int, list[tuple[str, bytes]]]]
 _table: Table = {}
 _changed = threading.Condition()
 _subscribers: list[Callable[[Table], None]] = []
+#: How a node process asks its launcher for a group's table (None: the launching process,
+#: and threads of it, which are given every table).
+ask: Callable[[str], None] | None = None
+_asked: set[str] = set()
+
+
+def watch(token: str) -> None:
+    """Makes sure the table of group ``token`` comes to this process and follows changes."""
+    with _changed:
+        asker = ask
+        if asker is None or token in _table or token in _asked:
+            return
+        _asked.add(token)
+    asker(token)
 
 
 def publish(table: Table) -> None:
@@ -85,6 +103,7 @@ class GroupMembers:
         self._lock = threading.Lock()
 
     def _entry(self) -> tuple[int, list[tuple[str, bytes]]]:
+        watch(self._token)
         with _changed:
             if not _changed.wait_for(lambda: self._token in _table, FIRST_TABLE_TIMEOUT_S):
                 raise errors.NotRunningError(

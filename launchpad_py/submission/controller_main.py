@@ -2,6 +2,8 @@
 
     python -m launchpad_py.submission.controller_main DIR             # run (sbatch's batch step)
     python -m launchpad_py.submission.controller_main --detach DIR    # ssh: unpack stdin, detach
+    python -m launchpad_py.submission.controller_main --supervise DIR # ssh: restart it N times
+    python -m launchpad_py.submission.controller_main --kubernetes    # a Job's pod
 
 It reads the record and the secret from DIR (0600 files: the secret never
 rides on a command line), opens the endpoint ``status``/``logs``/``stop``
@@ -14,7 +16,11 @@ The controller is an ordinary ``lp.launch`` controller, so its guarantees hold:
 if this process dies, the nodes' channels to it end and every node ends.
 ``--detach`` is for ssh: the ssh session brings the record and secret on
 stdin, and the controller is started in a session of its own (``setsid``)
-with its output in a file, so it survives the ssh connection.
+with its output in a file, so it survives the ssh connection; with
+``controller_restarts`` N, a supervising process (``--supervise``) starts it
+and starts it again, up to N times, when it fails or dies (not when stopped).
+``--kubernetes`` copies what the pod has mounted (``kubernetes_objects``) to a
+private directory and runs there, its output the pod's log.
 """
 
 from __future__ import annotations
@@ -38,9 +44,13 @@ from launchpad_py.node_side import checkpoints
 from launchpad_py.submission import endpoint, records, stamps
 from launchpad_py.submission.records import LOG, PID_MARK, PROGRAM, RESULT
 
+from launchpad_py.supervision import controller as controllers
+
 #: The program directory's folder for its nodes' checkpoints (``lp.checkpoint_dir()``).
 CHECKPOINTS = 'checkpoints'
-from launchpad_py.supervision import controller as controllers
+#: Set by ``--supervise`` for the controller it starts: how many more times it would.
+RESTARTS_LEFT_ENV = 'LAUNCHPAD_PY_CONTROLLER_RESTARTS_LEFT'
+_MODULE = 'launchpad_py.submission.controller_main'
 
 
 def run(directory: str) -> int:
@@ -65,11 +75,19 @@ def run(directory: str) -> int:
     finally:
         for program in controllers.running_programs():  # What the script launched and left.
             program.wait_quietly()
-        if not (ended_by and record.get('requeue')):  # A requeued job comes back and ends later.
+        if _final(code, ended_by, record):
             records.write_private(os.path.join(directory, RESULT), json.dumps(
                 {'exit_code': code, 'ended': time.time()}), replace=True)
         door.close()
     return code
+
+
+def _final(code: int, ended_by: list[str], record: dict) -> bool:
+    """Whether this run's end is the program's: not when it comes back (a requeued job, or
+    a failed controller its supervisor restarts)."""
+    if ended_by:
+        return not record.get('requeue')
+    return code == 0 or not int(os.environ.get(RESTARTS_LEFT_ENV) or 0)
 
 
 def _on_signals(record: dict) -> list[str]:
@@ -140,21 +158,70 @@ def detach(directory: str) -> int:
         records.write_private(os.path.join(directory, PROGRAM),
                               base64.b64decode(payload['program']), replace=True)
     log = os.open(os.path.join(directory, LOG), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    mode = ['--supervise'] if payload['record'].get('controller_restarts') else []
     process = subprocess.Popen(
-        [sys.executable, '-u', '-m', 'launchpad_py.submission.controller_main', directory],
+        [sys.executable, '-u', '-m', _MODULE, *mode, directory],
         stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
         cwd=payload['record'].get('cwd') or None)
     print(f'{PID_MARK}{process.pid}', flush=True)
     return 0
 
 
+def supervise(directory: str) -> int:
+    """Runs the controller, and again after it fails or dies, up to the record's
+    ``controller_restarts`` times; not after a stop (exit 0, or SIGTERM to this group)."""
+    record = json.loads(records.read_private(os.path.join(directory, records.RECORD)))
+    left, stopping = int(record.get('controller_restarts') or 0), []
+    signal.signal(signal.SIGTERM, lambda signum, frame: stopping.append(signum))
+    while True:
+        child = subprocess.Popen([sys.executable, '-u', '-m', _MODULE, directory],
+                                 env=dict(os.environ, **{RESTARTS_LEFT_ENV: str(left)}))
+        code = child.wait()
+        code = code if code >= 0 else 128 - code  # Killed by a signal, as a shell says it.
+        if code == 0 or stopping or left == 0:
+            break
+        left -= 1
+        print(f'launchpad_py: the controller (pid {child.pid}) ended with exit code {code}: '
+              f'starting it again ({left} restart(s) left); the program starts from its '
+              'checkpoints', flush=True)
+    if not os.path.exists(os.path.join(directory, RESULT)):  # It died without a word.
+        records.write_private(os.path.join(directory, RESULT), json.dumps(
+            {'exit_code': code, 'ended': time.time()}), replace=True)
+    return code
+
+
+def in_pod() -> int:
+    """In a submitted program's pod: copies the mounted record, secret and script (or
+    program) to a private directory, makes this controller's Job the owner of what it
+    launches, and runs there."""
+    import tempfile
+
+    from launchpad_py.launchers.kubernetes import manifests
+    from launchpad_py.submission import kubernetes_objects as objects
+    mounted = os.environ[objects.MOUNT_ENV]
+    directory = tempfile.mkdtemp(prefix='launchpad-py-controller-')  # 0700, ours.
+    for name in os.listdir(mounted):
+        if not name.startswith('.'):  # The kubelet's own links (..data) are not ours.
+            with open(os.path.join(mounted, name), 'rb') as source:
+                records.write_private(os.path.join(directory, name), source.read())
+    record = json.loads(records.read_private(os.path.join(directory, records.RECORD)))
+    if os.path.exists(os.path.join(directory, objects.SCRIPT)):
+        record['script'] = os.path.join(directory, objects.SCRIPT)
+    records.write_private(os.path.join(directory, records.RECORD), json.dumps(record),
+                          replace=True)
+    os.environ[manifests.OWNER_ENV] = json.dumps(record['owner'])
+    return run(directory)
+
+
 def main(argv: list[str]) -> int:
-    if argv[:1] == ['--detach'] and len(argv) == 2:
-        return detach(argv[1])
+    if argv[:1] in (['--detach'], ['--supervise']) and len(argv) == 2:
+        return (detach if argv[0] == '--detach' else supervise)(argv[1])
+    if argv == ['--kubernetes']:
+        return in_pod()
     if len(argv) == 1:
         return run(argv[0])
-    print('usage: python -m launchpad_py.submission.controller_main [--detach] DIR',
-          file=sys.stderr)
+    print('usage: python -m launchpad_py.submission.controller_main '
+          '[--detach|--supervise] DIR | --kubernetes', file=sys.stderr)
     return 2
 
 

@@ -73,7 +73,8 @@ def reachable_address() -> str:
     """This host's address as the submitting machine reaches it.
 
     Over ssh, the address the submitter's ssh connected to; in a Slurm job, the
-    node's NodeAddr (what slurmctld uses); else what the host name resolves to.
+    node's NodeAddr (what slurmctld uses); else what the host name resolves to (in a
+    pod, its IP), or if nothing resolves it, the address of the default route's interface.
     """
     ssh = os.environ.get('SSH_CONNECTION', '').split()
     if len(ssh) == 4:
@@ -88,4 +89,17 @@ def reachable_address() -> str:
         found = re.search(r'\bNodeAddr=(\S+)', shown)
         if found:
             return found.group(1)
-    return socket.gethostbyname(socket.gethostname())
+    try:
+        return socket.gethostbyname(socket.gethostname())
+    except OSError:  # A container whose name nothing resolves (podman's host network).
+        return _default_route_address()
+
+
+def _default_route_address() -> str:
+    """The address of the interface the default route leaves by (loopback if none)."""
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as route:
+            route.connect(('10.255.255.255', 9))  # Picks a route; sends nothing.
+            return route.getsockname()[0]
+    except OSError:
+        return '127.0.0.1'

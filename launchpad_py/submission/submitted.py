@@ -21,9 +21,9 @@ from typing import Iterator
 
 from launchpad_py import errors
 from launchpad_py.launchers.ssh.host import SshHost
-from launchpad_py.submission import client, forward, logs, records, slurm, ssh
+from launchpad_py.submission import client, forward, kubernetes, logs, records, slurm, ssh
 
-PLATFORMS = {'slurm': slurm, 'ssh': ssh}
+PLATFORMS = {'slurm': slurm, 'ssh': ssh, 'kubernetes': kubernetes}
 _POLL_S = 1.0
 
 
@@ -42,6 +42,9 @@ class SubmittedProgram:
     def where(self) -> str:
         if self.launcher == 'slurm':
             return f'Slurm job {self.record.get("job_id")}'
+        if self.launcher == 'kubernetes':
+            namespace = kubernetes.options_of(self.record).namespace
+            return f'Kubernetes Job {namespace}/{self.record["job"]}'
         return f'{self.record["host"]} pid {self.record.get("pid")}'
 
     def result(self) -> dict | None:
@@ -52,7 +55,7 @@ class SubmittedProgram:
     def state(self) -> str:
         """'pending', 'running', 'ended' (exit 0), 'failed' (another exit) or 'lost' (gone
         without a word: killed, cancelled, or its host lost); 'submitting' for a moment."""
-        if not self.record.get('job_id') and not self.record.get('pid'):
+        if not any(self.record.get(key) for key in ('job_id', 'pid', 'job_uid')):
             return 'submitting'  # Its record is being written (or the submit failed just now).
         result = self.result()
         if result is None:
@@ -105,6 +108,9 @@ class SubmittedProgram:
                 tail.kill()
                 tail.wait()
             return
+        if self.launcher == 'kubernetes':
+            yield from logs.select(kubernetes.follow(self.record), node, grep, since, times)
+            return
         path = f'{self.record["dir"]}/{records.LOG}'
         yield from logs.select(logs.follow_file(path, lambda: self.state() not in (
             'pending', 'running')), node, grep, since, times)
@@ -117,6 +123,10 @@ class SubmittedProgram:
         Over ssh to the controller's host: the submission's host and ssh options, or for
         Slurm the node's address with ``ssh_options``.
         """
+        if self.launcher == 'kubernetes':
+            raise errors.ProgramError(
+                f'dashboard {self.id}: not for Kubernetes yet; `kubectl port-forward` to the '
+                f'controller pod of Job {self.record["job"]} reaches it (docs/walk_away.md)')
         reply = self.ask(('statistics',))
         board = next((p['dashboard'] for p in reply['programs'] if p.get('dashboard')), None)
         if board is None:

@@ -202,6 +202,8 @@ class ElasticGroups:
         _log.info('program %r: removing %s', self._name, ', '.join(w.name for w in chosen))
         for worker in chosen:
             worker.removing = True
+        self.publish()  # Out of the group handles before they stop: a watcher rarely calls one.
+        for worker in chosen:
             if worker.state == NodeState.RESTARTING:  # Nothing runs: it ends here.
                 self._alarms.cancel(('restart', worker))
                 worker.state, worker.ended_at = NodeState.STOPPED, time.time()

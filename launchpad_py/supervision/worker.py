@@ -230,6 +230,9 @@ class Worker(abc.ABC):
     def send_members(self, table: dict) -> None:
         """Passes the live members of the program's groups on to the node (see group_handle)."""
 
+    def watch_members(self, token: str) -> None:
+        """The node uses group ``token``'s handle: it gets that group's tables from now on."""
+
     def output_tail(self) -> str:
         return ''
 
@@ -247,20 +250,38 @@ class Worker(abc.ABC):
 
 class MembersOverChannel:
     """For workers whose node has a control channel (``_channel``, guarded by ``_lock``):
-    group-handle member tables go over it, the newest one again when the node connects."""
+    a group handle's member tables go over it once the node asked for them ('watch'), with
+    each newer version after, and again when the node connects."""
 
     _members: dict | None = None
+    _watched: frozenset = frozenset()
+    _sent: dict | None = None
 
     def send_members(self, table: dict) -> None:
         with self._lock:
             self._members = table
             if self._channel is not None:
-                self._channel.send('members', table)
+                self._send_watched(self._channel)
+
+    def watch_members(self, token: str) -> None:
+        with self._lock:
+            self._watched = self._watched | {token}
+            if self._channel is not None:
+                self._send_watched(self._channel)
 
     def _send_members_on_connect(self, channel) -> None:
         """Call with ``_lock`` held, as ``channel`` becomes ``_channel``."""
-        if self._members is not None:
-            channel.send('members', self._members)
+        self._sent = {}
+        self._send_watched(channel)
+
+    def _send_watched(self, channel) -> None:
+        """The watched groups' entries newer than what the node was sent (``_lock`` held)."""
+        table, sent = self._members or {}, self._sent if self._sent is not None else {}
+        newer = {token: table[token] for token in self._watched
+                 if token in table and sent.get(token, 0) < table[token][0]}
+        if newer:
+            channel.send('members', newer)
+            self._sent = {**sent, **{token: entry[0] for token, entry in newer.items()}}
 
 
 def relay_node_messages(channel, worker: Worker, probe: MetricsProbe, where: str = '',
@@ -287,6 +308,8 @@ def relay_node_messages(channel, worker: Worker, probe: MetricsProbe, where: str
             worker.events.ready(worker)
         elif kind == 'resolve' and book is not None:
             book.ask(message[1], lambda values, gone: channel.send('addresses', values, gone))
+        elif kind == 'watch':
+            worker.watch_members(message[1])
         elif kind == 'stop_program':
             worker.events.stop_requested()
         elif kind == 'failed':

@@ -17,7 +17,7 @@ import threading
 from fake_kube.kubelet import FakeNode, Kubelet
 from fake_kube.runtimes import ProcessRuntime
 from fake_kube.server import ApiServer
-from fake_kube.store import Store
+from fake_kube.store import KINDS, Store
 
 __all__ = ['FakeCluster', 'FakeNode']
 #: The image name the fake kubelet "has": this environment and the repository.
@@ -28,16 +28,20 @@ class FakeCluster:
     """Store, controllers and API server of one fake cluster; a context manager."""
 
     def __init__(self, workdir: str, nodes: list[FakeNode], namespaces=('default', 'research'),
-                 images=(IMAGE,), runtime=None):
+                 images=(IMAGE,), runtime=None, api_host: str = '127.0.0.1'):
+        """``api_host``: the address the API server listens on; pods in the namespace hosts
+        reach 10.250.0.1 (the bridge), not this machine's loopback."""
         self.store = Store(namespaces)
         self.kubelet = Kubelet(self.store, nodes, set(images), workdir,
                                runtime or ProcessRuntime())
-        self.server = ApiServer(self.store, self.kubelet)
+        self.server = ApiServer(self.store, self.kubelet, api_host)
         self._thread = threading.Thread(target=self.server.serve_forever, name='fake-kube-api',
                                         daemon=True)
         self._thread.start()
-        self.url = f'http://127.0.0.1:{self.server.server_address[1]}'
+        self.url = f'http://{api_host}:{self.server.server_address[1]}'
         self.kubeconfig = os.path.join(workdir, 'kubeconfig')
+        # A pod with a service account reaches this API server (as a mounted token would).
+        self.kubelet.runtime.kubeconfig = self.kubeconfig
         with open(self.kubeconfig, 'w') as out:
             json.dump({'apiVersion': 'v1', 'kind': 'Config', 'current-context': 'fake',
                        'clusters': [{'name': 'fake', 'cluster': {'server': self.url}}],
@@ -46,9 +50,9 @@ class FakeCluster:
                                                                  'user': 'fake'}}]}, out)
 
     def objects(self, namespace: str | None = None) -> list[tuple[str, str]]:
-        """(kind, name) of every Job, Secret and Pod in the cluster."""
+        """(kind, name) of every object in the cluster (Jobs, Secrets, Pods, RBAC objects)."""
         found = []
-        for resource in ('jobs', 'secrets', 'pods'):
+        for resource in KINDS:
             items, _ = self.store.list(resource, namespace)
             found += [(item['kind'], item['metadata']['name']) for item in items]
         return sorted(found)

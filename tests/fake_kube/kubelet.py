@@ -1,4 +1,4 @@
-"""The fake cluster's controllers: scheduler, kubelet, Job deadline and TTL-after-finished.
+"""The fake cluster's controllers: scheduler, kubelet, Job (pods, retries, deadline) and TTL.
 
 The scheduler places a pod on the first node whose labels match its
 ``nodeSelector`` and that has the GPUs it asks for, or marks it Unschedulable
@@ -6,6 +6,9 @@ with the scheduler's message; an image the cluster lacks leaves it in
 ImagePullBackOff. The kubelet runs containers with a runtime of
 ``runtimes.py`` (local processes, or podman) in the node's network namespace,
 and ends them when their pod is deleted (SIGTERM, then SIGKILL after the grace).
+The Job controller runs a Job's pod (``parallelism`` 1, unless 0 or
+``suspend``), makes a new one after a failed one up to ``backoffLimit``
+times (no backoff delay), and marks the Job Complete or Failed.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ import base64
 import dataclasses
 import datetime
 import os
+import secrets
 import subprocess
 import threading
 import time
@@ -203,7 +207,10 @@ class Kubelet:
         for job in jobs:
             meta, spec, status = job['metadata'], job['spec'], job.get('status') or {}
             started = _seconds_since(status.get('startTime') or meta['creationTimestamp'])
-            finished = [c for c in status.get('conditions') or () if c['type'] == 'Failed']
+            finished = [c for c in status.get('conditions') or ()
+                        if c['type'] in ('Failed', 'Complete')]
+            if not finished and not spec.get('suspend') and spec.get('parallelism', 1):
+                self._run_job_pods(job)
             if not finished and started > spec.get('activeDeadlineSeconds', float('inf')):
                 self.store.update('jobs', meta['namespace'], meta['name'], lambda obj: obj[
                     'status'].update(conditions=[{'type': 'Failed', 'status': 'True',
@@ -218,6 +225,34 @@ class Kubelet:
             elif not status.get('startTime'):
                 self.store.update('jobs', meta['namespace'], meta['name'],
                                   lambda obj: obj['status'].update(startTime=now()))
+
+    def _run_job_pods(self, job: dict) -> None:
+        """One pod at a time: a new one while failures are within ``backoffLimit``."""
+        meta = job['metadata']
+        pods, _ = self.store.list('pods', meta['namespace'], f'controller-uid={meta["uid"]}')
+        phases = [(p.get('status') or {}).get('phase') for p in pods]
+        if any(phase not in ('Succeeded', 'Failed') for phase in phases):
+            return  # One is pending or running.
+        failed = phases.count('Failed')
+        condition = None
+        if 'Succeeded' in phases:
+            condition = {'type': 'Complete', 'status': 'True'}
+        elif failed > job['spec'].get('backoffLimit', 6):
+            condition = {'type': 'Failed', 'status': 'True', 'reason': 'BackoffLimitExceeded'}
+        if condition is not None:
+            self.store.update('jobs', meta['namespace'], meta['name'], lambda obj: obj[
+                'status'].update(conditions=[dict(condition, lastTransitionTime=now())],
+                                 succeeded=phases.count('Succeeded'), failed=failed))
+            return
+        template = job['spec']['template']
+        labels = {**(template.get('metadata') or {}).get('labels', {}),
+                  'controller-uid': meta['uid'], 'job-name': meta['name']}
+        self.store.create('pods', meta['namespace'], {
+            'apiVersion': 'v1', 'kind': 'Pod', 'spec': template['spec'],
+            'metadata': {'name': f'{meta["name"]}-{secrets.token_hex(3)[:5]}', 'labels': labels,
+                         'ownerReferences': [{'apiVersion': 'batch/v1', 'kind': 'Job',
+                                              'name': meta['name'], 'uid': meta['uid'],
+                                              'controller': True}]}})
 
     def close(self) -> None:
         """Stops the controllers and ends every container still running."""

@@ -12,7 +12,8 @@ stored it, with three adaptations podman 4.3 needs: server-set fields
 whose ``data`` holds the plain text (podman reads ``data`` without decoding
 base64 and ignores ``stringData``); and the pod joins its fake node's network
 namespace by running podman there with ``--network host`` (``kube play``
-rejects ``--network ns:PATH`` for pods).
+rejects ``--network ns:PATH`` for pods). A pod with a service account gets the
+fake's kubeconfig as one more podman secret, and KUBECONFIG naming it.
 """
 
 from __future__ import annotations
@@ -59,6 +60,10 @@ class ProcessRuntime:
     hundreds of pods would otherwise starve the launcher they share this machine with, where
     real pods run on other machines)."""
 
+    #: Set by ``FakeCluster``: a pod with a service account gets it as KUBECONFIG (the fake's
+    #: stand-in for the token a real pod has mounted).
+    kubeconfig: str | None = None
+
     def __init__(self, nice: int = 0):
         self.nice = nice
 
@@ -77,6 +82,8 @@ class ProcessRuntime:
         container = pod['spec']['containers'][0]
         env = {'PATH': f'{os.path.dirname(sys.executable)}:/usr/bin:/bin',
                'PYTHONPATH': f'{REPO}:{REPO}/tests', 'HOME': directory}
+        if pod['spec'].get('serviceAccountName') and self.kubeconfig:
+            env['KUBECONFIG'] = self.kubeconfig
         for item in container.get('env') or ():
             value = item['value']
             for mount_path, local in mounts.items():
@@ -102,9 +109,9 @@ def podman(*args: str, netns: str | None = None, check: bool = True,
 
 
 class PodmanHandle:
-    def __init__(self, pod: str, secrets: list[str], log_path: str):
+    def __init__(self, pod: str, container: str, secrets: list[str], log_path: str):
         self.pod, self._secrets = pod, secrets
-        self._container = f'{pod}-node'
+        self._container = f'{pod}-{container}'  # As kube play names it.
         # `podman logs -f` copies the container's output into the log the API serves.
         with open(log_path, 'wb') as log:
             self._logs = subprocess.Popen(['podman', 'logs', '-f', self._container], stdout=log,
@@ -135,10 +142,17 @@ class PodmanHandle:
 
 
 class PodmanRuntime:
+    #: As ``ProcessRuntime.kubeconfig``: mounted into a pod with a service account.
+    kubeconfig: str | None = None
+    _KUBE_DIR = '/var/run/launchpad-py-fake-kube'
+
     def start(self, pod: dict, netns: str | None, secrets: dict[str, dict[str, bytes]],
               directory: str, log_path: str) -> PodmanHandle:
-        volumes = {v['name']: v for v in pod['spec'].get('volumes') or ()}
+        secrets = dict(secrets)
+        if pod['spec'].get('serviceAccountName') and self.kubeconfig:
+            pod = self._with_kubeconfig(pod, secrets)
         names = []
+        volumes = {v['name']: v for v in pod['spec'].get('volumes') or ()}
         for mount in pod['spec']['containers'][0].get('volumeMounts') or ():
             name = volumes[mount['name']]['secret']['secretName']
             plain = {'apiVersion': 'v1', 'kind': 'Secret', 'metadata': {'name': name},
@@ -156,4 +170,21 @@ class PodmanRuntime:
         with open(path, 'w') as out:
             json.dump(played, out)
         podman('kube', 'play', '--network', 'host', path, netns=netns)
-        return PodmanHandle(pod['metadata']['name'], names, log_path)
+        return PodmanHandle(pod['metadata']['name'], pod['spec']['containers'][0]['name'], names,
+                            log_path)
+
+    def _with_kubeconfig(self, pod: dict, secrets: dict[str, dict[str, bytes]]) -> dict:
+        """The pod with the fake's kubeconfig mounted as one more Secret, and KUBECONFIG
+        naming it (the fake's stand-in for a service account's token)."""
+        pod = json.loads(json.dumps(pod))
+        spec, container = pod['spec'], pod['spec']['containers'][0]
+        name = f'{pod["metadata"]["name"]}-fake-kubeconfig'
+        spec.setdefault('volumes', []).append({'name': 'fake-kubeconfig', 'secret': {
+            'secretName': name, 'optional': False}})
+        container.setdefault('volumeMounts', []).append({
+            'name': 'fake-kubeconfig', 'mountPath': self._KUBE_DIR, 'readOnly': True})
+        container.setdefault('env', []).append({'name': 'KUBECONFIG',
+                                                'value': f'{self._KUBE_DIR}/config'})
+        with open(self.kubeconfig, 'rb') as source:
+            secrets[self._KUBE_DIR] = {'config': source.read()}
+        return pod

@@ -3,7 +3,9 @@
 No Kubernetes API server can run on these machines, so the launcher's calls
 go to this one. It implements exactly those calls (and the listings the
 tests make): create/list/watch/get/delete Pods with their logs, create/list
-Secrets, create/list/patch (JSON Patch)/delete Jobs. ``kubelet.py`` plays
+Secrets, create/list/patch (JSON Patch)/delete Jobs; and, for submitted
+programs, create/get ServiceAccounts, Roles and RoleBindings (stored only:
+the fake enforces no RBAC). ``kubelet.py`` plays
 the scheduler, the kubelet and the Job and TTL controllers.
 
     with FakeCluster(tmp_path, nodes=[FakeNode('h1', netns='lp-h1')]) as cluster:
@@ -21,8 +23,9 @@ import urllib.parse
 
 from fake_kube.store import KINDS, ApiError, Store
 
-_PATH = re.compile(r'^/(?:api/v1|apis/batch/v1)/namespaces/(?P<ns>[^/]+)/(?P<resource>pods|secrets|'
-                   r'jobs)(?:/(?P<name>[^/]+)(?P<log>/log)?)?$')
+_PATH = re.compile(r'^/(?:api/v1|apis/batch/v1|apis/rbac.authorization.k8s.io/v1)/namespaces/'
+                   r'(?P<ns>[^/]+)/(?P<resource>pods|secrets|jobs|serviceaccounts|roles|'
+                   r'rolebindings)(?:/(?P<name>[^/]+)(?P<log>/log)?)?$')
 
 
 def _resources(group_version: str, names: list[tuple[str, str, bool]]) -> dict:
@@ -37,10 +40,16 @@ _DISCOVERY = {
     '/api': {'kind': 'APIVersions', 'versions': ['v1'], 'serverAddressByClientCIDRs': []},
     '/apis': {'kind': 'APIGroupList', 'apiVersion': 'v1', 'groups': [{
         'name': 'batch', 'versions': [{'groupVersion': 'batch/v1', 'version': 'v1'}],
-        'preferredVersion': {'groupVersion': 'batch/v1', 'version': 'v1'}}]},
+        'preferredVersion': {'groupVersion': 'batch/v1', 'version': 'v1'}}, {
+        'name': 'rbac.authorization.k8s.io',
+        'versions': [{'groupVersion': 'rbac.authorization.k8s.io/v1', 'version': 'v1'}],
+        'preferredVersion': {'groupVersion': 'rbac.authorization.k8s.io/v1', 'version': 'v1'}}]},
     '/api/v1': _resources('v1', [('pods', 'Pod', True), ('pods/log', 'Pod', False),
-                                 ('secrets', 'Secret', True)]),
+                                 ('secrets', 'Secret', True),
+                                 ('serviceaccounts', 'ServiceAccount', True)]),
     '/apis/batch/v1': _resources('batch/v1', [('jobs', 'Job', True)]),
+    '/apis/rbac.authorization.k8s.io/v1': _resources('rbac.authorization.k8s.io/v1', [
+        ('roles', 'Role', True), ('rolebindings', 'RoleBinding', True)]),
 }
 
 
@@ -170,8 +179,8 @@ def _json_patch(obj: dict, operations: list) -> None:
 class ApiServer(http.server.ThreadingHTTPServer):
     daemon_threads = True
 
-    def __init__(self, store: Store, kubelet):
-        super().__init__(('127.0.0.1', 0), Handler)
+    def __init__(self, store: Store, kubelet, host: str = '127.0.0.1'):
+        super().__init__((host, 0), Handler)
         self.store, self.kubelet = store, kubelet
         self.closing = threading.Event()
         #: (method, resource, named, log, watch) of every request, for tests to check.

@@ -20,7 +20,9 @@ _DNS_SUBDOMAIN = re.compile(r'^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9
 _LABEL_NAME = re.compile(r'^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$')
 _LABEL_VALUE = re.compile(r'^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$')
 #: Resource (URL segment) -> kind and whether names must be DNS labels (pods, jobs) or subdomains.
-KINDS = {'pods': ('Pod', True), 'secrets': ('Secret', False), 'jobs': ('Job', True)}
+KINDS = {'pods': ('Pod', True), 'secrets': ('Secret', False), 'jobs': ('Job', True),
+         'serviceaccounts': ('ServiceAccount', False), 'roles': ('Role', False),
+         'rolebindings': ('RoleBinding', False)}
 
 
 class ApiError(Exception):

@@ -4,7 +4,8 @@
     created = cluster.create(manifest)          # the object as the API server returned it
     cluster.watch_pods('launchpad-py/program=x-1a2b3c', on_event, stopped)
 
-Exactly these calls: create a Job, Secret and Pod; patch the Job's
+Exactly these calls: create a Job, Secret and Pod (and, submitting a
+program, its controller's ServiceAccount, Role and RoleBinding); patch the Job's
 ``activeDeadlineSeconds``; delete the Job (the rest goes with it), a Pod or a
 Secret (a restarted or removed node's);
 list and watch Pods by label; follow a Pod's log. ``docs/launchers.md``
@@ -100,6 +101,7 @@ class Cluster:
         self.host = self._api.configuration.host
         self.core = kubernetes.client.CoreV1Api(self._api)
         self.batch = kubernetes.client.BatchV1Api(self._api)
+        self.rbac = kubernetes.client.RbacAuthorizationV1Api(self._api)
 
     def close(self) -> None:
         """Ends every open watch and log stream, also where a thread is blocked reading it."""
@@ -126,7 +128,11 @@ class Cluster:
     def create(self, manifest: dict) -> dict:
         """Creates ``manifest`` (a Job, Secret or Pod); the object as the server returned it."""
         create = {'Job': self.batch.create_namespaced_job, 'Secret': self.core.create_namespaced_secret,
-                  'Pod': self.core.create_namespaced_pod}[manifest['kind']]
+                  'Pod': self.core.create_namespaced_pod,
+                  # A submitted program's controller: its service account and its rights.
+                  'ServiceAccount': self.core.create_namespaced_service_account,
+                  'Role': self.rbac.create_namespaced_role,
+                  'RoleBinding': self.rbac.create_namespaced_role_binding}[manifest['kind']]
         try:
             created = create(self.namespace, manifest)
         except self._exceptions as exc:

@@ -9,13 +9,15 @@ The root Job runs nothing (``parallelism: 0``); it exists to be the owner and
 to end the program when its launcher is gone: its ``activeDeadlineSeconds``
 is the lease, which the launcher keeps extending. When the launcher dies the
 deadline passes, the Job fails, ``ttlSecondsAfterFinished: 0`` deletes it and
-the garbage collector deletes the Pods and Secrets it owns.
+the garbage collector deletes the Pods and Secrets it owns. Under a submitted
+controller (``OWNER_ENV``), the root Job is itself owned by the controller's Job.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 import secrets
 
@@ -29,6 +31,9 @@ BOOT_DIR = '/var/run/launchpad-py'
 BOOT_FILE = 'bootstrap.json'
 BOOT_ENV = 'LAUNCHPAD_PY_BOOTSTRAP'
 _NODE_MODULE = 'launchpad_py.node_side.remote_node_main'
+#: Set in a submitted program's controller pod (``submission/kubernetes``): the owner
+#: reference (JSON) of the controller's Job, which then owns each launch's root Job.
+OWNER_ENV = 'LAUNCHPAD_PY_K8S_OWNER'
 
 
 def _dns_label(text: str, limit: int) -> str:
@@ -77,11 +82,18 @@ def owner_reference(root: dict) -> dict:
             'uid': root['metadata']['uid']}
 
 
+def submitted_owner() -> dict | None:
+    """The owner reference a submitted program's controller pod puts in ``OWNER_ENV``: its
+    own Job, so that deleting that Job deletes every lease, and with it every node."""
+    text = os.environ.get(OWNER_ENV)
+    return json.loads(text) if text else None
+
+
 def root_job(names: Names, options: KubernetesOptions, image: str) -> dict:
     """The lease: a Job that runs no pod and fails when ``activeDeadlineSeconds`` passes."""
     return {
         'apiVersion': 'batch/v1', 'kind': 'Job',
-        'metadata': _metadata(names.program, options.namespace, names, None),
+        'metadata': _metadata(names.program, options.namespace, names, submitted_owner()),
         'spec': {
             'parallelism': 0, 'completions': 1, 'backoffLimit': 0,
             'activeDeadlineSeconds': options.lease_seconds, 'ttlSecondsAfterFinished': 0,
