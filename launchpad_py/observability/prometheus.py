@@ -46,6 +46,8 @@ def _labels(**labels: str) -> str:
 _GROUP_SUMS = (
     # name, type, help, attribute summed over the group's nodes
     ('lp_group_restarts_total', 'counter', "Restarts of the group's nodes.", 'restarts'),
+    ('lp_group_rescheduled_total', 'counter', "Restarts of the group's nodes that the scheduler "
+     'caused (not in restarts).', 'rescheduled'),
     ('lp_group_calls_in_flight', 'gauge', "Calls the group's nodes serve now.", 'in_flight'),
     ('lp_group_resident_memory_bytes', 'gauge', "Resident memory of the group's nodes.",
      'rss_bytes'),
