@@ -275,17 +275,13 @@ def test_node_on_another_host_restarts_at_its_address():
 
 
 @pytest.mark.parametrize('launch_type, what, match', [
-    ('kubernetes', 'restart', r"kubernetes cannot restart nodes, but failure_policy gives "
-                              r"lp.Restart to groups \['member'\]"),
-    ('kubernetes', 'elastic', r"kubernetes cannot add or remove nodes .* groups \['member'\] "
-                              r"cannot be elastic"),
     ('slurm', 'elastic', r"slurm cannot add or remove nodes .* groups \['member'\] "
                          r"cannot be elastic"),
 ])
 def test_schedulers_refuse_what_they_cannot_do_up_front(launch_type, what, match):
-    """kubernetes cannot restart a node where it ran, and neither it nor slurm can place a node
-    added later: the launch fails naming the groups before anything is asked of a scheduler
-    (none runs here). (slurm restarts: tests/test_slurm.py.)"""
+    """slurm cannot place a node added later: the launch fails naming the groups before
+    anything is asked of a scheduler (none runs here). (slurm restarts: tests/test_slurm.py;
+    kubernetes restarts and elastic groups: tests/test_kubernetes_restarts.py.)"""
     program = lp.Program('refused')
     with program.group('member', elastic=what == 'elastic'):
         program.add_node(lp.CourierNode(Member))

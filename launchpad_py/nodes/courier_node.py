@@ -39,6 +39,7 @@ class CourierHandle(Handle[T], Generic[T]):
 
     def dereference(self) -> T:
         return courier.Client(self._address.resolve(), server_identity=self._address.identity,
+                              locate=self._address.relocate if self._address.movable else None,
                               **self._client_kwargs)  # type: ignore[return-value]
 
     def __repr__(self) -> str:

@@ -28,12 +28,14 @@ from fake_kube.store import ApiError, Store, now
 
 @dataclasses.dataclass
 class FakeNode:
-    """A node pods can be scheduled on; ``netns`` is the network namespace its pods run in."""
+    """A node pods can be scheduled on; ``netns`` is the network namespace its pods run in;
+    ``cordoned``: new pods go elsewhere (``kubectl cordon``), those it runs stay."""
 
     name: str
     labels: dict = dataclasses.field(default_factory=dict)
     gpus: int = 0
     netns: str | None = None
+    cordoned: bool = False
 
 
 class LogSource:
@@ -89,7 +91,8 @@ class Kubelet:
         container = pod['spec']['containers'][0]
         gpus = int(((container.get('resources') or {}).get('limits') or {}).get(
             'nvidia.com/gpu', 0))
-        fits = [n for n in self.nodes if all(n.labels.get(k) == v for k, v in selector.items())]
+        fits = [n for n in self.nodes if not n.cordoned
+                and all(n.labels.get(k) == v for k, v in selector.items())]
         if not fits:
             return (f"0/{len(self.nodes)} nodes are available: {len(self.nodes)} node(s) didn't "
                     "match Pod's node affinity/selector.")
@@ -117,7 +120,7 @@ class Kubelet:
                 'type': 'PodScheduled', 'status': 'False', 'reason': 'Unschedulable',
                 'message': why}])
             return
-        node = next(n for n in self.nodes if all(
+        node = next(n for n in self.nodes if not n.cordoned and all(
             n.labels.get(k) == v for k, v in (pod['spec'].get('nodeSelector') or {}).items()))
         image = pod['spec']['containers'][0]['image']
         if image not in self.images:
@@ -176,6 +179,17 @@ class Kubelet:
             raise ApiError(400, 'BadRequest', f'container "node" in pod "{name}" is waiting to '
                                               'start: ContainerCreating')
         return LogSource(os.path.join(self.workdir, pod['metadata']['uid'], 'log'), ended)
+
+    def evict(self, namespace: str, name: str, reason: str = 'Evicted',
+              message: str = 'The node was low on resource: memory.') -> None:
+        """What a kubelet under node pressure does: fails the pod with ``reason`` and kills
+        its container at once (the pod object stays, as evicted pods do)."""
+        pod = self.store.get('pods', namespace, name)
+        self._set_status(pod, phase='Failed', reason=reason, message=message)
+        with self._lock:
+            handle = self._handles.get((namespace, name))
+        if handle is not None:
+            handle.kill()
 
     def _pod_deleted(self, pod: dict) -> None:
         key = (pod['metadata']['namespace'], pod['metadata']['name'])
