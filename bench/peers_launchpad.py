@@ -10,6 +10,7 @@ and ``launchpad_tcp`` force gRPC and the raw-TCP path, the cross-host paths
 from __future__ import annotations
 
 import concurrent.futures
+import os
 import threading
 import time
 
@@ -27,11 +28,21 @@ class BatchedEchoService(EchoService):
         import launchpad_py as lp
         self.echo_batched = lp.batched_handler(BATCH, timeout=0.002)(lambda x: x)
 
+    def frame_loop(self) -> str:
+        """The courier frame loop this server's connections run: 'compiled' or 'pure'."""
+        from launchpad_py.courier import frame_loop
+        return frame_loop.active()
+
 
 NAMES = {'auto': 'launchpad', 'grpc': 'launchpad_grpc', 'tcp': 'launchpad_tcp'}
+# The courier's pure-Python frame loop, not the compiled one (courier/frame_loop.py).
+PURE_ENV = {'LP_COURIER_PURE': '1'}
 
 
-def connect(address: str, transport: str = 'auto', secret: bytes | None = None, tls=None):
+def connect(address: str, transport: str = 'auto', secret: bytes | None = None, tls=None,
+            pure: bool = False):
+    if pure:  # A fan-in caller process: every connection it opens runs pure Python.
+        os.environ.update(PURE_ENV)
     return _Caller(address, transport, secret, tls)
 
 
@@ -52,10 +63,11 @@ class _Caller:
 class LaunchpadPeer(Peer):
     supports = frozenset({'tiny_sync', 'inflight', 'fanin', 'array', 'launch', 'idle_rss'})
 
-    def __init__(self, transport: str = 'auto', tls: bool = False):
+    def __init__(self, transport: str = 'auto', tls: bool = False, pure: bool = False):
         self.transport = transport
-        self.name = NAMES[transport] + ('_tls' if tls else '')
+        self.name = NAMES[transport] + ('_tls' if tls else '') + ('_pure' if pure else '')
         self.tls = tls
+        self.pure = pure  # Server and caller on the pure-Python frame loop.
         self.credentials = None
         self.controller = None
         self.client = None
@@ -69,9 +81,20 @@ class LaunchpadPeer(Peer):
             self.credentials = server_kwargs['tls'] = courier.TlsCredentials.generate()
         handle = program.add_node(lp.CourierNode(BatchedEchoService, courier_kwargs=server_kwargs),
                                   label='echo')
-        self.controller = _quiet_launch(program)
+        resources = {'echo': lp.PythonProcess(env=PURE_ENV)} if self.pure else None
+        self.controller = _quiet_launch(program, resources)
         self.client = courier.Client(handle.dereference().address, transport=self.transport,
                                      tls=self.credentials)
+        if self.pure:  # Connections choose their loop when they open: open both kinds now.
+            saved = os.environ.get('LP_COURIER_PURE')
+            os.environ.update(PURE_ENV)
+            try:
+                assert self.client.call('frame_loop') == 'pure'
+                self.client.futures.ping().result(timeout=60)
+            finally:
+                os.environ.pop('LP_COURIER_PURE')
+                if saved is not None:
+                    os.environ['LP_COURIER_PURE'] = saved
 
     def stop(self) -> None:
         if self.controller is not None:
@@ -95,7 +118,7 @@ class LaunchpadPeer(Peer):
         return (__name__, 'connect', {'address': self.client.address,
                                       'transport': self.transport,
                                       'secret': courier.auth.secret_for(self.client.address),
-                                      'tls': self.credentials})
+                                      'tls': self.credentials, 'pure': self.pure})
 
     def batched(self, callers: int, method: str, budget: Budget) -> float:
         """Total calls/s of ``callers`` threads each calling ``method`` synchronously."""
@@ -132,11 +155,12 @@ class LaunchpadPeer(Peer):
         return [r for r in self.last_program_rss if r]
 
 
-def _quiet_launch(program):
+def _quiet_launch(program, resources=None):
     """``local_mp`` with node output in files; the list of log paths is not printed."""
     import contextlib
     import io
 
     import launchpad_py as lp
     with contextlib.redirect_stdout(io.StringIO()):
-        return lp.launch(program, launch_type='local_mp', terminal='output_to_files')
+        return lp.launch(program, launch_type='local_mp', terminal='output_to_files',
+                         resources=resources)

@@ -64,6 +64,8 @@ PEERS = {
     "launchpad": (lambda: peers_launchpad.LaunchpadPeer("auto"), None),
     "launchpad_grpc": (lambda: peers_launchpad.LaunchpadPeer("grpc"), None),
     "launchpad_tcp": (lambda: peers_launchpad.LaunchpadPeer("tcp"), None),
+    "launchpad_pure": (lambda: peers_launchpad.LaunchpadPeer("auto", pure=True), None),
+    "launchpad_tcp_pure": (lambda: peers_launchpad.LaunchpadPeer("tcp", pure=True), None),
     "launchpad_tcp_tls": (lambda: peers_launchpad.LaunchpadPeer("tcp", tls=True), None),
     "launchpad_grpc_tls": (lambda: peers_launchpad.LaunchpadPeer("grpc", tls=True), None),
     "floor_unix": (lambda: peers_floor.FloorPeer("unix"), None),

@@ -29,6 +29,15 @@ SSH_OPTIONS = flags.DEFINE_string(
     'lp_ssh_options', '',
     "For --lp_launch_type=ssh: extra ssh arguments for the hosts of --lp_ssh_hosts, e.g. "
     "'-F cluster_ssh_config'.")
+SSH_PYTHON = flags.DEFINE_string(
+    'lp_ssh_python', None,
+    'For --lp_launch_type=ssh: the interpreter on the hosts of --lp_ssh_hosts (default: the '
+    'launcher\'s own path, for hosts sharing its filesystem).')
+SSH_SHIP_CODE = flags.DEFINE_boolean(
+    'lp_ssh_ship_code', False,
+    'For --lp_launch_type=ssh: pack the working directory and the import-path entries of your '
+    'own, send it once per host and run nodes from it, for every SshHost that does not set '
+    'ship_code (for hosts that do not share the launcher\'s filesystem).')
 K8S_MANIFESTS_DIR = flags.DEFINE_string(
     'lp_k8s_manifests_dir', None,
     'For --lp_launch_type=kubernetes: a dry run. Write every manifest the launch would apply as '

@@ -35,3 +35,5 @@ class NodeStatus:
     exit_code: int | None
     restarts: int = 0
     host: str = 'localhost'
+    #: Restarts the scheduler caused (evicted, node lost, preempted), not in ``restarts``.
+    rescheduled: int = 0

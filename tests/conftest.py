@@ -6,6 +6,7 @@ import importlib.util
 import json
 import os
 import re
+import shlex
 import socket
 import subprocess
 import sys
@@ -24,6 +25,12 @@ SSH_HOST_NAMES = ['h1', 'h2', 'h3']
 needs_ssh_hosts = pytest.mark.skipif(
     os.geteuid() != 0, reason='SSH launcher tests need root to run sshd in network namespaces '
                               '(../shared/infra/ssh_hosts.sh up)')
+# Share-nothing hosts p1..p3 of scripts/private_hosts.sh: the same namespaces, a second sshd
+# with its own /tmp, /home, /root and python (/opt/lp/env); the checkout is hidden there.
+PRIVATE_DIR = os.environ.get('LP_PRIVATE_DIR', '/tmp/lp-private')
+PRIVATE_PYTHON = '/opt/lp/env/bin/python'
+# LP_SSH_TEST_HOSTS=p runs the ssh suites' hosts h1..h3 on p1..p3, shipping the tests' code.
+_SSH_ON_PRIVATE = os.environ.get('LP_SSH_TEST_HOSTS') == 'p'
 # The Slurm launcher's tests use the cluster of scripts/slurm_cluster.sh on those hosts (root).
 SLURM_DIR = os.environ.get('LP_SLURM_DIR', '/tmp/lp-slurm')
 os.environ.setdefault('SLURM_CONF', os.path.join(SLURM_DIR, 'slurm.conf'))
@@ -87,9 +94,45 @@ def no_leaks():
     assert not alive, f'processes left running: {[p.cmdline() for p in alive]}'
 
 
-def ssh_host(name: str, **options):
-    """``lp.SshHost`` for one of the test hosts (h1..h3, lo); fails if they are not up."""
+def private_host(name: str, **options):
+    """``lp.SshHost`` for a share-nothing host (p1..p3) running its own python, with the code
+    shipped; skips, saying how to bring them up, when they are not."""
     import launchpad_py as lp
+    config = os.path.join(PRIVATE_DIR, 'ssh_config')
+    if not os.path.exists(config):
+        pytest.skip(f'the share-nothing test hosts are not up (no {config}): '
+                    '`bash scripts/private_hosts.sh up` (as root, after ssh_hosts.sh)')
+    options.setdefault('python', PRIVATE_PYTHON)
+    options.setdefault('ship_code', True)
+    return lp.SshHost(name, ssh_options=['-F', config], **options)
+
+
+def host_name(name: str) -> str:
+    """The name statuses and messages give the test host ``name`` (h1..h3: p1..p3 with
+    ``LP_SSH_TEST_HOSTS=p``)."""
+    return 'p' + name[1:] if _SSH_ON_PRIVATE and re.fullmatch(r'h[123]', name) else name
+
+
+def read_on_host(host: str, path: str) -> str:
+    """The text of ``path`` as the test host ``host`` sees it: read here for hosts sharing
+    this filesystem, over ssh for the share-nothing p1..p3."""
+    if not re.fullmatch(r'p[123]', host):
+        with open(path) as f:
+            return f.read()
+    done = subprocess.run(['ssh', '-F', os.path.join(PRIVATE_DIR, 'ssh_config'), host,
+                           f'cat {shlex.quote(path)}'], capture_output=True, text=True,
+                          timeout=60)
+    if done.returncode != 0:
+        raise FileNotFoundError(f'{path} on {host}: {done.stderr.strip()}')
+    return done.stdout
+
+
+def ssh_host(name: str, **options):
+    """``lp.SshHost`` for one of the test hosts (h1..h3, lo); fails if they are not up.
+    With ``LP_SSH_TEST_HOSTS=p``, h1..h3 are the share-nothing p1..p3."""
+    import launchpad_py as lp
+    if _SSH_ON_PRIVATE and re.fullmatch(r'h[123]', name) and 'port' not in options:
+        return private_host('p' + name[1:], **options)  # (A port names the test's own sshd.)
     if not os.path.exists(SSH_OPTIONS[1]):
         pytest.fail(f'{SSH_OPTIONS[1]} is missing: bring the test hosts up with '
                     '`bash ../shared/infra/ssh_hosts.sh up` (as root)')

@@ -39,6 +39,34 @@ def print_and_wait(text: str) -> None:
     lp.wait_for_stop()
 
 
+class Movable:
+    """Says who and where it is; ``crash`` ends its pod's process in the middle of a call."""
+
+    def who(self) -> dict:
+        context = lp.get_node_context()
+        return {'name': f'{context.label}/{context.index}', 'pid': os.getpid()}
+
+    def crash(self) -> None:
+        os._exit(3)
+
+
+class PeerCaller:
+    """Calls its peer until it answers, counting the calls lost on the way (a peer that moved)."""
+
+    def __init__(self, peer):
+        self._peer = peer
+
+    def peer_who(self, attempts: int = 5) -> dict:
+        from launchpad_py import courier
+        lost = 0
+        for _ in range(attempts):
+            try:
+                return {'who': self._peer.who(), 'lost': lost}
+            except courier.CourierUnavailableError:
+                lost += 1
+        return {'who': None, 'lost': lost}
+
+
 if __name__ == '__main__':  # A launcher to SIGKILL: prints its pods' names once ready, then waits.
     from nodes_for_tests import Pinger
     program = lp.Program('doomed')

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import threading
 
 import numpy as np
@@ -41,7 +42,9 @@ def crash(message):
 
 
 def record_stop_handler_calls(path):
-    """Registers two handlers that append to ``path``; waits for the stop."""
+    """Registers two handlers that append to ``path`` (made on the node's host if need be: it
+    may share nothing with the test); waits for the stop."""
+    os.makedirs(os.path.dirname(path), exist_ok=True)
     lp.register_stop_handler(lambda: _append(path, 'first'))
     lp.register_stop_handler(lambda: _append(path, 'second'))
     with open(path + '.registered', 'w') as marker:

@@ -26,8 +26,9 @@ class Store:
         return os.environ.get('LP_TEST_HOST') or os.environ.get('SLURMD_NODENAME')
 
 
-def use_store(store, result_path):
-    """Calls, futures and 64 MiB arrays both ways; writes what it saw to ``result_path``."""
+def use_store(store, result_path=None):
+    """Calls, futures and 64 MiB arrays both ways; prints what it saw (a ``RESULT`` line, which
+    comes back without a shared path) and writes it to ``result_path`` if given."""
     array = np.arange(BIG, dtype=np.float32)
     back = store.echo(array)
     futures = [store.futures.echo(i) for i in range(50)]
@@ -40,18 +41,21 @@ def use_store(store, result_path):
         'big_total': store.total(array),
         'client_host': os.environ.get('LP_TEST_HOST') or os.environ.get('SLURMD_NODENAME'),
     }
-    with open(result_path, 'w') as f:
-        json.dump(result, f)
+    print('RESULT ' + json.dumps(result), flush=True)
+    if result_path:
+        with open(result_path, 'w') as f:
+            json.dump(result, f)
 
 
-def store_program(result_dir: str):
-    """A store and two clients that each write what they saw to ``result_dir/client<i>.json``."""
+def store_program(result_dir: str | None = None):
+    """A store and two clients that each print what they saw, and write it to
+    ``result_dir/client<i>.json`` if ``result_dir`` is given."""
     program = lp.Program('across')
     store = program.add_node(lp.CourierNode(Store), label='store')
     with program.group('client'):
         for index in range(2):
-            program.add_node(lp.PyNode(use_store, store,
-                                       os.path.join(result_dir, f'client{index}.json')))
+            program.add_node(lp.PyNode(use_store, store, result_dir and os.path.join(
+                result_dir, f'client{index}.json')))
     return program, store
 
 
@@ -81,8 +85,14 @@ def spread_program(token: str):
     program.add_node(lp.MultiProcessingColocation(
         [lp.PyNode(wait_forever), lp.PyNode(wait_forever)]), label='colocated')
     options = ['-F', os.path.join(os.environ.get('LP_SSH_DIR', '/tmp/lp-ssh'), 'ssh_config')]
-    resources = {group: lp.SshHost(host, ssh_options=options, env={'LP_TEST_TOKEN': token})
-                 for group, host in zip(program.groups, ['h1', 'h2', 'h3'])}
+    names, more = ['h1', 'h2', 'h3'], {}
+    if os.environ.get('LP_SSH_TEST_HOSTS') == 'p':  # The share-nothing hosts, code shipped.
+        options = ['-F', os.path.join(os.environ.get('LP_PRIVATE_DIR', '/tmp/lp-private'),
+                                      'ssh_config')]
+        names, more = ['p1', 'p2', 'p3'], {'python': '/opt/lp/env/bin/python', 'ship_code': True}
+    resources = {group: lp.SshHost(host, ssh_options=options, env={'LP_TEST_TOKEN': token},
+                                   **more)
+                 for group, host in zip(program.groups, names)}
     return program, resources
 
 

@@ -12,7 +12,7 @@ import pytest
 
 import launchpad_py as lp
 from checkpoint_nodes import Tally
-from conftest import launch, needs_ssh_hosts, wait_for
+from conftest import launch, needs_ssh_hosts, read_on_host, wait_for
 
 
 def _program(name='tallies'):
@@ -21,9 +21,9 @@ def _program(name='tallies'):
     return program, handle
 
 
-def _saved(handle_dir):
-    with open(os.path.join(handle_dir, 'tally.json')) as f:
-        return json.load(f)
+def _saved(handle_dir, host='here'):
+    """What the tally saved, read on the host it ran on (it may share nothing with us)."""
+    return json.loads(read_on_host(host, os.path.join(handle_dir, 'tally.json')))
 
 
 @pytest.mark.parametrize('launch_type', [
@@ -34,11 +34,12 @@ def test_checkpoint_method_runs_before_the_stop_and_a_new_launch_resumes(
     LAUNCHPAD_PY_CHECKPOINT_DIR the same, the next launch starts from what it saved."""
     monkeypatch.setenv('LAUNCHPAD_PY_CHECKPOINT_DIR', str(tmp_path))
     program, handle = _program()
-    with launch(program, launch_type):  # ssh: on h1, which shares this filesystem.
+    with launch(program, launch_type) as controller:  # ssh: on h1 (or p1, sharing nothing).
         where = handle.dereference().where()['dir']
         assert handle.dereference().add(5) == 5
+        (host,) = {s.host for s in controller.statuses()}
     assert where == str(tmp_path / 'tallies' / 'tally' / '0')
-    saved = _saved(where)
+    saved = _saved(where, host or 'here')
     assert saved == {'count': 5, 'by_hook': True, 'stop_event_set': False,
                      'stop_handler_ran': False}
     program, handle = _program()

@@ -10,7 +10,7 @@ import pytest
 
 import launchpad_py as lp
 from launchpad_py import courier
-from conftest import ALL_LAUNCH_TYPES, launch, wait_for
+from conftest import ALL_LAUNCH_TYPES, launch, read_on_host, wait_for
 from nodes_for_tests import (Pinger, crash, record_stop_handler_calls, serve_forever,
                              stop_from_side_thread)
 
@@ -109,11 +109,19 @@ def test_stop_handlers_run_once_in_order(launch_type, tmp_path):
     program.add_node(lp.PyNode(record_stop_handler_calls, path), label='recorder')
     program.add_node(lp.PyNode(serve_forever), label='other')
     controller = launch(program, launch_type)
-    wait_for(lambda: os.path.exists(path + '.registered'), what='handler registration')
+    # Read where the node ran: here, or over ssh on a host that shares nothing with us.
+    host = next(s.host for s in controller.statuses() if s.label == 'recorder') or 'here'
+
+    def registered() -> bool:
+        try:
+            return read_on_host(host, path + '.registered') == 'yes'
+        except FileNotFoundError:
+            return False
+
+    wait_for(registered, what='handler registration')
     controller.stop()
     controller.stop()  # A second stop changes nothing.
-    with open(path) as f:
-        assert f.read().splitlines() == ['first', 'second']
+    assert read_on_host(host, path).splitlines() == ['first', 'second']
 
 
 def test_statistics_count_calls(launch_type):

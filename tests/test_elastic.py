@@ -8,7 +8,7 @@ import signal
 import pytest
 
 import launchpad_py as lp
-from conftest import needs_ssh_hosts, ssh_host, wait_for
+from conftest import host_name, needs_ssh_hosts, ssh_host, wait_for
 from restart_nodes import Member, Watcher, ignore_stop
 
 
@@ -185,7 +185,7 @@ def test_nodes_join_and_leave_across_hosts():
     resources = {'member': [ssh_host('h1'), ssh_host('h2')], 'watcher': ssh_host('h3')}
     with lp.launch(program, launch_type='ssh', resources=resources) as controller:
         added = controller.add_nodes('member', 2)
-        assert [s.host for s in added] == ['h2', 'h1']
+        assert [s.host for s in added] == [host_name('h2'), host_name('h1')]
         wait_for(lambda: len(watcher.dereference().members()['answers']) == 3,
                  what='the watcher to see 3 members')
         version = watcher.dereference().members()['version']

@@ -233,16 +233,20 @@ def _granted_by_the_documented_role() -> set[tuple[str, str]]:
 
 @needs_ssh_hosts
 def test_documented_rbac_role_is_exactly_what_the_launcher_uses(cluster):
-    """Every call a launch makes (lease, logs, a pod killed after its grace) and no more."""
+    """Every call a launch makes (lease, logs, a node added and removed from its elastic
+    group, a pod killed after its grace) and no more."""
     program = lp.Program('rbac')
-    program.add_node(lp.PyNode(ignore_stop), label='deaf')
+    with program.group('deaf', elastic=True):
+        program.add_node(lp.PyNode(ignore_stop))
     controller = lp.launch(program, launch_type='kubernetes',
                            resources=image_for_every_group(program),
                            kubernetes_options=options(lease_seconds=2))
     wait_for(lambda: ('PATCH', 'jobs', True, False, False) in cluster.server.calls, timeout=30,
              what='a lease extension')
+    controller.add_nodes('deaf', 1, timeout=60)
+    controller.remove_nodes('deaf', 1, grace=0.5, timeout=60)  # Its pod and Secret go.
     controller.stop(grace=1, timeout=60)
-    assert controller.killed_nodes == ['deaf/0']
+    assert 'deaf/0' in controller.killed_nodes
     verbs = {'POST': 'create', 'PATCH': 'patch', 'DELETE': 'delete'}
     used = set()
     for method, resource, named, log, watch in cluster.server.calls:

@@ -26,7 +26,7 @@ import launchpad_py as lp
 from conftest import REPO, needs_kubernetes_client, needs_ssh_hosts, wait_for
 from fake_kube import FakeCluster, FakeNode
 from fake_kube.runtimes import PodmanRuntime, podman
-from kubernetes_nodes import options, print_then_crash
+from kubernetes_nodes import Movable, PeerCaller, options, print_then_crash
 
 pytestmark = [
     needs_ssh_hosts, needs_kubernetes_client,
@@ -140,3 +140,32 @@ def test_crashed_container_under_podman_fails_wait_with_its_log(cluster, image):
         controller.wait(timeout=120)
     assert 'about to crash hard' in info.value.remote_traceback
     wait_for(lambda: cluster.objects() == [], timeout=60, what='every object to go')
+
+
+def test_crashed_pod_under_podman_restarts_as_a_new_pod_its_peer_reaches(cluster, image):
+    """Under lp.Restart a podman pod whose process dies comes back as pod -r1 at a new
+    address (its host cordoned: on h2); a peer pod loses one call at most, then reaches it."""
+    from launchpad_py import courier
+    program = lp.Program('podmove')
+    movable = program.add_node(lp.CourierNode(Movable), label='movable')
+    caller = program.add_node(lp.CourierNode(PeerCaller, movable), label='caller')
+    resources = {group: lp.KubernetesResources(image=image) for group in program.groups}
+    with lp.launch(program, launch_type='kubernetes', resources=resources,
+                   kubernetes_options=options(),
+                   failure_policy={'movable': lp.Restart(max_restarts=1, backoff=(0.1, 0.1))}
+                   ) as controller:
+        status = lambda: next(s for s in controller.statuses() if s.label == 'movable')
+        first_pod, first_address = status().host, movable.address.resolve()
+        peer = caller.dereference()
+        assert peer.peer_who()['lost'] == 0
+        cluster.kubelet.nodes[0].cordoned = True
+        with pytest.raises(courier.CourierUnavailableError):
+            movable.dereference().crash()
+        wait_for(lambda: (status().state, status().restarts) == (lp.NodeState.RUNNING, 1),
+                 timeout=120, what='the new pod')
+        assert status().host == f'{first_pod}-r1' and movable.address.resolve() != first_address
+        answer = peer.peer_who()
+        assert answer['lost'] <= 1 and answer['who']['name'] == 'movable/0'
+        label = first_pod.rsplit('-', 2)[0]
+    wait_for(lambda: cluster.objects() == [] and not _podman_pods(label), timeout=60,
+             what='every object and podman pod to go')

@@ -213,7 +213,8 @@ def _attacker_on_host_of(status, address: str, target: str) -> subprocess.Popen:
     """
     host, _, port = address.rpartition(':')
     tests = os.path.dirname(os.path.abspath(__file__))
-    command = ['ip', 'netns', 'exec', f'lp-{status.host}', 'setpriv', '--reuid=nobody',
+    # The hosts h1..h3 (and the share-nothing p1..p3) are the namespaces lp-h1..lp-h3.
+    command = ['ip', 'netns', 'exec', f'lp-h{status.host[1:]}', 'setpriv', '--reuid=nobody',
                '--regid=nogroup', '--clear-groups', '--inh-caps=+dac_read_search',
                '--ambient-caps=+dac_read_search', 'env', 'HOME=/tmp', 'GRPC_VERBOSITY=NONE',
                f'PYTHONPATH={os.path.dirname(tests)}:{tests}', sys.executable,

@@ -17,7 +17,7 @@ from launchpad_py.program import failure_policy
 from launchpad_py.launchers import registry
 from launchpad_py.supervision.controller import ProgramController
 from launchpad_py.launchers.local.threads import ThreadWorker
-from conftest import needs_ssh_hosts, ssh_host, wait_for
+from conftest import host_name, needs_ssh_hosts, ssh_host, wait_for
 from restart_nodes import Member, always_crash, crash_first_times
 
 _QUICK = lp.Restart(max_restarts=3, backoff=(0.05, 0.2))
@@ -269,23 +269,19 @@ def test_node_on_another_host_restarts_at_its_address():
         address = handle.address.resolve()
         old, new = _kill_and_wait_back(controller, client)
         assert new != old and address.startswith('10.250.0.12:')
-        assert handle.address.resolve() == address and _state(controller).host == 'h2'
+        assert handle.address.resolve() == address and _state(controller).host == host_name('h2')
         # The restart went through h2's agent: still the one ssh session to h2.
         assert len([p for p in psutil.Process().children() if p.name() == 'ssh']) == 1
 
 
 @pytest.mark.parametrize('launch_type, what, match', [
-    ('kubernetes', 'restart', r"kubernetes cannot restart nodes, but failure_policy gives "
-                              r"lp.Restart to groups \['member'\]"),
-    ('kubernetes', 'elastic', r"kubernetes cannot add or remove nodes .* groups \['member'\] "
-                              r"cannot be elastic"),
     ('slurm', 'elastic', r"slurm cannot add or remove nodes .* groups \['member'\] "
                          r"cannot be elastic"),
 ])
 def test_schedulers_refuse_what_they_cannot_do_up_front(launch_type, what, match):
-    """kubernetes cannot restart a node where it ran, and neither it nor slurm can place a node
-    added later: the launch fails naming the groups before anything is asked of a scheduler
-    (none runs here). (slurm restarts: tests/test_slurm.py.)"""
+    """slurm cannot place a node added later: the launch fails naming the groups before
+    anything is asked of a scheduler (none runs here). (slurm restarts: tests/test_slurm.py;
+    kubernetes restarts and elastic groups: tests/test_kubernetes_restarts.py.)"""
     program = lp.Program('refused')
     with program.group('member', elastic=what == 'elastic'):
         program.add_node(lp.CourierNode(Member))

@@ -2,6 +2,9 @@
 
 The hosts come from ../shared/infra/ssh_hosts.sh (CI brings them up); they
 share this filesystem and process table, so remote pids are visible here.
+With ``LP_SSH_TEST_HOSTS=p`` the same tests run on the share-nothing hosts
+p1..p3 (scripts/private_hosts.sh), the code shipped; nothing here may then
+lean on a shared path.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ import pytest
 
 import launchpad_py as lp
 from launchpad_py import courier
-from conftest import (REPO, SSH_OPTIONS, launcher_report, marked_processes, needs_ssh_hosts,
+from conftest import (REPO, SSH_OPTIONS, host_name, launcher_report, marked_processes, needs_ssh_hosts,
                       ssh_host, wait_for, wait_for_node_line)
 from nodes_for_tests import Pinger, serve_forever
 from ssh_nodes import BIG, print_gpus, store_program, use_store
@@ -43,9 +46,10 @@ def _wait_until_gone(token: str, timeout: float) -> float:
     return time.monotonic() - start
 
 
-def test_server_on_h2_serves_clients_on_h1_and_h3(tmp_path):
-    """Clients on h1 and h3 make calls, futures and 64 MiB round trips to a server on h2."""
-    program, store = store_program(str(tmp_path))
+def test_server_on_h2_serves_clients_on_h1_and_h3():
+    """Clients on h1 and h3 make calls, futures and 64 MiB round trips to a server on h2;
+    what each saw comes back on its output (no shared path)."""
+    program, store = store_program()
     resources = {'store': ssh_host('h2', env={'LP_TEST_HOST': 'h2'}),
                  'client': [ssh_host('h1', env={'LP_TEST_HOST': 'h1'}),
                             ssh_host('h3', env={'LP_TEST_HOST': 'h3'})]}
@@ -54,11 +58,11 @@ def test_server_on_h2_serves_clients_on_h1_and_h3(tmp_path):
                              for s in controller.statuses() if s.label == 'client'),
                  timeout=120, what='both clients to finish')
     hosts = {(s.label, s.index): s.host for s in controller.statuses()}
-    assert hosts == {('store', 0): 'h2', ('client', 0): 'h1', ('client', 1): 'h3'}
+    assert hosts == {('store', 0): host_name('h2'), ('client', 0): host_name('h1'),
+                     ('client', 1): host_name('h3')}
     assert store.address.resolve().startswith('10.250.0.12:')
     for index, host in enumerate(['h1', 'h3']):
-        with open(tmp_path / f'client{index}.json') as f:
-            result = json.load(f)
+        result = json.loads(controller.output_tail(f'client/{index}').split('RESULT ')[1])
         assert result['client_host'] == host and result['server_host'] == 'h2'
         assert result['echo'] == 'hello' and result['futures'] == list(range(50))
         assert result['big_bytes'] == BIG * 4 and result['big_equal']
@@ -71,7 +75,7 @@ def test_status_shows_host_and_remote_pid():
     program.add_node(lp.PyNode(serve_forever), label='waiter')
     with lp.launch(program, launch_type='ssh', resources={'waiter': ssh_host('h3')}) as controller:
         (status,) = controller.statuses()
-        assert status.host == 'h3'
+        assert status.host == host_name('h3')
         process = psutil.Process(status.pid)
         # Forked by the host's agent, in a session (process group) of its own.
         assert 'launchpad_py.node_side.host_agent' in ' '.join(process.parent().cmdline())
@@ -98,7 +102,7 @@ def test_program_that_would_hand_out_loopback_across_hosts_fails():
     program.add_node(lp.PyNode(use_store, pinger, '/dev/null'), label='client')
     resources = {'pinger': ssh_host('lo'), 'client': ssh_host('h1')}
     with pytest.raises(lp.LaunchError, match=r"on host 'lo' would listen on 127\.0\.0\.1:\d+, "
-                                             r"a loopback address that nodes on \['h1'\]"):
+                                             rf"a loopback address that nodes on \['{host_name('h1')}'\]"):
         lp.launch(program, launch_type='ssh', resources=resources)
 
 
@@ -110,7 +114,7 @@ def test_crash_on_one_host_fails_program_naming_the_host():
     program.add_node(lp.PyNode(crash, 'boom on h3'), label='crasher')
     controller = lp.launch(program, launch_type='ssh', resources={
         'pinger': ssh_host('h1'), 'crasher': ssh_host('h3')})
-    with pytest.raises(lp.NodeFailedError, match=r"'crasher'.*boom on h3 \(on host h3\)") as info:
+    with pytest.raises(lp.NodeFailedError, match=rf"'crasher'.*boom on h3 \(on host {host_name('h3')}\)") as info:
         controller.wait(timeout=60)
     assert "raise ValueError(message)" in info.value.remote_traceback
     states = {s.label: s.state for s in controller.statuses()}
@@ -118,7 +122,13 @@ def test_crash_on_one_host_fails_program_naming_the_host():
 
 
 def test_bad_hosts_are_each_named_before_anything_starts(tmp_path):
-    """Down host, no python, no or another launchpad_py, no workdir: one line each, no node."""
+    """Down host, no python, no or another launchpad_py, no workdir: one line each, no node.
+
+    It plants the old launchpad_py through the shared filesystem, so it always runs on h1..h3.
+    """
+    def ssh_host(name, **options):
+        return lp.SshHost(name, ssh_options=SSH_OPTIONS, **options)
+
     old = tmp_path / 'old'  # An installed launchpad_py of another version.
     (old / 'launchpad_py').mkdir(parents=True)
     (old / 'launchpad_py' / '__init__.py').write_text('')
@@ -148,7 +158,8 @@ def test_bad_hosts_are_each_named_before_anything_starts(tmp_path):
     assert 'lo:1: unreachable over ssh: ' in text and 'Connection refused' in text
     assert "h1: python '/nonexistent/python3' cannot run there" in text
     assert ("h2: launchpad_py cannot be imported there (ModuleNotFoundError: No module named "
-            "'launchpad_py'); install launchpad_py==") in text
+            "'launchpad_py'); install it with: /usr/bin/python3 -m pip install launchpad_py==") \
+        in text
     assert f'h3: launchpad_py 0.0.1 is installed there ({old}/launchpad_py), the launcher ' in text
     assert f"h3: workdir '{tmp_path / 'missing'}' does not exist there" in text
 
@@ -185,7 +196,7 @@ def test_sigkill_of_launcher_leaves_no_process_on_any_host():
     """SIGKILL the launcher: every node (and colocated child) on h1..h3 is gone within seconds."""
     token = f'lp-sigkill-{uuid.uuid4().hex}'
     launcher, nodes = _start_spread_launcher(token)
-    assert sorted(host for host, _ in nodes) == ['h1', 'h2', 'h3']
+    assert sorted(host for host, _ in nodes) == [host_name(h) for h in ('h1', 'h2', 'h3')]
     # Three nodes and two colocated children at least.
     assert len(marked_processes(token)) >= 3 + 2
     launcher.kill()
@@ -211,7 +222,8 @@ def test_dropped_ssh_connection_ends_the_node_and_fails_the_program():
     clients[0].kill()
     seconds = _wait_until_gone(token, timeout=15)
     print(f'the node on h2 was gone {seconds:.2f}s after its ssh connection dropped')
-    with pytest.raises(lp.NodeFailedError, match=r"'waiter'.*connection to h2 ended"):
+    with pytest.raises(lp.NodeFailedError,
+                       match=rf"'waiter'.*connection to {host_name('h2')} ended"):
         controller.wait(timeout=30)
     assert not _alive(waiter.pid)
 
@@ -329,7 +341,7 @@ def test_output_to_files_keeps_each_node_log(capsys):
                    resources={'printer': ssh_host('h1', gpus=[3])}):
         announced = capsys.readouterr().out
         (path,) = [line.split(': ', 1)[1] for line in announced.splitlines()
-                   if line.startswith('  printer/0 (h1): ')]
+                   if line.startswith(f'  printer/0 ({host_name("h1")}): ')]
 
         def logged() -> bool:
             with open(path) as log:

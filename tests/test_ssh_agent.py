@@ -15,7 +15,7 @@ import psutil
 import pytest
 
 import launchpad_py as lp
-from conftest import SSH_DIR, marked_processes, needs_ssh_hosts, ssh_host, wait_for
+from conftest import SSH_DIR, host_name, marked_processes, needs_ssh_hosts, ssh_host, wait_for
 from nodes_for_tests import Pinger, serve_forever
 
 pytestmark = needs_ssh_hosts
@@ -81,5 +81,5 @@ def test_lost_session_or_agent_ends_every_node_of_that_host(victim):
     (client if victim == 'ssh client' else next(iter(agents))).kill()
     wait_for(lambda: not marked_processes(token), timeout=15,
              what=f'the nodes of {token} to end')
-    with pytest.raises(lp.NodeFailedError, match=r"agent session on h1 ended"):
+    with pytest.raises(lp.NodeFailedError, match=rf"agent session on {host_name('h1')} ended"):
         controller.wait(timeout=30)

@@ -11,7 +11,7 @@ import pytest
 import launchpad_py as lp
 from launchpad_py import courier
 from tests.conftest import launch as conftest_launch
-from tests.conftest import needs_ssh_hosts, wait_for
+from tests.conftest import host_name, needs_ssh_hosts, wait_for
 from tests.observe_nodes import Bomb, Counted
 
 LAUNCH_TYPES = ['local_mt', 'local_mp']
@@ -162,4 +162,4 @@ def test_ssh_nodes_report_counters_and_host():
         for i in range(23):
             client.echo(i)
         node = _node(controller, 'server/0')
-    assert node.host == 'h1' and node.calls == 23 and node.rss_bytes > 0
+    assert node.host == host_name('h1') and node.calls == 23 and node.rss_bytes > 0

@@ -19,6 +19,12 @@ the server it meant to reach: with ``server_identity`` (a node's handle
 passes the node's ``label/index``) it refuses any other server before
 sending it anything. A pickled client carries no secret: it uses the
 receiving process's.
+
+A server may come back at another address (a restarted pod). Its old
+address is then declared gone (``fail_fast_on_unavailable``), so calls
+waiting there fail with ``CourierUnavailableError``; given ``locate`` (a
+handle to such a node passes one), the next call first asks ``locate``
+where the server is now (which may wait until it is back), then goes there.
 """
 
 from __future__ import annotations
@@ -26,9 +32,10 @@ from __future__ import annotations
 import concurrent.futures
 import datetime
 import functools
-from typing import Any
+from typing import Any, Callable
 
 from launchpad_py.courier import auth, frames, serialization
+from launchpad_py.courier.errors import CourierUnavailableError
 from launchpad_py.courier.transports import grpc_chunks, grpc_client, interface, registry
 from launchpad_py.courier.transports.sockets import socket_channel
 from launchpad_py.courier.transports.tls import TlsCredentials
@@ -73,7 +80,8 @@ class Client:
                  timeout: Timeout = None, transport: str = 'auto', device_arrays: bool = False,
                  max_message_bytes: int = grpc_chunks.MAX_MESSAGE_BYTES,
                  secret: bytes | None = None, tls: TlsCredentials | None = None,
-                 server_identity: str | None = None):
+                 server_identity: str | None = None,
+                 locate: Callable[[str], str] | None = None):
         del compress
         address = server_address
         if call_timeout is not None and timeout is not None:
@@ -84,23 +92,46 @@ class Client:
             raise ValueError(f"address must be 'host:port' (got {address!r})")
         if transport not in TRANSPORTS:
             raise ValueError(f'transport must be one of {TRANSPORTS} (got {transport!r})')
-        self._address = address
         self._timeout = _seconds(timeout)
         self._wait_for_ready = wait_for_ready
         self._transport = transport
         self._device_arrays = device_arrays
         self._max_message_bytes = max_message_bytes
-        self._secret = auth.secret_for(address, secret)
+        self._given_secret, self._tls = secret, tls
         self._expected = server_identity
         if server_identity is not None:
             auth.check_name(server_identity, 'server_identity')
-        self._dial = interface.Dial(address, self._secret, self._timeout, wait_for_ready, tls,
-                                    server_identity, max_message_bytes)
-        # The fastest path that reaches the server (None: gRPC only).
-        self._local = registry.dial(transport, self._dial)
-        self._grpc_caller: grpc_client.GrpcCaller | None = None
+        self._locate = locate
+        self._lost = False  # A call failed unavailable: ask ``locate`` before the next.
+        self._last_future: concurrent.futures.Future | None = None
+        self._connect(address)
         self._decode = functools.partial(decode_reply, device_arrays=device_arrays)
         self._futures = _FutureMethods(self)
+
+    def _connect(self, address: str) -> None:
+        self._address = address
+        self._secret = auth.secret_for(address, self._given_secret)
+        self._dial = interface.Dial(address, self._secret, self._timeout, self._wait_for_ready,
+                                    self._tls, self._expected, self._max_message_bytes)
+        # The fastest path that reaches the server (None: gRPC only).
+        self._local = registry.dial(self._transport, self._dial)
+        self._grpc_caller: grpc_client.GrpcCaller | None = None
+
+    def _follow(self) -> None:
+        """After a lost call: follows the server if ``locate`` says it moved."""
+        last = self._last_future  # Its callback may not have run yet when its caller woke.
+        if last is not None and last.done() and not last.cancelled():
+            self._note_loss(last)
+        if not self._lost:
+            return
+        self._lost, self._last_future = False, None
+        address = self._locate(self._address)
+        if address != self._address:
+            self._connect(address)
+
+    def _note_loss(self, future: concurrent.futures.Future) -> None:
+        if isinstance(future.exception(), CourierUnavailableError):
+            self._lost = True
 
     @property
     def _grpc(self) -> grpc_client.GrpcCaller:
@@ -119,7 +150,16 @@ class Client:
         return self._futures
 
     def call(self, method: str, *args, **kwargs) -> Any:
-        request = (method, args, kwargs)
+        if self._locate is None:
+            return self._call((method, args, kwargs))
+        self._follow()
+        try:
+            return self._call((method, args, kwargs))
+        except CourierUnavailableError:
+            self._lost = True
+            raise
+
+    def _call(self, request: tuple) -> Any:
         if self._local is not None:
             value = self._local.call(request, self._timeout, self._decode)
             if value is not socket_channel.NO_SOCKET:
@@ -127,7 +167,14 @@ class Client:
         return self._grpc.call(request, self._decode)
 
     def call_future(self, method: str, *args, **kwargs) -> concurrent.futures.Future:
-        request = (method, args, kwargs)
+        if self._locate is None:
+            return self._call_future((method, args, kwargs))
+        self._follow()
+        future = self._last_future = self._call_future((method, args, kwargs))
+        future.add_done_callback(self._note_loss)
+        return future
+
+    def _call_future(self, request: tuple) -> concurrent.futures.Future:
         if self._local is not None:
             future = self._local.call_future(request, self._timeout, self._decode)
             if future is not socket_channel.NO_SOCKET:

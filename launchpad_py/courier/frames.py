@@ -20,14 +20,17 @@ import mmap
 import socket
 import ssl
 import struct
+import sys
 from typing import Any, Protocol
 
-from launchpad_py.courier import serialization, shm
+from launchpad_py.courier import frame_loop, serialization, shm
 
 # A reply too large for one gRPC message says so with a CHUNKED frame (see grpc_chunks).
 REQUEST, REPLY, CHUNKED = 1, 2, 4
 # call_id, kind, released count, buffer count, pickle length, segment id, segment size
 HEADER = struct.Struct('<QBxHIQQQ')
+_HEADER_SIZE = HEADER.size
+_unpack_header = HEADER.unpack_from
 _ENTRY = struct.Struct('<qQ')
 _BUFFER_ALIGN = 16
 _PADDING = bytes(_BUFFER_ALIGN)
@@ -76,6 +79,13 @@ def encode(call_id: int, kind: int, obj: Any, pool: shm.SegmentPool | None = Non
            shm_min_bytes: int | None = None) -> tuple[list, int | None]:
     """The frame's parts (for ``sendmsg``) and the segment descriptor to pass, if any."""
     pickled, buffers = serialization.encode(obj)
+    return encode_parts(call_id, kind, pickled, buffers, pool, released, shm_min_bytes)
+
+
+def encode_parts(call_id: int, kind: int, pickled: bytes, buffers: list,
+                 pool: shm.SegmentPool | None = None, released: list[int] | tuple = (),
+                 shm_min_bytes: int | None = None) -> tuple[list, int | None]:
+    """``encode`` of a payload already serialized (``serialization.encode``)."""
     if not buffers and not released:  # The common small call: one part, one syscall.
         return [HEADER.pack(call_id, kind, 0, 0, len(pickled), 0, 0) + pickled], None
     shared = [] if pool is None or shm_min_bytes is None else [
@@ -169,6 +179,18 @@ def send(sock: socket.socket, parts: list, fd: int | None) -> None:
         views = _advance(views, sock.sendmsg(views[:_IOV_MAX]))
 
 
+def send_small(sock: socket.socket, loop, call_id: int, kind: int, pickled: bytes) -> None:
+    """Sends a frame without buffers in one write; ``loop``: the compiled frame loop (one
+    ``sendmsg`` of header and pickle, no joined copy), None for Python's ``sendall``."""
+    sent = 0
+    if loop is not None:
+        sent = loop.send_small(sock.fileno(), call_id, kind, pickled)
+        if sent == _HEADER_SIZE + len(pickled):
+            return
+    frame = HEADER.pack(call_id, kind, 0, 0, len(pickled), 0, 0) + pickled
+    sock.sendall(memoryview(frame)[sent:] if sent else frame)  # Would block: it has a timeout.
+
+
 def _advance(views: list[memoryview], sent: int) -> list[memoryview]:
     index = 0
     while sent and sent >= views[index].nbytes:
@@ -208,8 +230,12 @@ class Reader:
                  scratch: int = 256 * 1024, *, descriptors: bool = True,
                  max_frame_bytes: int | None = None):
         self._sock = sock
+        #: The compiled frame loop this reader and its connection's sends use, or None.
+        self.loop = None if isinstance(sock, ssl.SSLSocket) else frame_loop.compiled()
         self._descriptors = descriptors
         self._limit = max_frame_bytes
+        # Frames read whole by the small-frame paths; a larger pickle takes the checked path.
+        self._small_limit = sys.maxsize if max_frame_bytes is None else max_frame_bytes
         self._released = released
         self._buf = bytearray(scratch)
         self._view = memoryview(self._buf)
@@ -273,14 +299,48 @@ class Reader:
             have += self._recv(target[have:])
 
     def read(self) -> Frame:
-        start = self._start
-        if self._end - start >= HEADER.size:  # Fast path: a small frame already buffered.
-            call_id, kind, n_released, n_buffers, pickle_len, segment_id, _ = \
-                HEADER.unpack_from(self._buf, start)
-            begin = start + HEADER.size
-            if not (n_released or n_buffers or segment_id) and self._end - begin >= pickle_len:
-                self._start = begin + pickle_len
-                return Frame(call_id, kind, bytes(self._view[begin:self._start]), [], [])
+        if self.loop is not None:
+            return self._read_compiled()
+        frame = self._small_frame()
+        if frame is not None:
+            return frame
+        if self._start == self._end:  # Nothing buffered: one receive usually brings a whole call.
+            self._start = self._end = 0
+            self._end = self._recv(self._view)
+            frame = self._small_frame()
+            if frame is not None:
+                return frame
+        return self._read_frame()
+
+    def _read_compiled(self) -> Frame:
+        """The compiled loop receives a small frame; any other is read on in Python."""
+        pickled, call_id, kind, self._start, self._end, fds, eof = self.loop.recv_small(
+            self._sock.fileno(), self._buf, self._start, self._end, self._descriptors,
+            self._small_limit)
+        if fds:
+            self._fds.extend(fds)
+        if pickled is not None:
+            return Frame(call_id, kind, pickled, [], [])
+        if eof:
+            raise EOFError('the peer closed the connection')
+        return self._read_frame()
+
+    def _small_frame(self) -> Frame | None:
+        """The next frame, when it is small (no buffers, nothing released) and wholly buffered."""
+        start, end = self._start, self._end
+        if end - start < _HEADER_SIZE:
+            return None
+        call_id, kind, n_released, n_buffers, pickle_len, segment_id, _ = \
+            _unpack_header(self._buf, start)
+        begin = start + _HEADER_SIZE
+        stop = begin + pickle_len
+        if stop > end or n_released or n_buffers or segment_id or pickle_len > self._small_limit:
+            return None
+        self._start = stop
+        return Frame(call_id, kind, bytes(self._view[begin:stop]), [], [])
+
+    def _read_frame(self) -> Frame:
+        """Any frame, its parts received as they come (large buffers straight into place)."""
         call_id, kind, n_released, n_buffers, pickle_len, segment_id, segment_size = \
             HEADER.unpack(self._take(HEADER.size))
         self._in_frame = True

@@ -145,11 +145,12 @@ _BUILTIN = {backend.name: backend for backend in [
             'launchpad_py.launchers.slurm.resources:SlurmResources',
             'launchpad_py.launchers.slurm.resources:SlurmOptions',
             capabilities=Capabilities(restarts=True, gpus=True, terminal=True)),
-    # A pod's node cannot be started again, nor a pod placed for a node added later (yet).
+    # A restart is a new pod at a new address, which its clients look up again.
     Backend('kubernetes', 'launchpad_py.launchers.kubernetes.launch:launch_kubernetes',
             'launchpad_py.launchers.kubernetes.resources:KubernetesResources',
             'launchpad_py.launchers.kubernetes.resources:KubernetesOptions',
-            capabilities=Capabilities(gpus=True, terminal=True)),
+            capabilities=Capabilities(restarts=True, elastic_groups=True, gpus=True,
+                                      terminal=True)),
     # Ray places each node in an actor (a restart: a new actor on the same Ray node).
     Backend('ray', 'launchpad_py.launchers.ray.launch:launch_ray',
             'launchpad_py.launchers.ray.resources:RayResources',

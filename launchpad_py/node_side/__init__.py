@@ -7,7 +7,8 @@ node sees them (``flag_transfer``, ``devices``), the control channel it shares w
 launcher (``control_channel``), and the entry points a launcher starts:
 ``local_node_main`` (a local process), ``remote_node_main`` (a process on another host),
 ``fork_server`` (forks local nodes from a warm interpreter) and ``host_agent`` (one per host
-and program: forks that host's remote nodes).
+and program: forks that host's remote nodes, from shipped code in the host's
+``code_cache`` when the launcher sends it).
 
 May import: ``courier``, ``program``, and the package root's ``errors`` and ``flags``.
 Never a launcher, supervision or observability: a node process must start without them.

@@ -13,9 +13,15 @@ session, which ssh authenticated; secrets only travel here, never in argv)::
     {"kill": ID}                   SIGKILL node ID's process group
     {"ping": 1}                    the launcher lives (sent every second)
     {"timeout": SECONDS}           how long without a word before the launcher counts as gone
+    {"code": SHA256}               run nodes from this code pack: answers ``c 0 have`` (cached
+                                   here, now in use) or ``c 0 need``
+    {"pack": SHA256, "data": B64}  the pack itself (after ``need``): ``c 0 ready`` once
+                                   checked, unpacked and in use, or ``c 0 error WHY``
 
 Answers go to stdout, one line each: ``o ID text`` (a line of node ID's output),
 ``s ID PID`` (started), ``x ID CODE`` (exited; CODE is negative for a signal).
+The launcher sends nodes only after the code (if any) is in use
+(``node_side/code_cache.py``; see ``launchers/remote/code_pack.py``).
 
 Watchdogs: when stdin ends or the pings stop for the timeout (the launcher
 sends it first; ``LP_AGENT_TIMEOUT`` until then) because the session, the
@@ -27,6 +33,7 @@ and kills its own group (``remote_node_main``).
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import select
@@ -35,6 +42,7 @@ import sys
 import time
 
 from launchpad_py.courier import open_files
+from launchpad_py.node_side import code_cache
 from launchpad_py.node_side.fork_server import preload, remove_socket_files
 
 #: Seconds without a request or ping after which the agent takes the launcher for gone.
@@ -98,7 +106,7 @@ class Agent:
         self._by_fd: dict[int, _Node] = {}
         self._poll = select.poll()
         self._poll.register(0, select.POLLIN)
-        self._requests = b''
+        self._requests: list[bytes] = []  # Chunks of an unfinished line (a pack is long).
         self._last_word = time.monotonic()
 
     def start(self, node_id: int, boot: dict) -> None:
@@ -171,11 +179,15 @@ class Agent:
 
     def _requests_ready(self) -> bool:
         """Reads stdin; handles whole lines; False once it has ended."""
-        data = os.read(0, 65536)
+        data = os.read(0, 1 << 20)
         if not data:
             return False
         self._last_word = time.monotonic()
-        *lines, self._requests = (self._requests + data).split(b'\n')
+        self._requests.append(data)
+        if b'\n' not in data:
+            return True
+        *lines, rest = b''.join(self._requests).split(b'\n')
+        self._requests = [rest]
         for line in filter(None, lines):
             request = json.loads(line)
             if 'start' in request:
@@ -184,7 +196,24 @@ class Agent:
                 self.kill(request['kill'])
             elif 'timeout' in request:
                 self.timeout = float(request['timeout'])
+            elif 'code' in request:
+                path = code_cache.lookup(request['code'])
+                if path is not None:
+                    code_cache.activate(path)
+                _write(b'c 0 have\n' if path else b'c 0 need\n')
+            elif 'pack' in request:
+                self._install(request['pack'], request['data'])
         return True
+
+    @staticmethod
+    def _install(digest: str, data: str) -> None:
+        try:
+            code_cache.activate(code_cache.install(digest, base64.b64decode(data)))
+        except Exception as exc:  # Told to the launcher, which names the host and fails.
+            why = f'{type(exc).__name__}: {exc}'.replace('\n', ' ')
+            _write(b'c 0 error %s\n' % why.encode(errors='replace'))
+        else:
+            _write(b'c 0 ready\n')
 
     def serve(self) -> None:
         while True:

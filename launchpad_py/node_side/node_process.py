@@ -8,7 +8,8 @@ Shared by the launchers' worker processes and the children of a
                       traceback, exception_bytes), ('finished',), ('metrics', request_id,
                       counters), ('resolve', [key, ...]), ('watch', token)
     parent → process: ('stop',), ('metrics', request_id), ('members', table),
-                      ('addresses', {key: 'host:port'}, {key: why unknown})
+                      ('addresses', {key: 'host:port'}, {key: why unknown}),
+                      ('moved', ['host:port', ...])
 
 (``table``: the live members of the program's groups, see ``program.group_handle``.)
 'ready' carries the addresses the node's servers bound (late binding: they bind
@@ -16,6 +17,9 @@ port 0 unless fixed); 'resolve' asks for the addresses of other nodes that the
 node's handles reference and it does not know, which 'addresses' answers as
 they become known (see ``program.address``); 'watch' asks for a group handle's
 member tables, which 'members' then brings on every change (``program.group_handle``).
+'moved' names addresses a peer left for good (a restarted pod comes back
+elsewhere): calls waiting there fail, and their clients ask again ('resolve')
+where it is now.
 
 The end of the channel means the parent died; the process then ends too, so
 no node outlives whoever started it.
@@ -145,6 +149,8 @@ def _listen(channel: Channel, scope: runtime.ProgramScope, finished: threading.E
             address.directory.learn(message[1])
             for key, why in message[2].items():
                 address.directory.give_up([key], why)
+        elif message[0] == 'moved':  # A peer left these addresses for others (a new pod).
+            courier.fail_fast_on_unavailable(message[1])
 
 
 def bound_addresses(executable: Executable) -> dict[str, str]:

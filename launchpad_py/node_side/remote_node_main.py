@@ -161,10 +161,11 @@ def main() -> int:
         node_logging.configure(setup, f'{executable.label}/{executable.index}')
         return executable
 
-    # The launcher fixed every address before shipping us: nothing to ask.
+    # The launcher fixed every address before shipping us; we ask only where a peer that
+    # moved (a restarted pod) serves now.
     return node_process.run(channel, program_name, bind_host, load,
                             lambda: _kill_own_group(channel.why_ended),
-                            secret=bytes.fromhex(boot['secret']), ask_parent=False)
+                            secret=bytes.fromhex(boot['secret']))
 
 
 class HeartbeatChannel:

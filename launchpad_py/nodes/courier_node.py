@@ -39,6 +39,7 @@ class CourierHandle(Handle[T], Generic[T]):
 
     def dereference(self) -> T:
         return courier.Client(self._address.resolve(), server_identity=self._address.identity,
+                              locate=self._address.relocate if self._address.movable else None,
                               **self._client_kwargs)  # type: ignore[return-value]
 
     def __repr__(self) -> str:
@@ -64,7 +65,8 @@ class _UnderConstruction:
         self._done.set()
 
     def _target(self) -> Any:
-        self._done.wait()
+        if not self._done.is_set():  # Every call comes here: once built, no lock per call.
+            self._done.wait()
         if self._error is not None:
             raise errors.PeerFailedError(f'the object of node {self._label!r} failed to construct: '
                                          f'{type(self._error).__name__}: {self._error}')

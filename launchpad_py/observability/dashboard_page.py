@@ -205,7 +205,7 @@ function show(node) {
     ['in flight', node.in_flight == null ? '-' : node.in_flight, 'restarts', node.restarts],
     ['bytes in', fmt.bytes(node.bytes_in), 'bytes out', fmt.bytes(node.bytes_out)],
     ['RSS', fmt.bytes(node.rss_bytes), 'CPU', fmt.num(node.cpu_percent, 0) + ' %'],
-  ]);
+  ].concat(node.rescheduled ? [['rescheduled', node.rescheduled, 'why', node.rescheduled_why]] : []));
   rows(card.querySelector('.methods'), node.methods.length ? [['method', 'calls', 'errors', 'mean', 'p99']]
     .concat(node.methods.map(m => [m.name, m.calls, m.errors, fmt.ms(m.mean_s), fmt.ms(m.p99_s)])) : []);
   card.querySelectorAll('.spark').forEach(svg => spark(svg, node.history, svg.dataset.series));

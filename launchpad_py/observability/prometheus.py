@@ -24,6 +24,8 @@ _NODE_METRICS = (
     # name, type, help, attribute
     ('lp_node_uptime_seconds', 'gauge', 'Seconds since the node started.', 'uptime_s'),
     ('lp_node_restarts_total', 'counter', 'Times the node was restarted.', 'restarts'),
+    ('lp_node_rescheduled_total', 'counter', 'Times the scheduler ended the node (evicted, node '
+     'lost, preempted) and it was started again, not counted in restarts.', 'rescheduled'),
     ('lp_node_calls_in_flight', 'gauge', 'Calls being served now.', 'in_flight'),
     ('lp_node_received_bytes_total', 'counter', 'Request bytes received.', 'bytes_in'),
     ('lp_node_sent_bytes_total', 'counter', 'Reply bytes sent.', 'bytes_out'),
@@ -44,6 +46,8 @@ def _labels(**labels: str) -> str:
 _GROUP_SUMS = (
     # name, type, help, attribute summed over the group's nodes
     ('lp_group_restarts_total', 'counter', "Restarts of the group's nodes.", 'restarts'),
+    ('lp_group_rescheduled_total', 'counter', "Restarts of the group's nodes that the scheduler "
+     'caused (not in restarts).', 'rescheduled'),
     ('lp_group_calls_in_flight', 'gauge', "Calls the group's nodes serve now.", 'in_flight'),
     ('lp_group_resident_memory_bytes', 'gauge', "Resident memory of the group's nodes.",
      'rss_bytes'),

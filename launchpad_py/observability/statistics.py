@@ -66,6 +66,9 @@ class NodeStatistics:
     rss_bytes: int | None = None
     cpu_percent: float | None = None
     shared_process: bool = False
+    #: Restarts the scheduler caused (not in ``restarts``), and the latest one's reason.
+    rescheduled: int = 0
+    rescheduled_why: str | None = None
     methods: list[MethodStatistics] = dataclasses.field(default_factory=list)
 
     @property
@@ -116,7 +119,9 @@ class Monitor:
             uptime_s=((ended or now) - started) if started else 0.0,
             restarts=getattr(worker, 'restarts', 0), exit_code=worker.exit_code,
             last_error=failure.summary if failure else None,
-            traceback=failure.traceback if failure else None)
+            traceback=failure.traceback if failure else None,
+            rescheduled=getattr(worker, 'rescheduled', 0),
+            rescheduled_why=getattr(worker, 'rescheduled_why', None))
         if counters is None:
             counters = self._last.get(worker.name)
             if counters is None:

@@ -101,6 +101,20 @@ class Directory:
         with self._changed:
             self._held.add(key)
 
+    def relocate(self, key: str, stale: str) -> str:
+        """Where the node of ``key`` serves now, after a call to ``stale`` was lost: the
+        launcher is asked again, and answers once the node has reported (a restarted pod
+        binds a new address). Without a launcher to ask, what this process knows."""
+        with self._changed:
+            if self.ask is None or self._values.get(key, stale) != stale:
+                return self._values.get(key, stale)
+            self._values.pop(key, None)
+            self._asked.add(key)
+        self.ask([key])
+        with self._changed:
+            self._changed.wait_for(lambda: key in self._values or key in self._gone)
+            return self._values.get(key, stale)
+
     def lookup(self, address: 'Address') -> str:
         """The value of ``address``, waiting for it (asking the launcher) when it is to come."""
         return self.lookup_key(address.key, address.owner)
@@ -142,6 +156,10 @@ class Address:
         # node joins a program: a proof made for one node is worthless at another.
         self.identity: str | None = None
         self._value: str | None = None
+
+    #: Set by a launcher whose restarted node comes back elsewhere (a pod): clients then
+    #: ``relocate`` it after a lost call instead of waiting at its old address.
+    movable = False
 
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state)
@@ -185,6 +203,13 @@ class Address:
         if self._value is not None:
             return self._value
         return directory.lookup(self)
+
+    def relocate(self, stale: str) -> str:
+        """Where the node serves now, after a call to ``stale`` failed (see
+        ``Directory.relocate``); in the launching process, the value its launcher keeps."""
+        if directory.ask is None:
+            return self.known() or stale
+        return directory.relocate(self.key, stale)
 
     def known(self) -> str | None:
         """The value if this process knows it now (never waits)."""

@@ -39,7 +39,7 @@ RULES = [
     {'apiGroups': ['batch'], 'resources': ['jobs'], 'verbs': ['create', 'patch', 'delete']},
     {'apiGroups': [''], 'resources': ['pods'], 'verbs': ['create', 'delete', 'list', 'watch']},
     {'apiGroups': [''], 'resources': ['pods/log'], 'verbs': ['get']},
-    {'apiGroups': [''], 'resources': ['secrets'], 'verbs': ['create']},
+    {'apiGroups': [''], 'resources': ['secrets'], 'verbs': ['create', 'delete']},
 ]
 
 

@@ -5,8 +5,12 @@ The first failure of a node whose group stops the program (the default,
 a peer's failure (a call to it failed), in which case the failure that
 caused it takes its place. A node of a ``Restart`` group that fails waits out its backoff as
 ``RESTARTING`` (out of its group's live members), then a fresh worker from
-``worker.restarted()`` takes its place: same label, index and address, one
-more restart counted. Clients of the node see calls in flight fail with
+``worker.restarted()`` takes its place: same label, index and address (a new
+one where the launcher cannot keep it: a pod), one more restart counted. A
+failure the scheduler caused (``FailureReport.by_scheduler``: evicted, node
+lost, preempted) where the launcher can place the node again (``replaceable``:
+a new pod) restarts too, but counts as ``rescheduled``, not against
+``max_restarts``; one it cannot (a Slurm job ended) stops the program. Clients of the node see calls in flight fail with
 ``CourierUnavailableError``; later calls wait for it and succeed once it is
 back. Events of the replaced worker are ignored. A node that fails after
 ``max_restarts`` restarts stops the program, and its failure says so.
@@ -135,16 +139,28 @@ class Failures:
         return None
 
     def _restart_later(self, worker: Worker, failure: FailureReport) -> bool:
-        """Schedules the failed ``worker``'s restart if its policy allows; whether it did."""
+        """Schedules the failed ``worker``'s restart if its policy allows; whether it did.
+
+        What the scheduler took away (evicted, node lost, preempted) was not the node's
+        fault: it comes back without counting against ``max_restarts``.
+        """
         policy = self._policy(worker)
-        if (not isinstance(policy, failure_policy.Restart) or not policy.allows(worker.restarts)
-                or failure.by_scheduler):  # What the scheduler took away is not given back.
+        if not isinstance(policy, failure_policy.Restart):
             return False
-        delay = policy.delay(worker.restarts, self._rng)
+        if failure.by_scheduler and not failure.replaceable:
+            return False  # What the scheduler took away (a Slurm job) is not given back.
+        if not failure.by_scheduler and not policy.allows(worker.restarts):
+            return False
+        delay = policy.delay(0 if failure.by_scheduler else worker.restarts, self._rng)
         worker.state, worker.failure = NodeState.RESTARTING, failure
         self._alarms.set(('restart', worker), time.monotonic() + delay)
-        _log.warning('node %s of program %r failed: %s; restart %d of %d in %.1fs', worker.name,
-                     self._name, failure.summary, worker.restarts + 1, policy.max_restarts, delay)
+        if failure.by_scheduler:
+            _log.warning('node %s of program %r: %s; started again in %.1fs (not counted '
+                         'against max_restarts)', worker.name, self._name, failure.summary, delay)
+        else:
+            _log.warning('node %s of program %r failed: %s; restart %d of %d in %.1fs',
+                         worker.name, self._name, failure.summary, worker.restarts + 1,
+                         policy.max_restarts, delay)
         return True
 
     def _with_policy_note(self, worker: Worker, failure: FailureReport) -> FailureReport:
@@ -165,7 +181,10 @@ class Failures:
         except Exception:
             worker.restarts += 1
             raise
-        fresh.restarts = worker.restarts + 1
+        by_scheduler = worker.failure is not None and worker.failure.by_scheduler
+        fresh.restarts = worker.restarts + (0 if by_scheduler else 1)
+        fresh.rescheduled = worker.rescheduled + (1 if by_scheduler else 0)
+        fresh.rescheduled_why = worker.failure.summary if by_scheduler else worker.rescheduled_why
         worker.retired = True
         worker.cleanup()
         self._workers[self._workers.index(worker)] = fresh

@@ -42,6 +42,9 @@ class FailureReport:
     by_scheduler: bool = False
     #: The node's code raised (rather than its process dying or being killed).
     raised: bool = False
+    #: With ``by_scheduler``: the launcher can place the node again (an evicted pod gets a
+    #: new one), so ``lp.Restart`` restarts it without counting it against max_restarts.
+    replaceable: bool = False
 
     @classmethod
     def from_exception(cls, exc: BaseException) -> 'FailureReport':
@@ -190,6 +193,8 @@ class Worker(abc.ABC):
         self.started_at: float | None = None
         self.ended_at: float | None = None
         self.restarts = 0        # How many workers ran this node before this one.
+        self.rescheduled = 0     # Of those, how many the scheduler ended (not counted above).
+        self.rescheduled_why: str | None = None  # The latest such reason (evicted, ...).
         self.removing = False    # Asked to stop alone (an elastic group shrinks).
         self.retired = False     # Replaced by its restart: its late events are ignored.
 

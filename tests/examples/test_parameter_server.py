@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 import subprocess
 import sys
 
 
 import launchpad_py as lp
-from conftest import REPO, SSH_HOST_NAMES, needs_ssh_hosts, ssh_host
+from conftest import REPO, SSH_HOST_NAMES, host_name, needs_ssh_hosts, ssh_host
 from examples.parameter_server.program import make_program
 
 
@@ -61,15 +62,18 @@ def test_benchmark_writes_csv_and_plot(tmp_path):
 
 
 @needs_ssh_hosts
-def test_replicated_servers_across_three_ssh_hosts(tmp_path):
-    """The replicated topology with its groups spread over h1, h2 and h3 under the ssh launcher."""
-    path = str(tmp_path / 'result.json')
-    program = make_program('replicated', 3, num_servers=2, param_size=1000, duration_s=1.0,
-                           result_path=path)
+def test_replicated_servers_across_three_ssh_hosts():
+    """The replicated topology with its groups spread over h1, h2 and h3 under the ssh launcher;
+    the meter's result comes back on its output line (no shared path)."""
+    program = make_program('replicated', 3, num_servers=2, param_size=1000, duration_s=1.0)
     hosts = [ssh_host(name) for name in SSH_HOST_NAMES]
     resources = {'server': hosts[1:], 'writer': hosts[0], 'requester': hosts, 'meter': hosts[2]}
     controller = lp.launch(program, launch_type='ssh', resources=resources)
     controller.wait(timeout=120)
-    assert {s.host for s in controller.statuses()} == set(SSH_HOST_NAMES)
-    with open(path) as f:
-        _assert_served(json.load(f), 3)
+    assert {s.host for s in controller.statuses()} == {host_name(h) for h in SSH_HOST_NAMES}
+    line = re.search(r'meter: (\d+) requesters, (\d+) queries, (\d+) queries/s in total; '
+                     r'parameters at version (\d+)', controller.output_tail('meter/0'))
+    assert line, controller.output_tail('meter/0')
+    requesters, queries, qps, version = map(int, line.groups())
+    _assert_served({'num_requesters': requesters, 'queries': queries, 'qps': qps,
+                    'newest_version': version}, 3)

@@ -31,6 +31,7 @@ from fake_kube.store import ApiError, Store, now
 @dataclasses.dataclass
 class FakeNode:
     """A node pods can be scheduled on; ``netns`` is the network namespace its pods run in;
+    ``cordoned``: new pods go elsewhere (``kubectl cordon``), those it runs stay;
     ``pod_ip``, if given, the podIP its pods report (an address this machine has no route
     to stands for a pod network that is not routed to the user's machine)."""
 
@@ -38,6 +39,7 @@ class FakeNode:
     labels: dict = dataclasses.field(default_factory=dict)
     gpus: int = 0
     netns: str | None = None
+    cordoned: bool = False
     pod_ip: str | None = None
 
 
@@ -94,7 +96,8 @@ class Kubelet:
         container = pod['spec']['containers'][0]
         gpus = int(((container.get('resources') or {}).get('limits') or {}).get(
             'nvidia.com/gpu', 0))
-        fits = [n for n in self.nodes if all(n.labels.get(k) == v for k, v in selector.items())]
+        fits = [n for n in self.nodes if not n.cordoned
+                and all(n.labels.get(k) == v for k, v in selector.items())]
         if not fits:
             return (f"0/{len(self.nodes)} nodes are available: {len(self.nodes)} node(s) didn't "
                     "match Pod's node affinity/selector.")
@@ -122,7 +125,7 @@ class Kubelet:
                 'type': 'PodScheduled', 'status': 'False', 'reason': 'Unschedulable',
                 'message': why}])
             return
-        node = next(n for n in self.nodes if all(
+        node = next(n for n in self.nodes if not n.cordoned and all(
             n.labels.get(k) == v for k, v in (pod['spec'].get('nodeSelector') or {}).items()))
         image = pod['spec']['containers'][0]['image']
         if image not in self.images:
@@ -195,6 +198,17 @@ class Kubelet:
         if node.netns is None:
             return socket.create_connection(('127.0.0.1', port), timeout=10)
         return _connect_in(node.netns, port)
+
+    def evict(self, namespace: str, name: str, reason: str = 'Evicted',
+              message: str = 'The node was low on resource: memory.') -> None:
+        """What a kubelet under node pressure does: fails the pod with ``reason`` and kills
+        its container at once (the pod object stays, as evicted pods do)."""
+        pod = self.store.get('pods', namespace, name)
+        self._set_status(pod, phase='Failed', reason=reason, message=message)
+        with self._lock:
+            handle = self._handles.get((namespace, name))
+        if handle is not None:
+            handle.kill()
 
     def _pod_deleted(self, pod: dict) -> None:
         key = (pod['metadata']['namespace'], pod['metadata']['name'])

@@ -20,7 +20,7 @@ import struct
 import threading
 from typing import Callable
 
-from launchpad_py.courier import auth, errors, frames
+from launchpad_py.courier import auth, errors, frames, serialization
 from launchpad_py.courier.transports import (grpc_chunks, grpc_client, interface, tcp_handshakes,
                                              uds)
 from launchpad_py.courier.transports.sockets import socket_channel, socket_serving
@@ -52,14 +52,18 @@ class Connection:
         self._send_lock = threading.Lock()
 
     def send(self, call_id: int, kind: int, obj, counts=None) -> None:
-        parts, _ = frames.encode(call_id, kind, obj)
+        pickled, buffers = serialization.encode(obj)
+        if not buffers:  # The small call: one write.
+            if counts is not None:
+                counts.bytes_out += frames.HEADER.size + len(pickled)
+            with self._send_lock:
+                frames.send_small(self.sock, self.reader.loop, call_id, kind, pickled)
+            return
+        parts, _ = frames.encode_parts(call_id, kind, pickled, buffers)
         if counts is not None:
-            counts.bytes_out += len(parts[0]) if len(parts) == 1 else frames.encoded_size(parts)
+            counts.bytes_out += frames.encoded_size(parts)
         with self._send_lock:
-            if len(parts) == 1:
-                self.sock.sendall(parts[0])
-            else:
-                frames.send(self.sock, parts, None)
+            frames.send(self.sock, parts, None)
 
     def read(self) -> frames.Frame:
         return self.reader.read()

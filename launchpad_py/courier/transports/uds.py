@@ -32,7 +32,7 @@ import stat
 import struct
 import threading
 
-from launchpad_py.courier import errors, frames, open_files, shm
+from launchpad_py.courier import errors, frames, open_files, serialization, shm
 from launchpad_py.courier.transports import interface
 from launchpad_py.courier.transports.sockets import socket_channel
 
@@ -198,14 +198,16 @@ class Connection:
 
     def send(self, call_id: int, kind: int, obj, counts=None) -> None:
         """Sends ``obj``; its size is added to ``counts.bytes_out`` (if given) before it leaves."""
-        parts, fd = frames.encode(call_id, kind, obj, self.pool, self.released.drain(),
-                                  SHM_MIN_BYTES)
-        if fd is None and len(parts) == 1:  # The small call: one write, nothing to count.
+        pickled, buffers = serialization.encode(obj)
+        released = self.released.drain()
+        if not buffers and not released:  # The small call: one write.
             if counts is not None:
-                counts.bytes_out += len(parts[0])
+                counts.bytes_out += frames.HEADER.size + len(pickled)
             with self._send_lock:
-                self.sock.sendall(parts[0])
+                frames.send_small(self.sock, self.reader.loop, call_id, kind, pickled)
             return
+        parts, fd = frames.encode_parts(call_id, kind, pickled, buffers, self.pool, released,
+                                        SHM_MIN_BYTES)
         if counts is not None:
             counts.bytes_out += frames.encoded_size(parts)
         with self._send_lock:

@@ -6,7 +6,8 @@
 
 Exactly these calls: create a Job, Secret and Pod (and, submitting a
 program, its controller's ServiceAccount, Role and RoleBinding); patch the Job's
-``activeDeadlineSeconds``; delete the Job (the rest goes with it) or a Pod;
+``activeDeadlineSeconds``; delete the Job (the rest goes with it), a Pod or a
+Secret (a restarted or removed node's);
 list and watch Pods by label; follow a Pod's log. ``docs/launchers.md``
 lists the RBAC rules they need.
 """
@@ -152,6 +153,9 @@ class Cluster:
 
     def delete_pod(self, pod: str) -> None:
         self._quietly(self.core.delete_namespaced_pod, pod, grace_period_seconds=0)
+
+    def delete_secret(self, secret: str) -> None:
+        self._quietly(self.core.delete_namespaced_secret, secret)
 
     def _quietly(self, delete: Callable, name: str, **options) -> None:
         try:

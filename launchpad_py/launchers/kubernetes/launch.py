@@ -55,11 +55,14 @@ class Renderer:
         return manifests.root_job(self.names, self._options,
                                   self._resources[self.keys[0][0]].image)
 
-    def node(self, label: str, index: int, owner: dict | None, boot: dict | None):
-        """(Secret, Pod) of node ``label/index``; ``boot`` None renders a placeholder secret."""
-        return (manifests.boot_secret(self.names, self._options, label, index, owner, boot),
+    def node(self, label: str, index: int, owner: dict | None, boot: dict | None,
+             incarnation: int = 0):
+        """(Secret, Pod) of node ``label/index``'s run ``incarnation`` (0: the first; a
+        restart is a new pod); ``boot`` None renders a placeholder secret."""
+        return (manifests.boot_secret(self.names, self._options, label, index, owner, boot,
+                                      incarnation),
                 manifests.pod(self.names, self._options, label, index, self._resources[label],
-                              owner, self._grace, self._hide_gpus))
+                              owner, self._grace, self._hide_gpus, incarnation))
 
     def all(self) -> list[dict]:
         documents = [self.root()]
@@ -111,14 +114,18 @@ def launch_kubernetes(program: Program, options: LaunchOptions) -> ProgramContro
         return _dry_run(program, renderer, k8s.manifests_dir, options.grace)
     cluster = Cluster(k8s.namespace, k8s.context)
     launcher_ip = k8s.launcher_address or cluster.route_address()
-    deployment = Deployment(cluster, renderer.names, renderer.node, k8s.lease_seconds)
+    deployment = Deployment(cluster, renderer.names, renderer.node, k8s.lease_seconds,
+                            k8s.create_concurrency)
+
+    def place(label: str, index: int) -> remote.Placement:
+        """A node's pod: at launch, or added to its elastic group later."""
+        return remote.Placement([], renderer.names.pod(label, index), launcher_ip,
+                                starter=deployment.starter(label, index))
+
     try:
         deployment.create_root(renderer.root())
-        placements = {
-            (label, index): remote.Placement([], renderer.names.pod(label, index), launcher_ip,
-                                             starter=deployment.starter(label, index))
-            for label, index in renderer.keys}
-        return remote.launch(program, options, 'kubernetes', placements,
+        placements = {key: place(*key) for key in renderer.keys}
+        return remote.launch(program, options, 'kubernetes', placements, place_new=place,
                              on_finish=deployment.finish)
     except BaseException:
         deployment.finish()

@@ -56,14 +56,16 @@ class Names:
                 short[label] = f'{value[:14]}-{hashlib.sha1(label.encode()).hexdigest()[:5]}'
         self._short = short
 
-    def pod(self, label: str, index: int) -> str:
-        return f'{self.program}-{self._short[label]}-{index}'
+    def pod(self, label: str, index: int, incarnation: int = 0) -> str:
+        """The pod of node ``label/index``; a restart (``incarnation`` 1, 2, ...) gets ``-r1``..."""
+        again = f'-r{incarnation}' if incarnation else ''
+        return f'{self.program}-{self._short[label]}-{index}{again}'
 
     def node_value(self, label: str, index: int) -> str:
         return f'{self._short[label]}-{index}'
 
-    def secret(self, label: str, index: int) -> str:
-        return f'{self.pod(label, index)}-boot'
+    def secret(self, label: str, index: int, incarnation: int = 0) -> str:
+        return f'{self.pod(label, index, incarnation)}-boot'
 
 
 def _metadata(name: str, namespace: str, names: Names, owner: dict | None, **labels) -> dict:
@@ -105,11 +107,12 @@ def root_job(names: Names, options: KubernetesOptions, image: str) -> dict:
 
 
 def boot_secret(names: Names, options: KubernetesOptions, label: str, index: int,
-                owner: dict | None, boot: dict | None) -> dict:
+                owner: dict | None, boot: dict | None, incarnation: int = 0) -> dict:
     """One node's bootstrap (control address and key, program secret); None: a placeholder."""
     text = json.dumps(boot) if boot is not None else '(made when the program is launched)'
     return {'apiVersion': 'v1', 'kind': 'Secret', 'type': 'Opaque',
-            'metadata': _metadata(names.secret(label, index), options.namespace, names, owner,
+            'metadata': _metadata(names.secret(label, index, incarnation), options.namespace,
+                                  names, owner,
                                   **{NODE_LABEL: names.node_value(label, index)}),
             'stringData': {BOOT_FILE: text}}
 
@@ -131,7 +134,8 @@ def _container(spec: KubernetesResources, hide_gpus: bool) -> dict:
 
 
 def pod(names: Names, options: KubernetesOptions, label: str, index: int,
-        spec: KubernetesResources, owner: dict | None, grace: float, hide_gpus: bool) -> dict:
+        spec: KubernetesResources, owner: dict | None, grace: float, hide_gpus: bool,
+        incarnation: int = 0) -> dict:
     """The pod of node ``label/index``: ``python -m ...remote_node_main`` with its Secret mounted."""
     pod_spec = {
         'restartPolicy': 'Never',
@@ -140,7 +144,8 @@ def pod(names: Names, options: KubernetesOptions, label: str, index: int,
         'automountServiceAccountToken': options.service_account is not None,
         'containers': [_container(spec, hide_gpus)],
         # optional: false is the default; written out because podman 4.3 needs it set.
-        'volumes': [{'name': 'bootstrap', 'secret': {'secretName': names.secret(label, index),
+        'volumes': [{'name': 'bootstrap', 'secret': {'secretName': names.secret(label, index,
+                                                                                incarnation),
                                                      'defaultMode': 0o400, 'optional': False}}],
     }
     if options.service_account:
@@ -149,7 +154,7 @@ def pod(names: Names, options: KubernetesOptions, label: str, index: int,
         pod_spec['nodeSelector'] = dict(spec.node_selector)
     if spec.tolerations:
         pod_spec['tolerations'] = [dict(t) for t in spec.tolerations]
-    metadata = _metadata(names.pod(label, index), options.namespace, names, owner,
+    metadata = _metadata(names.pod(label, index, incarnation), options.namespace, names, owner,
                          **{NODE_LABEL: names.node_value(label, index)})
     metadata['annotations'] = {'launchpad-py/node-name': f'{label}/{index}'}
     return {'apiVersion': 'v1', 'kind': 'Pod', 'metadata': metadata, 'spec': pod_spec}

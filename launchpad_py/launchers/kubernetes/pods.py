@@ -7,10 +7,20 @@ when the program is over (the garbage collector deletes the rest).
 bootstrap, then its Pod; it follows the pod's log into the node's output,
 says why a pod waits (Unschedulable, ImagePullBackOff, ...) and tells the
 worker when the pod has ended, with its exit code.
+
+Creates go through a bounded pool (``create_concurrency`` in flight), so a
+launch of a thousand pods neither waits on a thousand round trips one after
+the other nor floods the API server; one watch of the launch's pods feeds
+every starter. A restart is a new pod (``-r1``, ``-r2``...: same node label,
+new IP): it reports its new address, which its clients look up
+(``launchers/remote/address_table.py``). A pod the cluster ended (evicted, its
+node lost, preempted, deleted) is ``taken_away``: under ``lp.Restart`` it
+comes back without counting against ``max_restarts``.
 """
 
 from __future__ import annotations
 
+import concurrent.futures
 import logging
 import threading
 import time
@@ -26,10 +36,13 @@ _log = logging.getLogger(__name__)
 class Deployment:
     """The Kubernetes objects of one launch, and the threads that look after them."""
 
-    def __init__(self, cluster: Cluster, names: manifests.Names, render, lease_seconds: int):
+    def __init__(self, cluster: Cluster, names: manifests.Names, render, lease_seconds: int,
+                 create_concurrency: int = 16):
         self.cluster, self.names = cluster, names
-        #: ``render(label, index, owner, boot) -> (secret, pod)`` manifests of one node.
+        #: ``render(label, index, owner, boot, incarnation) -> (secret, pod)`` of one node.
         self.render = render
+        self.creates = concurrent.futures.ThreadPoolExecutor(
+            create_concurrency, thread_name_prefix=f'lp-k8s-create-{names.program}')
         self.owner: dict | None = None
         self._lease_seconds = lease_seconds
         self._starters: dict[str, PodStarter] = {}
@@ -47,10 +60,17 @@ class Deployment:
             thread.start()
             self._threads.append(thread)
 
-    def starter(self, label: str, index: int) -> 'PodStarter':
-        starter = PodStarter(self, label, index)
-        self._starters[self.names.pod(label, index)] = starter
-        return starter
+    def starter(self, label: str, index: int, incarnation: int = 0) -> 'PodStarter':
+        """The starter of node ``label/index``'s run ``incarnation``; it hears of its pod
+        through the watch once it starts."""
+        return PodStarter(self, label, index, incarnation)
+
+    def follow(self, starter: 'PodStarter') -> None:
+        self._starters[starter.pod_name] = starter
+
+    @property
+    def finished(self) -> bool:
+        return self._finished.is_set()
 
     def _keep_lease(self, created_at: float) -> None:
         """Moves the root's deadline to ``lease_seconds`` from now, a few times per lease."""
@@ -77,7 +97,8 @@ class Deployment:
             if self._finished.is_set():
                 return
             self._finished.set()
-        for starter in self._starters.values():
+        self.creates.shutdown(wait=True, cancel_futures=True)
+        for starter in list(self._starters.values()):
             starter.close()
         if self.owner is not None:
             self.cluster.delete_job(self.names.program)
@@ -99,6 +120,18 @@ def _waiting_reason(pod: dict) -> str | None:
     return None
 
 
+def _taken_reason(pod: dict) -> str | None:
+    """Why the cluster ended a pod that had not ended by itself: evicted, its node lost,
+    shut down, preempted (the pod's own ``reason``, or a ``DisruptionTarget`` condition)."""
+    status = pod.get('status') or {}
+    for condition in status.get('conditions') or ():
+        if condition.get('type') == 'DisruptionTarget' and condition.get('status') == 'True':
+            return f"{condition.get('reason')}: {condition.get('message', '')}".rstrip(': ')
+    if status.get('phase') == 'Failed' and status.get('reason'):
+        return f"{status['reason']}: {status.get('message', '')}".rstrip(': ')
+    return None
+
+
 def _terminated(pod: dict) -> dict | None:
     for container in (pod.get('status') or {}).get('containerStatuses') or ():
         state = container.get('state') or {}
@@ -110,9 +143,14 @@ def _terminated(pod: dict) -> dict | None:
 class PodStarter(Starter):
     """One node as a Pod: created with its Secret, watched through the API, deleted to kill."""
 
-    def __init__(self, deployment: Deployment, label: str, index: int):
+    #: A restart is a new pod, with a new IP; so is a pod the cluster evicted or deleted.
+    keeps_addresses = False
+    replaces_taken = True
+
+    def __init__(self, deployment: Deployment, label: str, index: int, incarnation: int = 0):
         self._deployment, self._label, self._index = deployment, label, index
-        self.pod_name = deployment.names.pod(label, index)
+        self.incarnation = incarnation
+        self.pod_name = self.shown_as = deployment.names.pod(label, index, incarnation)
         self._sink = None
         self._created = False
         self._reason: str | None = None
@@ -125,12 +163,35 @@ class PodStarter(Starter):
         self._ended = threading.Event()
 
     def start(self, boot: dict, sink) -> None:
+        """Queues the creation of the pod and its Secret (``create_concurrency`` at a time)."""
         self._sink = sink
+        self._deployment.follow(self)
+        try:
+            self._deployment.creates.submit(self._create, boot)
+        except RuntimeError:  # The program is over already: nothing to start.
+            self._ended.set()
+
+    def _create(self, boot: dict) -> None:
         deployment = self._deployment
-        secret, pod = deployment.render(self._label, self._index, deployment.owner, boot)
-        deployment.cluster.create(secret)
-        deployment.cluster.create(pod)
-        self._created = True
+        secret, pod = deployment.render(self._label, self._index, deployment.owner, boot,
+                                        self.incarnation)
+        try:
+            deployment.cluster.create(secret)
+            if self._terminating or deployment.finished:
+                return
+            deployment.cluster.create(pod)
+            self._created = True
+        except Exception as exc:  # Refused: the node fails, with the API server's reason.
+            self._how = str(exc)
+            self._sink.note(str(exc))
+            self._ended.set()
+
+    def again(self, host: str | None) -> 'PodStarter | None':
+        """The node's next run: a new pod, wherever the scheduler puts it."""
+        del host
+        if self._deployment.finished:
+            return None
+        return self._deployment.starter(self._label, self._index, self.incarnation + 1)
 
     def observe(self, kind: str, pod: dict) -> None:
         """One watch event of our pod: report why it waits, follow its log, notice its end."""
@@ -150,8 +211,12 @@ class PodStarter(Starter):
             self._how = terminated.get('reason')
         elif phase == 'Failed' or kind == 'DELETED':  # Evicted, or deleted by someone.
             self._how = (pod.get('status') or {}).get('reason') or kind.lower()
+        ours = self._terminating or self._deployment.finished
+        taken = _taken_reason(pod)
+        if taken and not ours and self._taken is None:
+            self._taken = f'pod {self.pod_name} was ended by the cluster ({taken})'
         deleting = kind == 'DELETED' or pod['metadata'].get('deletionTimestamp')
-        if deleting and not self._terminating and not self._deployment._finished.is_set():
+        if deleting and not ours and self._taken is None:
             self._taken = f'pod {self.pod_name} was deleted while the program ran'
         if phase in ('Succeeded', 'Failed') or kind == 'DELETED':
             self._ended.set()
@@ -193,3 +258,13 @@ class PodStarter(Starter):
         if log:
             log.close()
         self._ended.set()  # Nothing more will be heard of it: the program is over.
+
+    def release(self) -> None:
+        """Deletes the pod and its Secret: a restart replaced it, or its node left its
+        elastic group (at the program's end deleting the root Job deletes them all)."""
+        deployment = self._deployment
+        if self._created and not deployment.finished:
+            self._terminating = True
+            deployment.cluster.delete_pod(self.pod_name)
+            deployment.cluster.delete_secret(deployment.names.secret(self._label, self._index,
+                                                                     self.incarnation))

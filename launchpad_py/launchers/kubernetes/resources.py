@@ -114,7 +114,9 @@ class KubernetesOptions:
     machine's address on the route to the API server); ``lease_seconds``: how
     long the program's objects outlive a launcher that died; ``manifests_dir``:
     dry run, write the manifests there and apply nothing; ``context``: the
-    kubeconfig context to use.
+    kubeconfig context to use; ``create_concurrency``: how many creates the
+    launcher has in flight at once (16; a big launch neither waits on each in
+    turn nor floods the API server).
     """
 
     namespace: str = 'default'
@@ -123,6 +125,7 @@ class KubernetesOptions:
     lease_seconds: int = 60
     manifests_dir: str | None = None
     context: str | None = None
+    create_concurrency: int = 16
 
     def __post_init__(self) -> None:
         for name in ('namespace', 'service_account'):
@@ -134,6 +137,10 @@ class KubernetesOptions:
                 or self.lease_seconds < 2):
             raise ValueError(f"kubernetes_options 'lease_seconds' must be a whole number of "
                              f"seconds, 2 or more (got {self.lease_seconds!r})")
+        if (isinstance(self.create_concurrency, bool) or not isinstance(self.create_concurrency, int)
+                or not 1 <= self.create_concurrency <= 256):
+            raise ValueError(f"kubernetes_options 'create_concurrency' must be a whole number "
+                             f"from 1 to 256 (got {self.create_concurrency!r})")
         _check_optional_strings(self, ('launcher_address', 'manifests_dir', 'context'),
                                 'kubernetes_options')
 

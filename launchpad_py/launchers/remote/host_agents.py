@@ -13,11 +13,14 @@ code from the agent's one stdout, and asks the agent to kill it.
 
 The session's stdin carries the nodes' bootstraps (with the program secret);
 whoever writes there is the launcher, as the session's own authentication
-(ssh, or Slurm's srun) proves.
+(ssh, or Slurm's srun) proves. With a ``CodePack`` (``code_pack.py``) the
+agent is first asked whether it holds the pack; only a host without it gets
+the bytes, and nodes are started once the agent runs from it.
 """
 
 from __future__ import annotations
 
+import base64
 import collections
 import itertools
 import json
@@ -25,6 +28,7 @@ import subprocess
 import threading
 from typing import Callable
 
+from launchpad_py.launchers.remote import code_pack
 from launchpad_py.launchers.remote.setup import HEARTBEAT_S, HEARTBEAT_TIMEOUT_S
 from launchpad_py.launchers.remote.worker import Starter
 from launchpad_py.node_side import node_process
@@ -34,13 +38,19 @@ from launchpad_py.supervision import output
 #: node's own heartbeat timeout, as one late ping now costs a whole host.
 AGENT_TIMEOUT_S = 2 * HEARTBEAT_TIMEOUT_S
 _CLOSE_TIMEOUT_S = 10.0
+#: How long a host may take to say whether it holds the code, and to unpack it.
+CODE_TIMEOUT_S = 300.0
 
 
 class HostAgent:
-    """One host's agent process, started by the local command ``argv`` on first use."""
+    """One host's agent process, started by the local command ``argv`` on first use;
+    ``code``: the pack its nodes run from (None: they run from the host's own files)."""
 
-    def __init__(self, argv: list[str], host: str):
-        self.argv, self.host = argv, host
+    def __init__(self, argv: list[str], host: str, code: code_pack.CodePack | None = None):
+        self.argv, self.host, self.code = argv, host, code
+        self.code_bytes_sent = 0
+        self._code_answer: str | None = None
+        self._code_settled = threading.Event()
         self._process: subprocess.Popen | None = None
         self._nodes: dict[int, AgentStarter] = {}
         self._ids = itertools.count()
@@ -59,10 +69,35 @@ class HostAgent:
             if self._process is None:
                 self._open()
                 self._send({'timeout': AGENT_TIMEOUT_S})
+                if self.code is not None:
+                    self._ship_code()
             node_id = next(self._ids)
             self._nodes[node_id] = starter
         self._send({'start': node_id, 'boot': boot})
         return node_id
+
+    def _ship_code(self) -> None:
+        """Asks whether the host holds the code; sends it if not; waits until it is in use."""
+        self._send({'code': self.code.digest})
+        if not self._code_settled.wait(CODE_TIMEOUT_S) or self._code_answer != 'ready':
+            why = self._code_answer or f'no answer within {CODE_TIMEOUT_S:.0f}s'
+            self._ended = f'its code is not in use: {why}'  # No node starts there.
+            raise OSError(f'the code pack {self.code.digest[:12]} could not be put in use on '
+                          f'{self.host}: {why}')
+
+    def _code_said(self, answer: str) -> None:
+        """The agent's answer about the code (``have``, ``need``, ``ready``, ``error ...``)."""
+        if answer == 'need':
+            line = json.dumps({'pack': self.code.digest,
+                               'data': base64.b64encode(self.code.data).decode()})
+            self._send_line(line.encode() + b'\n')
+            self.code_bytes_sent = len(line) + 1
+            return
+        if answer in ('have', 'ready'):
+            code_pack.record(self.code_bytes_sent)
+            answer = 'ready'
+        self._code_answer = answer
+        self._code_settled.set()
 
     def kill(self, node_id: int) -> None:
         self._send({'kill': node_id})
@@ -80,9 +115,12 @@ class HostAgent:
             self._threads.append(thread)
 
     def _send(self, request: dict) -> None:
+        self._send_line(json.dumps(request).encode() + b'\n')
+
+    def _send_line(self, line: bytes) -> None:
         with self._write_lock:
             try:
-                self._process.stdin.write(json.dumps(request).encode() + b'\n')
+                self._process.stdin.write(line)
                 self._process.stdin.flush()
             except (OSError, ValueError):
                 pass  # The session ended; the reader tells every node.
@@ -98,6 +136,9 @@ class HostAgent:
     def _read(self) -> None:
         for raw in iter(self._process.stdout.readline, b''):
             kind, node_id, rest = (raw.rstrip(b'\n').split(b' ', 2) + [b'', b''])[:3]
+            if kind == b'c' and node_id == b'0' and self.code is not None:
+                self._code_said(rest.decode(errors='replace'))
+                continue
             if kind not in (b'o', b's', b'x') or not node_id.isdigit():
                 # Not the agent's (a login script's echo): kept to explain a failure.
                 self._errors.append(raw.decode(errors='replace').rstrip())
@@ -115,8 +156,12 @@ class HostAgent:
         code = self._process.wait()
         self._threads[1].join(1)  # The stderr reader: its last lines say why.
         errors = '; '.join(line for line in self._errors if line)
+        ended = node_process.describe_exit(code) + (f': {errors}' if errors else '')
+        if self._code_answer is None:  # A start may wait for the code, holding the lock.
+            self._code_answer = f'the agent session ended ({ended})'
+        self._code_settled.set()
         with self._lock:
-            self._ended = node_process.describe_exit(code) + (f': {errors}' if errors else '')
+            self._ended = ended
             lost, self._nodes = list(self._nodes.values()), {}
         for starter in lost:
             starter.exited(None, f'the agent session on {self.host} ended ({self._ended})')

@@ -16,6 +16,7 @@ import threading
 
 from launchpad_py import courier
 from launchpad_py.launchers import start_program
+from launchpad_py.launchers.remote.address_table import AddressTable
 from launchpad_py.node_side import control_channel, flag_transfer
 from launchpad_py.program import Program
 
@@ -33,6 +34,9 @@ class RemoteSetup(start_program.Launch):
         self.secret = secrets.token_bytes(32)
         self.flags = flag_transfer.capture()
         self.workers: dict = {}  # worker id -> its RemoteWorker
+        #: Where each node serves now, for clients whose peer moved (a restarted pod).
+        self.table = AddressTable()
+        self._gone_ends: list = []  # Ends our rules that calls to moved nodes fail fast.
         self._controls: dict[str, control_channel.ControlServer] = {}
         self._registered: list[str] = []
         self._distributed = False
@@ -61,6 +65,8 @@ class RemoteSetup(start_program.Launch):
         for each in workers:
             for address, value in zip(each.executable.addresses, each.addresses):
                 address.assign(value)
+                address.movable = not each.keeps_addresses
+            self.table.learn({a.key: v for a, v in zip(each.executable.addresses, each.addresses)})
         unreachable = _loopback_in_multi_host(workers)
         if unreachable:
             for each in workers:
@@ -81,16 +87,27 @@ class RemoteSetup(start_program.Launch):
         for address, value in zip(worker.executable.addresses, worker.addresses):
             if worker.bind is None:
                 address.assign(value)
+                address.movable = not worker.keeps_addresses
             elif address.resolve() != value:
                 worker.fail_before_run(f'restarted node {worker.name} reported {value} instead of '
                                        f'its address {address.resolve()}')
                 return
             courier.register_secret(value, self.secret)
             self._registered.append(value)
+        self.table.learn({a.key: v for a, v in zip(worker.executable.addresses, worker.addresses)})
         try:
             worker.run(self.program_name, self.flags)
         except Exception as exc:  # Checked when it was made, so only a surprise lands here.
             worker.fail_before_run(f'cannot ship node {worker.name}: {type(exc).__name__}: {exc}')
+
+    def moved(self, gone: list[str]) -> None:
+        """A node that comes back elsewhere left ``gone``: calls waiting there, here and in
+        every node, fail (``CourierUnavailableError``), and their clients look it up again."""
+        if not gone:
+            return
+        self._gone_ends.append(courier.fail_fast_on_unavailable(gone))
+        for worker in list(self.workers.values()):
+            worker.send('moved', gone)
 
     def heartbeat(self) -> None:
         while not self._closed.wait(HEARTBEAT_S):
@@ -100,6 +117,9 @@ class RemoteSetup(start_program.Launch):
 
     def finish(self) -> None:
         self._closed.set()
+        self.table.close(f'program {self.program_name!r} is over')
+        for end in self._gone_ends:
+            end()
         for value in self._registered:
             courier.forget_secret(value)
         for server in self._controls.values():

@@ -47,6 +47,10 @@ class Starter(abc.ABC):
     def close(self) -> None:
         """Releases what the starter holds once the program is over."""
 
+    def release(self) -> None:
+        """The node's run ended for good while the program goes on (replaced by a restart,
+        or removed from its elastic group): gives back what the scheduler still holds."""
+
     def describe_exit(self, code: int | None) -> str:
         """How the node's process ended, for failure messages (``'exited with code 3'``)."""
         return node_process.describe_exit(code)
@@ -61,6 +65,18 @@ class Starter(abc.ABC):
     #: Whether the node needs the launcher's heartbeat to notice a frozen launcher or a lost
     #: network; False where the starter watches for that itself (a host agent, per host).
     needs_heartbeat = True
+
+    #: The name statuses show for this run where the starter makes one (a pod's name);
+    #: None: the placement's host.
+    shown_as: str | None = None
+
+    #: Whether a node the scheduler took away (``taken_away``) can be started again
+    #: elsewhere (a new pod), so that lp.Restart does without counting it.
+    replaces_taken = False
+
+    #: Whether a restart serves at the same addresses; False where it comes back elsewhere
+    #: (a new pod): its clients then find it through the launch's ``AddressTable``.
+    keeps_addresses = True
 
     def again(self, host: str | None) -> 'Starter | None':
         """A fresh starter for a restart of the same node on the same host (``host``: the one
@@ -182,6 +198,11 @@ class RemoteWorker(MembersOverChannel, Worker):
                 'host_env': self.placement.host_env}
 
     @property
+    def keeps_addresses(self) -> bool:
+        """Whether a restart of the node serves where it did (see ``Starter``)."""
+        return self._starter.keeps_addresses
+
+    @property
     def needs_heartbeat(self) -> bool:
         return self._starter.needs_heartbeat
 
@@ -207,23 +228,27 @@ class RemoteWorker(MembersOverChannel, Worker):
         else:
             self._setup.bound(self)
         failure, self._finished = relay_node_messages(channel, self, self._probe,
-                                                      f' (on host {self.host})')
+                                                      f' (on host {self.host})', self._setup.table)
         if failure is not None:
             self._failure = failure
+        if not self._starter.keeps_addresses:  # Its clients' questions wait for its next run.
+            self._setup.moved(self._setup.table.moving(a.key for a in self.executable.addresses))
         self._channel_closed.set()
 
     @property
     def can_restart(self) -> bool:
-        """Whether its starter can start the node again on the same host (ssh and srun can;
-        a pod could not keep its address)."""
+        """Whether its starter can start the node again (ssh and srun on the same host, at
+        its addresses; Kubernetes as a new pod, at new ones)."""
         return self._starter.again(None) is not None
 
     def restarted(self) -> 'RemoteWorker':
-        """The same node on the same host, serving on the addresses it had."""
-        placement = dataclasses.replace(self.placement,
-                                        starter=self._starter.again(self._reported_host))
-        return RemoteWorker(self.executable, placement, self._setup, self.events,
-                            bind=self.addresses or self.bind)
+        """The same node on the same host, serving on the addresses it had (or, where its
+        starter cannot keep them, on new ones its clients then look up)."""
+        starter = self._starter.again(self._reported_host)
+        placement = dataclasses.replace(self.placement, starter=starter,
+                                        host=starter.shown_as or self.placement.host)
+        bind = self.addresses or self.bind if self._starter.keeps_addresses else None
+        return RemoteWorker(self.executable, placement, self._setup, self.events, bind=bind)
 
     def send(self, *message) -> None:
         channel = self._channel
@@ -251,7 +276,7 @@ class RemoteWorker(MembersOverChannel, Worker):
         taken = self._starter.taken_away() if failure is None or failure.follows_from_a_peer else None
         if taken is not None:  # The scheduler's doing is why, even if the node ended cleanly.
             failure = FailureReport(taken, f'{taken}\n--- output tail ---\n{self._sink.tail()}',
-                                    by_scheduler=True)
+                                    by_scheduler=True, replaceable=self._starter.replaces_taken)
         if failure is None and not self._finished:
             how = self._starter.describe_exit(code)
             if self._channel is None:
@@ -260,6 +285,8 @@ class RemoteWorker(MembersOverChannel, Worker):
             else:
                 text = f'the connection to {self.host} ended ({how})'
             failure = FailureReport(text, f'{text}\n--- output tail ---\n{self._sink.tail()}')
+        if self.removing:  # Left its elastic group: what held it goes now.
+            self._starter.release()
         self.events.exited(self, code, failure)
 
     def request_stop(self) -> None:
@@ -285,3 +312,5 @@ class RemoteWorker(MembersOverChannel, Worker):
     def cleanup(self) -> None:
         self.kill()
         self._starter.close()
+        if self.retired:  # Its restart took its place.
+            self._starter.release()

@@ -5,10 +5,18 @@
         'actor': [lp.SshHost('h1'), lp.SshHost('h2')],   # nodes spread round-robin
     })
 
-Hosts are assumed to share the code and environment with the launcher (a
-shared filesystem or the same image): by default a node runs the launcher's
-own interpreter in the launcher's working directory, with the launcher's
-import path. ``check_hosts`` proves that on every host before anything starts.
+By default hosts share the code and environment with the launcher (a shared
+filesystem or the same image): a node runs the launcher's own interpreter in
+the launcher's working directory, with the launcher's import path. For hosts
+that share nothing, ``ship_code=True`` sends the working directory and the
+user's own import-path entries (``launchers/remote/code_pack.py``) and
+``python=`` names the host's own interpreter; ``requirements=`` lists packages
+that must be there (``provision=True`` installs them into a venv of their own,
+``launchers/ssh/provision.py``). ``check_hosts`` proves all of it on every host
+before anything starts, with one line per bad host.
+
+    lp.SshHost('vm1', python='/opt/lp/env/bin/python', ship_code=True,
+               requirements=['numpy>=1.24'])
 """
 
 from __future__ import annotations
@@ -18,12 +26,13 @@ import dataclasses
 import importlib.metadata
 import json
 import os
+import re
 import shlex
 import socket
 import subprocess
 import sys
 
-from launchpad_py import errors
+from launchpad_py import errors, flags
 from launchpad_py.launchers.remote.launch import node_environment
 
 #: Options every launcher ssh command gets after the user's own (ssh keeps the first value):
@@ -31,6 +40,9 @@ from launchpad_py.launchers.remote.launch import node_environment
 _DEFAULT_OPTIONS = ('-o', 'BatchMode=yes', '-o', 'ConnectTimeout=10',
                     '-o', 'ServerAliveInterval=2', '-o', 'ServerAliveCountMax=3')
 _CHECK_TIMEOUT_S = 60
+#: A requirement as the check accepts it: a distribution name, then an optional version spec.
+_REQUIREMENT = re.compile(r'^([A-Za-z0-9][A-Za-z0-9._-]*)(\[[A-Za-z0-9,._-]+\])?\s*'
+                          r'((===?|~=|!=|<=|>=|<|>)\s*[A-Za-z0-9.*+!_-]+\s*,?\s*)*$')
 _CHECK_MARK = 'LPCHECK '
 _CHECK_SCRIPT = '''
 import json, os, sys
@@ -46,6 +58,12 @@ try:  # Found and versioned without importing it: the check stays quick.
                       if importlib.util.find_spec(name) is None]
 except Exception as exc:
     out["error"] = f"{type(exc).__name__}: {exc}"
+out["packages"] = {}
+for name in sys.argv[1:]:  # The user's requirements: the version installed, or None.
+    try:
+        out["packages"][name] = importlib.metadata.version(name)
+    except Exception:
+        out["packages"][name] = None
 print("LPCHECK " + json.dumps(out), flush=True)
 '''
 
@@ -61,6 +79,16 @@ class SshHost:
     ``env``: extra variables; ``gpus``: GPU indices or UUIDs, as
     ``CUDA_VISIBLE_DEVICES`` (``[]`` hides all); ``ssh_options``: extra ssh
     arguments, e.g. ``['-F', 'cluster_ssh_config']``.
+
+    For hosts without the launcher's files: ``ship_code``: True packs the
+    working directory and your own import-path entries (or a list of
+    directories, the first being where nodes run), sends it once per host into
+    ``~/.cache/launchpad_py/code/<sha256>/`` and runs nodes from it (None:
+    ``--lp_ssh_ship_code``); ``requirements``: packages the host's python must
+    have, as pip writes them (``'numpy>=1.24'``), checked before anything
+    starts; ``provision``: install them there into a venv per requirements
+    (``~/.cache/launchpad_py/envs/<hash>``) when missing, with ``pip_args``
+    added to its ``pip install`` (e.g. ``['--index-url', URL]``).
     """
 
     host: str
@@ -71,6 +99,10 @@ class SshHost:
     env: dict[str, str] | None = None
     gpus: list[int | str] | tuple[int | str, ...] | None = None
     ssh_options: list[str] | tuple[str, ...] | None = None
+    ship_code: bool | list[str] | tuple[str, ...] | None = None
+    requirements: list[str] | tuple[str, ...] | None = None
+    provision: bool = False
+    pip_args: list[str] | tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.host, str) or not self.host or self.host.startswith('-'):
@@ -101,6 +133,28 @@ class SshHost:
             raise TypeError(f'SshHost gpus must be a list of GPU indices or UUIDs, such as '
                             f'[0, 1] or [] for none (got {self.gpus!r} for {self.host!r})')
 
+        self._check_environment_fields()
+
+    def _check_environment_fields(self) -> None:
+        code = self.ship_code
+        if not (code is None or isinstance(code, bool) or (
+                isinstance(code, (list, tuple)) and code
+                and all(isinstance(p, str) and os.path.isdir(p) for p in code))):
+            raise TypeError(f'SshHost ship_code must be True, False or a non-empty list of '
+                            f'existing directories (got {code!r} for {self.host!r})')
+        for name in ('requirements', 'pip_args'):
+            value = getattr(self, name) or ()
+            if isinstance(value, str) or not all(isinstance(v, str) and v for v in value):
+                raise TypeError(f"SshHost {name} must be a list of strings such as "
+                                f"['numpy>=1.24'] (got {value!r} for {self.host!r})")
+        for requirement in self.requirements or ():
+            if not _REQUIREMENT.match(requirement):
+                raise ValueError(f'SshHost requirements: {requirement!r} is not a requirement '
+                                 f"such as 'numpy' or 'numpy>=1.24' (for {self.host!r})")
+        if self.provision and not self.requirements:
+            raise ValueError(f'SshHost provision=True needs requirements=[...] to install '
+                             f'(for {self.host!r})')
+
     def __hash__(self) -> int:  # env and gpus are lists and dicts; the text says it all.
         return hash(repr(self))
 
@@ -119,14 +173,25 @@ class SshHost:
             argv += ['-l', self.user]
         return argv + ['--', self.host, remote_command]
 
+    @property
+    def ships_code(self) -> bool:
+        if self.ship_code is None:
+            return bool(flags.value_or_default(flags.SSH_SHIP_CODE))
+        return bool(self.ship_code)
+
     def remote_command(self, python_args: list[str], hide_gpus: bool = False) -> str:
-        """``cd workdir && exec env ... python ARGS`` for the remote shell."""
+        """``cd workdir && exec env ... python ARGS`` for the remote shell; with shipped code
+        the host's home, and none of the launcher's paths (the agent runs nodes from the code)."""
         env = {**node_environment(), **(self.env or {})}
+        if self.ships_code and 'PYTHONPATH' not in (self.env or {}):
+            del env['PYTHONPATH']
         if self.gpus is not None or (hide_gpus and 'CUDA_VISIBLE_DEVICES' not in env):
             env['CUDA_VISIBLE_DEVICES'] = ','.join(str(g) for g in self.gpus or ())
         assignments = ' '.join(f'{k}={shlex.quote(v)}' for k, v in env.items())
         python = shlex.quote(self.python or sys.executable)
         workdir = shlex.quote(self.workdir or os.getcwd())
+        if self.ships_code and not self.workdir:
+            workdir = '"$HOME"'
         return (f'cd {workdir} 2>/dev/null || {{ echo "LPCHECK-NOWORKDIR"; exit 3; }}; '
                 f'exec env {assignments} {python} {shlex.join(python_args)}')
 
@@ -166,7 +231,7 @@ def _launcher_ip(ssh_connection: str) -> str:
 
 def check_host(host: SshHost) -> tuple[str | None, str | None]:
     """(the launcher's IP as ``host`` sees it, None) or (None, what is wrong with ``host``)."""
-    argv = host.ssh_argv(host.remote_command(['-c', _CHECK_SCRIPT]))
+    argv = host.ssh_argv(host.remote_command(['-c', _CHECK_SCRIPT, *_names(host)]))
     try:
         done = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, text=True,
                               timeout=_CHECK_TIMEOUT_S)
@@ -187,15 +252,40 @@ def check_host(host: SshHost) -> tuple[str | None, str | None]:
         return None, f'python {python!r} cannot run there ({why}); set SshHost(python=...)'
     found = json.loads(report)
     if 'error' in found:
-        return None, (f'launchpad_py cannot be imported there ({found["error"]}); install '
-                      f'launchpad_py=={_local_version()} for {host.python or sys.executable}')
+        return None, (f'launchpad_py cannot be imported there ({found["error"]}); install it '
+                      f'with: {shlex.quote(host.python or sys.executable)} -m pip install '
+                      f'launchpad_py=={_local_version()}')
     if found['version'] != _local_version():
         return None, (f'launchpad_py {found["version"]} is installed there ({found["path"]}), '
                       f'the launcher runs {_local_version()}; install the same version')
     if found['missing']:
         return None, (f'launchpad_py cannot run there: its dependencies {found["missing"]} are '
                       f'missing for {host.python or sys.executable}; install launchpad_py with pip')
+    unmet = _unmet(host, found['packages'])
+    if unmet:
+        return None, (f'missing or other versions of {unmet}; install them with: '
+                      f'{shlex.quote(host.python or sys.executable)} -m pip install '
+                      f'{shlex.join(unmet)}')
     return _launcher_ip(found['ssh']), None
+
+
+def _names(host: SshHost) -> list[str]:
+    return [_REQUIREMENT.match(r).group(1) for r in host.requirements or ()]
+
+
+def _unmet(host: SshHost, installed: dict[str, str | None]) -> list[str]:
+    """The requirements of ``host`` that its python does not meet (by name and version)."""
+    try:
+        from packaging.requirements import Requirement
+    except ImportError:  # Without packaging (not a dependency), only presence is checked.
+        Requirement = None
+    unmet = []
+    for requirement, name in zip(host.requirements or (), _names(host)):
+        version = installed.get(name)
+        if version is None or (Requirement is not None and not Requirement(
+                requirement).specifier.contains(version, prereleases=True)):
+            unmet.append(requirement)
+    return unmet
 
 
 def check_hosts(hosts: list[SshHost]) -> dict[SshHost, str]:

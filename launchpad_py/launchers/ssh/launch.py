@@ -9,6 +9,10 @@ each host's agent; starting, the address table, logs, stop and cleanup are
 agent (``node_side/host_agent.py``), which forks that host's nodes; the
 session's stdin carries their bootstraps (with the program secret) and its
 stdout their output, and its end (launcher gone, network lost) ends the nodes.
+For hosts that share nothing with the launcher, ``SshHost(ship_code=True)``
+makes the agent run its nodes from the user's code, packed here once and sent
+only to hosts whose cache lacks it (``launchers/remote/code_pack.py``), and
+``provision=True`` installs the host's requirements first (``provision.py``).
 """
 
 from __future__ import annotations
@@ -16,11 +20,12 @@ from __future__ import annotations
 import shlex
 
 from launchpad_py import errors, flags
-from launchpad_py.launchers.remote import launch as remote
+from launchpad_py.launchers.remote import code_pack, launch as remote
 from launchpad_py.launchers.remote.host_agents import AgentStarter, HostAgent
 from launchpad_py.supervision.controller import ProgramController
 from launchpad_py.launchers.options import LaunchOptions
 from launchpad_py.launchers.ssh.host import SshHost, check_hosts
+from launchpad_py.launchers.ssh.provision import provision_hosts
 from launchpad_py.program import Program
 
 _AGENT_COMMAND = ['-m', 'launchpad_py.node_side.host_agent']
@@ -29,7 +34,9 @@ _AGENT_COMMAND = ['-m', 'launchpad_py.node_side.host_agent']
 def _default_hosts() -> list[SshHost]:
     """The hosts of --lp_ssh_hosts, for groups that resources do not place."""
     options = shlex.split(flags.value_or_default(flags.SSH_OPTIONS))
-    return [SshHost(name, ssh_options=options) for name in flags.value_or_default(flags.SSH_HOSTS)]
+    python = flags.value_or_default(flags.SSH_PYTHON) or None
+    return [SshHost(name, ssh_options=options, python=python)
+            for name in flags.value_or_default(flags.SSH_HOSTS)]
 
 
 def _hosts_of_groups(program: Program, resources: dict) -> dict[str, list[SshHost]]:
@@ -54,11 +61,26 @@ def _hosts_of_groups(program: Program, resources: dict) -> dict[str, list[SshHos
     return hosts
 
 
+def _code_packs(hosts) -> dict[SshHost, code_pack.CodePack]:
+    """The code each shipping host gets: one pack per distinct set of directories."""
+    packs, made = {}, {}
+    for host in hosts:
+        if host.ships_code:
+            paths = tuple(code_pack.user_paths() if host.ship_code in (True, None)
+                          else host.ship_code)
+            if paths not in made:
+                made[paths] = code_pack.make(list(paths))
+            packs[host] = made[paths]
+    return packs
+
+
 def launch_ssh(program: Program, options: LaunchOptions) -> ProgramController:
     if options.serialize_py_nodes is False:
         raise errors.ProgramError('ssh always serializes nodes to ship them to their hosts; '
                                   'leave serialize_py_nodes unset')
     hosts = _hosts_of_groups(program, dict(options.local_resources or {}))
+    provisioned = provision_hosts(sorted({h for hs in hosts.values() for h in hs}, key=repr))
+    hosts = {label: [provisioned[h] for h in group_hosts] for label, group_hosts in hosts.items()}
     # A group's nodes go round-robin over its hosts; colocated nodes are one node, one host.
     chosen = {(label, node.index): group_hosts[node.index % len(group_hosts)]
               for label, group_hosts in hosts.items() for node in program.groups[label]}
@@ -67,8 +89,9 @@ def launch_ssh(program: Program, options: LaunchOptions) -> ProgramController:
     launcher_ips = check_hosts(sorted(set(chosen.values()) | growing, key=repr))
     hide_gpus = any(h.gpus is not None for h in set(chosen.values()) | growing)
     # One agent per host (as SshHost names it, with its env and GPUs), opened by its first node.
+    packs = _code_packs(launcher_ips)
     agents = {host: HostAgent(host.ssh_argv(host.remote_command(_AGENT_COMMAND, hide_gpus)),
-                              host.name) for host in launcher_ips}
+                              host.name, packs.get(host)) for host in launcher_ips}
 
     def place(label: str, index: int) -> remote.Placement:
         host = hosts[label][index % len(hosts[label])]

@@ -69,16 +69,16 @@ class SocketChannel:
             connection.close()
             raise errors.CourierUnavailableError(
                 f'server unavailable calling {method!r} on {self.address}: {exc}') from None
-        with self._lock:
-            self._idle.append(connection)
+        self._idle.append(connection)  # list.append and pop are atomic: no lock per call.
         return decode(frame)
 
     def _borrow(self, timeout: float | None) -> frames.Connection | None:
-        while True:
-            with self._lock:
-                if not self._idle:
-                    break
-                connection = self._idle.pop()
+        idle = self._idle
+        while idle:
+            try:
+                connection = idle.pop()
+            except IndexError:  # Another caller took the last one.
+                break
             if not connection.peer_gone():
                 return connection
             connection.close()  # Its server went away (and may be back): take a new one.

@@ -1,0 +1,168 @@
+"""Kubernetes launches of 100 to 1,000 nodes against the fake API server: created, ready, stop.
+
+    python -m bench.scale_kubernetes --json bench/scale_kubernetes.json            # 100, 300
+    python -m bench.scale_kubernetes --nodes 1000 --json bench/scale_kubernetes_1000.json
+    python -m bench.scale_kubernetes --nodes 300 --create_concurrency 1 --json ...  # serial
+
+No Kubernetes API server runs here: the launcher talks to ``tests/fake_kube``
+through the official client over real HTTP, and the fake kubelet runs each
+pod as a local process (no network namespace), which dials back to the
+launcher on 127.0.0.1, at ``nice 10`` (real pods run on other machines; here
+hundreds of interpreters starting at once would starve the launcher's
+heartbeat on 2 cores, and the nodes end themselves). Each point launches one group of N ``PyNode``s that
+wait for the stop, and records:
+
+- created: from the ``lp.launch`` call until the fake API server stored the
+  N-th pod (the launcher's creates go ``create_concurrency`` at a time);
+- ready: until ``lp.launch`` returned (every pod ran, dialed back, got its
+  executable and reported ready);
+- stop: ``controller.stop()`` until every node ended;
+- API requests by kind: pod creates, pod listings, watches, log follows, and
+  gets of a single pod (per-pod polling would show there: it is 0);
+- peak RSS: the largest sum of resident memory over this process and every
+  process below it (the pods), sampled every 2 s (RSS counts shared pages
+  in each process: an upper bound).
+
+The fake API server and its kubelet run in a process of their own (in the
+launcher's, their threads starved its heartbeat); they share the machine's
+CPUs with the launcher and the pods, and others may share it too (the load
+is recorded).
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+import psutil
+
+import launchpad_py as lp
+
+TESTS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), 'tests')
+sys.path.insert(0, TESTS)  # fake_kube and the node function live with the tests.
+
+from fake_kube import IMAGE, FakeCluster, FakeNode  # noqa: E402
+from fake_kube.runtimes import ProcessRuntime  # noqa: E402
+from nodes_for_tests import serve_forever  # noqa: E402
+
+
+def _peak_rss(stop: threading.Event, peak: list[int]) -> None:
+    me = psutil.Process()
+    while not stop.wait(2):
+        total = 0
+        for process in [me, *me.children(recursive=True)]:
+            try:
+                total += process.memory_info().rss
+            except psutil.Error:
+                pass
+        peak[0] = max(peak[0], total)
+
+
+def _requests(calls: list[tuple]) -> dict[str, int]:
+    """The fake API server's requests about pods, by kind."""
+    kinds = collections.Counter()
+    for method, resource, named, log, watch in list(calls):
+        if resource != 'pods':
+            continue
+        if method == 'POST':
+            kinds['create'] += 1
+        elif log:
+            kinds['log'] += 1
+        elif watch:
+            kinds['watch'] += 1
+        elif named and method == 'GET':
+            kinds['get_one'] += 1
+        elif method == 'GET':
+            kinds['list'] += 1
+        elif method == 'DELETE':
+            kinds['delete'] += 1
+    return dict(kinds)
+
+
+def serve_fake(workdir: str) -> None:
+    """The fake cluster, in a process of its own (``--serve_fake``): prints its kubeconfig,
+    runs until stdin closes, then prints when each pod was created and its API requests."""
+    with FakeCluster(workdir, [FakeNode('local')], runtime=ProcessRuntime(nice=10)) as cluster:
+        created: list[float] = []
+        store_create = cluster.store.create
+
+        def create(resource, namespace, obj):
+            stored = store_create(resource, namespace, obj)
+            if resource == 'pods':
+                created.append(time.time())
+            return stored
+
+        cluster.store.create = create
+        print(cluster.kubeconfig, flush=True)
+        sys.stdin.read()
+        print(json.dumps({'created': created, 'requests': _requests(cluster.server.calls)}),
+              flush=True)
+
+
+def run_point(nodes: int, concurrency: int, workdir: str) -> dict:
+    fake = subprocess.Popen([sys.executable, '-m', 'bench.scale_kubernetes', '--serve_fake',
+                             workdir], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                            cwd=os.path.dirname(TESTS))
+    try:
+        os.environ['KUBECONFIG'] = fake.stdout.readline().strip()
+        program = lp.Program(f'k8s{nodes}')
+        with program.group('node'):
+            for _ in range(nodes):
+                program.add_node(lp.PyNode(serve_forever))
+        peak, sampling = [0], threading.Event()
+        threading.Thread(target=_peak_rss, args=(sampling, peak), daemon=True).start()
+        start = time.time()
+        controller = lp.launch(program, launch_type='kubernetes',
+                               resources={'node': lp.KubernetesResources(image=IMAGE)},
+                               kubernetes_options={'launcher_address': '127.0.0.1',
+                                                   'create_concurrency': concurrency})
+        ready = time.time() - start
+        stopping = time.time()
+        controller.stop()
+        controller.wait(timeout=600)
+        stop = time.time() - stopping
+        sampling.set()
+    finally:
+        out, _ = fake.communicate('', timeout=120)
+    seen = json.loads(out.strip().splitlines()[-1])
+    return {'nodes': nodes, 'create_concurrency': concurrency,
+            'created_s': round(seen['created'][nodes - 1] - start, 2), 'ready_s': round(ready, 2),
+            'ready_per_node_ms': round(1000 * ready / nodes, 2), 'stop_s': round(stop, 2),
+            'peak_rss_gib': round(peak[0] / 2**30, 2), 'api_requests': seen['requests']}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+    parser.add_argument('--nodes', type=int, nargs='+', default=[100, 300])
+    parser.add_argument('--create_concurrency', type=int, default=16)
+    parser.add_argument('--json', help='write the results here')
+    parser.add_argument('--serve_fake', metavar='WORKDIR', help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.serve_fake:
+        return serve_fake(args.serve_fake)
+    results = {'machine': {'cpus': os.cpu_count(), 'python': platform.python_version(),
+                           'load_at_start': [round(x, 2) for x in os.getloadavg()],
+                           'memory_gib': round(psutil.virtual_memory().total / 2**30, 1)},
+               'points': []}
+    for nodes in args.nodes:
+        with tempfile.TemporaryDirectory(prefix='lp-bench-k8s-') as workdir:
+            point = run_point(nodes, args.create_concurrency, workdir)
+        point['load_after'] = [round(x, 2) for x in os.getloadavg()]
+        print(json.dumps(point), flush=True)
+        results['points'].append(point)
+    if args.json:
+        with open(args.json, 'w') as out:
+            json.dump(results, out, indent=1)
+            out.write('\n')
+
+
+if __name__ == '__main__':
+    main()

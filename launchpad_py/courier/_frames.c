@@ -1,0 +1,231 @@
+/* The compiled frame loop of the courier socket paths: launchpad_py.courier._cframes.
+ *
+ * A tiny call spends most of its Python time receiving a frame and taking its header
+ * apart, and building and sending the next one. These two functions do that for the
+ * common frame (no buffers, nothing released, no shared memory) with the GIL released
+ * around the system calls; everything else stays with frames.py, which also falls back
+ * to its own code when this module is absent or LP_COURIER_PURE=1.
+ *
+ * Header (frames.HEADER, '<QBxHIQQQ', 40 bytes, little-endian):
+ *   0 call_id u64 | 8 kind u8 | 9 pad | 10 released count u16 | 12 buffer count u32 |
+ *   16 pickle length u64 | 24 segment id u64 | 32 segment size u64
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <errno.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#define HEADER_SIZE 40
+#define MAX_FDS 16
+
+static uint64_t load_u64(const unsigned char *p) {
+    uint64_t v = 0;
+    for (int i = 7; i >= 0; i--) v = (v << 8) | p[i];
+    return v;
+}
+
+static void store_u64(unsigned char *p, uint64_t v) {
+    for (int i = 0; i < 8; i++) { p[i] = (unsigned char)(v & 0xff); v >>= 8; }
+}
+
+enum { RETRY, WOULD_BLOCK, FAILED };
+
+/* What to do after a system call failed (errno): retry it (interrupted, no Python signal
+ * handler raised), give up for now (the socket would block: Python's calls wait for it), or
+ * raise (the exception is set). */
+static int after_failure(void) {
+    if (errno == EINTR) return PyErr_CheckSignals() < 0 ? FAILED : RETRY;
+    if (errno == EAGAIN || errno == EWOULDBLOCK) return WOULD_BLOCK;
+    PyErr_SetFromErrno(PyExc_OSError);
+    return FAILED;
+}
+
+/* Appends the descriptors of an SCM_RIGHTS message to *fds (made on first use). */
+static int collect_fds(struct msghdr *msg, PyObject **fds) {
+    for (struct cmsghdr *c = CMSG_FIRSTHDR(msg); c != NULL; c = CMSG_NXTHDR(msg, c)) {
+        if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
+        size_t n = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+        int *data = (int *)CMSG_DATA(c);
+        for (size_t i = 0; i < n; i++) {
+            if (*fds == NULL && (*fds = PyList_New(0)) == NULL) return -1;
+            PyObject *fd = PyLong_FromLong(data[i]);
+            if (fd == NULL || PyList_Append(*fds, fd) < 0) { Py_XDECREF(fd); return -1; }
+            Py_DECREF(fd);
+        }
+    }
+    return 0;
+}
+
+/* One receive into buf[end:cap]: bytes received, 0 at end of stream, -1 on error with
+ * errno set. Descriptors that come along are added to *fds (ancillary only). */
+static Py_ssize_t receive(int fd, char *into, Py_ssize_t room, int ancillary, PyObject **fds,
+                          int *fds_error) {
+    Py_ssize_t n;
+    if (!ancillary) {
+        Py_BEGIN_ALLOW_THREADS
+        n = recv(fd, into, (size_t)room, 0);
+        Py_END_ALLOW_THREADS
+        return n;
+    }
+    union { struct cmsghdr align; char space[CMSG_SPACE(MAX_FDS * sizeof(int))]; } control;
+    struct iovec iov = {into, (size_t)room};
+    struct msghdr msg;
+    memset(&msg, 0, sizeof msg);
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control.space;
+    msg.msg_controllen = sizeof control.space;
+    Py_BEGIN_ALLOW_THREADS
+    n = recvmsg(fd, &msg, MSG_CMSG_CLOEXEC);
+    Py_END_ALLOW_THREADS
+    if (n >= 0 && msg.msg_controllen > 0 && collect_fds(&msg, fds) < 0) *fds_error = 1;
+    return n;
+}
+
+/* recv_small(fd, buf, start, end, ancillary, limit) ->
+ *     (pickled | None, call_id, kind, start, end, fds | None, eof)
+ *
+ * Receives into the scratch buffer ``buf`` (bytearray; unread bytes are buf[start:end])
+ * until a small frame is complete, and returns its pickle as bytes. ``pickled`` is None
+ * when the next frame is not small, its pickle is longer than ``limit`` (frames.py refuses
+ * it), it does not fit behind ``start``, the socket would block
+ * (it has a timeout: Python's own calls wait for it), or the stream ended (``eof``): then
+ * frames.py goes on from the returned start and end. Descriptors received are returned. */
+static PyObject *recv_small(PyObject *self, PyObject *args) {
+    int fd, ancillary;
+    Py_buffer view;
+    Py_ssize_t start, end, limit;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "iw*nnpn", &fd, &view, &start, &end, &ancillary, &limit))
+        return NULL;
+    unsigned char *base = view.buf;
+    Py_ssize_t cap = view.len;
+    PyObject *fds = NULL, *pickled = NULL, *result = NULL;
+    uint64_t call_id = 0;
+    int kind = 0, eof = 0, fds_error = 0;
+    if (start < 0 || end < start || end > cap) {
+        PyErr_SetString(PyExc_ValueError, "recv_small: start and end outside the buffer");
+        goto done;
+    }
+    for (;;) {
+        Py_ssize_t avail = end - start;
+        if (avail >= HEADER_SIZE) {
+            const unsigned char *h = base + start;
+            uint16_t n_released = (uint16_t)(h[10] | (h[11] << 8));
+            uint32_t n_buffers = (uint32_t)h[12] | ((uint32_t)h[13] << 8) |
+                                 ((uint32_t)h[14] << 16) | ((uint32_t)h[15] << 24);
+            uint64_t pickle_len = load_u64(h + 16), segment_id = load_u64(h + 24);
+            if (n_released || n_buffers || segment_id) break;  /* Not small: frames.py. */
+            if (pickle_len > (uint64_t)limit) break;  /* Too large: frames.py refuses it. */
+            if (pickle_len > (uint64_t)(cap - start - HEADER_SIZE)) break;  /* Does not fit. */
+            if ((uint64_t)(avail - HEADER_SIZE) >= pickle_len) {
+                call_id = load_u64(h);
+                kind = h[8];
+                pickled = PyBytes_FromStringAndSize((const char *)h + HEADER_SIZE,
+                                                    (Py_ssize_t)pickle_len);
+                if (pickled == NULL) goto done;
+                start += HEADER_SIZE + (Py_ssize_t)pickle_len;
+                break;
+            }
+        }
+        if (start == end) start = end = 0;  /* Nothing unread: receive at the front again. */
+        if (end == cap) break;  /* Full: frames.py moves what is unread to the front. */
+        Py_ssize_t n = receive(fd, (char *)base + end, cap - end, ancillary, &fds, &fds_error);
+        if (fds_error) goto done;
+        if (n < 0) {
+            int next = after_failure();
+            if (next == RETRY) continue;
+            if (next == WOULD_BLOCK) break;
+            goto done;
+        }
+        if (n == 0) {
+            eof = 1;
+            break;
+        }
+        end += n;
+    }
+    result = Py_BuildValue("(OKinnOi)", pickled ? pickled : Py_None,
+                           (unsigned long long)call_id, kind, start, end,
+                           fds ? fds : Py_None, eof);
+done:
+    if (result == NULL && fds != NULL) {  /* Raising: close what came, nobody will. */
+        for (Py_ssize_t i = 0; i < PyList_GET_SIZE(fds); i++)
+            close((int)PyLong_AsLong(PyList_GET_ITEM(fds, i)));
+    }
+    Py_XDECREF(pickled);
+    Py_XDECREF(fds);
+    PyBuffer_Release(&view);
+    return result;
+}
+
+/* send_small(fd, call_id, kind, pickled) -> bytes sent
+ *
+ * Writes the header and the pickle of a small frame with one sendmsg (no joined copy),
+ * the GIL released. Returns fewer than 40 + len(pickled) bytes only when the socket would
+ * block (it has a timeout): frames.py then sends the rest its own way. */
+static PyObject *send_small(PyObject *self, PyObject *args) {
+    int fd, kind;
+    unsigned long long call_id;
+    Py_buffer pickled;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "iKiy*", &fd, &call_id, &kind, &pickled)) return NULL;
+    unsigned char header[HEADER_SIZE];
+    memset(header, 0, sizeof header);
+    store_u64(header, call_id);
+    header[8] = (unsigned char)kind;
+    store_u64(header + 16, (uint64_t)pickled.len);
+    Py_ssize_t total = HEADER_SIZE + pickled.len, sent = 0;
+    while (sent < total) {
+        struct iovec iov[2];
+        int count = 0;
+        if (sent < HEADER_SIZE) {
+            iov[count].iov_base = header + sent;
+            iov[count++].iov_len = (size_t)(HEADER_SIZE - sent);
+            iov[count].iov_base = pickled.buf;
+            iov[count++].iov_len = (size_t)pickled.len;
+        } else {
+            iov[count].iov_base = (char *)pickled.buf + (sent - HEADER_SIZE);
+            iov[count++].iov_len = (size_t)(total - sent);
+        }
+        struct msghdr msg;
+        memset(&msg, 0, sizeof msg);
+        msg.msg_iov = iov;
+        msg.msg_iovlen = (size_t)count;
+        Py_ssize_t n;
+        Py_BEGIN_ALLOW_THREADS
+        n = sendmsg(fd, &msg, MSG_NOSIGNAL);
+        Py_END_ALLOW_THREADS
+        if (n < 0) {
+            int next = after_failure();
+            if (next == RETRY) continue;
+            if (next == WOULD_BLOCK) break;
+            goto error;
+        }
+        sent += n;
+    }
+    PyBuffer_Release(&pickled);
+    return PyLong_FromSsize_t(sent);
+error:
+    PyBuffer_Release(&pickled);
+    return NULL;
+}
+
+static PyMethodDef methods[] = {
+    {"recv_small", recv_small, METH_VARARGS,
+     "Receives until a small frame is complete; see frames.Reader."},
+    {"send_small", send_small, METH_VARARGS,
+     "Sends a small frame's header and pickle with one sendmsg; returns bytes sent."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "_cframes",
+    "The courier's compiled frame loop (see frames.py); absent, the pure-Python one runs.",
+    -1, methods, NULL, NULL, NULL, NULL,
+};
+
+PyMODINIT_FUNC PyInit__cframes(void) { return PyModule_Create(&module); }

@@ -1,0 +1,167 @@
+"""lp.Restart, failures the cluster caused, and elastic groups on Kubernetes (the fake API).
+
+A restarted node is a new pod (``-r1``) at a new address; its clients lose
+one call at most, then find it through the launcher. Pods run as real
+processes on the namespace hosts h1..h3 (see test_kubernetes.py), so a node
+whose host was cordoned really comes back at another IP.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+import launchpad_py as lp
+from launchpad_py import courier
+from conftest import needs_ssh_hosts, wait_for
+from kubernetes_nodes import Movable, PeerCaller, image_for_every_group, options
+from restart_nodes import Member, Watcher
+
+pytest.importorskip('kubernetes', reason="the [kubernetes] extra is not installed "
+                                         "(pip install 'launchpad_py[kubernetes]')")
+_QUICK = lp.Restart(max_restarts=3, backoff=(0.05, 0.2))
+
+
+def _status(controller, label='movable'):
+    return next(s for s in controller.statuses() if s.label == label)
+
+
+def _launch(program, policy):
+    return lp.launch(program, launch_type='kubernetes', resources=image_for_every_group(program),
+                     kubernetes_options=options(), failure_policy=policy)
+
+
+def _moving_program(name):
+    program = lp.Program(name)
+    movable = program.add_node(lp.CourierNode(Movable), label='movable')
+    caller = program.add_node(lp.CourierNode(PeerCaller, movable), label='caller')
+    return program, movable, caller
+
+
+def _back(controller, restarts=1, rescheduled=0):
+    wait_for(lambda: (_status(controller).state, _status(controller).restarts,
+                      _status(controller).rescheduled)
+             == (lp.NodeState.RUNNING, restarts, rescheduled), timeout=60, what='the new pod')
+
+
+@needs_ssh_hosts
+def test_crashed_pod_comes_back_as_a_new_pod_and_its_clients_follow(kubernetes_cluster):
+    """A node that crashes once is a new pod (-r1) on another host and port; a peer in
+    another pod loses one call at most, then reaches it; the old pod and Secret are gone."""
+    program, movable, caller = _moving_program('moves')
+    with _launch(program, {'movable': _QUICK}) as controller:
+        first_pod, first_address = _status(controller).host, movable.address.resolve()
+        peer = caller.dereference()
+        assert peer.peer_who()['lost'] == 0
+        kubernetes_cluster.kubelet.nodes[0].cordoned = True  # The next pod goes to h2.
+        client = movable.dereference()
+        with pytest.raises(courier.CourierUnavailableError):
+            client.crash()
+        _back(controller)
+        assert _status(controller).host == f'{first_pod}-r1'
+        moved = movable.address.resolve()
+        assert moved != first_address and moved.startswith('10.250.0.12:')
+        answer = peer.peer_who()
+        assert answer['lost'] <= 1 and answer['who']['name'] == 'movable/0'
+        assert client.who()['pid'] == answer['who']['pid']  # The launcher's client follows too.
+        names = {name for _, name in kubernetes_cluster.objects()}
+        assert first_pod not in names and f'{first_pod}-boot' not in names
+        assert f'{first_pod}-r1' in names
+    wait_for(lambda: kubernetes_cluster.objects() == [], timeout=15, what='every object deleted')
+
+
+@needs_ssh_hosts
+def test_evicted_pod_restarts_without_counting_against_max_restarts(kubernetes_cluster):
+    """An evicted pod is not its node's fault: it comes back even under max_restarts=0, counted
+    as rescheduled (statuses, statistics, Prometheus) with the cluster's reason."""
+    from launchpad_py.observability import prometheus
+    program, movable, caller = _moving_program('evicted')
+    with _launch(program, {'movable': lp.Restart(max_restarts=0, backoff=(0.05, 0.1))}
+                 ) as controller:
+        pod = _status(controller).host
+        kubernetes_cluster.kubelet.evict('default', pod)
+        _back(controller, restarts=0, rescheduled=1)
+        assert caller.dereference().peer_who()['who']['name'] == 'movable/0'
+        stats = next(s for s in controller.statistics() if s.label == 'movable')
+        assert stats.rescheduled == 1 and 'Evicted: The node was low' in stats.rescheduled_why
+        assert f'pod {pod} was ended by the cluster' in stats.rescheduled_why
+        text = prometheus.exposition('evicted', controller.statistics())
+        assert 'lp_node_rescheduled_total{program="evicted",node="movable/0"} 1' in text
+
+
+@needs_ssh_hosts
+def test_crash_beyond_max_restarts_still_stops_the_program(kubernetes_cluster):
+    """A crash is the node's own failure: with max_restarts=0 it stops the program."""
+    program, movable, _ = _moving_program('exhausted')
+    controller = _launch(program, {'movable': lp.Restart(max_restarts=0)})
+    with pytest.raises(courier.CourierUnavailableError):
+        movable.dereference().crash()
+    with pytest.raises(lp.NodeFailedError, match=r"'movable'.*max_restarts=0"):
+        controller.wait(timeout=60)
+    wait_for(lambda: kubernetes_cluster.objects() == [], timeout=15, what='every object deleted')
+
+
+@needs_ssh_hosts
+def test_elastic_group_grows_and_shrinks_by_pods(kubernetes_cluster):
+    """add_nodes creates a pod that a peer pod reaches through its group handle;
+    remove_nodes stops it and deletes its pod and Secret."""
+    program = lp.Program('elastic')
+    with program.group('member', elastic=True):
+        program.add_node(lp.CourierNode(Member))
+    watcher = program.add_node(lp.CourierNode(Watcher, program.group_handle('member')),
+                               label='watcher')
+    with _launch(program, None) as controller:
+        seen = watcher.dereference()
+        version = seen.members()['version']
+        (added,) = controller.add_nodes('member', 1, timeout=60)
+        assert added.host.endswith('-member-1')
+        seen.wait_for_change(version, 30)
+        assert seen.members()['answers'] == ['member/0', 'member/1']
+        (gone,) = controller.remove_nodes('member', 1, timeout=60)
+        assert gone.state == lp.NodeState.STOPPED
+        wait_for(lambda: added.host not in {n for _, n in kubernetes_cluster.objects()},
+                 timeout=15, what='the removed pod to be deleted')
+        assert f'{added.host}-boot' not in {n for _, n in kubernetes_cluster.objects()}
+        assert seen.members()['answers'] == ['member/0']
+
+
+@needs_ssh_hosts
+def test_pod_deleted_by_the_cluster_comes_back_under_restart(kubernetes_cluster):
+    """A pod the cluster deletes (preemption, a drained node: kubectl delete pod) is started
+    again as a new pod under lp.Restart, counted as rescheduled, and the program goes on."""
+    program, movable, caller = _moving_program('preempted')
+    with _launch(program, {'movable': lp.Restart(max_restarts=0, backoff=(0.05, 0.1))}
+                 ) as controller:
+        pod = _status(controller).host
+        kubernetes_cluster.store.delete('pods', 'default', pod)
+        _back(controller, restarts=0, rescheduled=1)
+        assert _status(controller).host == f'{pod}-r1'
+        assert caller.dereference().peer_who()['who']['name'] == 'movable/0'
+        assert controller.is_running
+
+
+@needs_ssh_hosts
+def test_evicted_pod_without_a_restart_policy_fails_the_program_saying_why(kubernetes_cluster):
+    """Without lp.Restart an evicted pod stops the program, and wait() names the eviction."""
+    program, _, _ = _moving_program('evicted_stops')
+    controller = _launch(program, None)
+    pod = _status(controller).host
+    kubernetes_cluster.kubelet.evict('default', pod)
+    with pytest.raises(lp.NodeFailedError, match=rf"'movable'.*pod {pod} was ended by the "
+                                                 r"cluster \(Evicted: The node was low"):
+        controller.wait(timeout=60)
+    wait_for(lambda: kubernetes_cluster.objects() == [], timeout=15, what='every object deleted')
+
+
+@pytest.mark.parametrize('status, reason', [
+    ({'phase': 'Failed', 'reason': 'Evicted', 'message': 'low on memory'}, 'Evicted: low on memory'),
+    ({'phase': 'Running', 'conditions': [{'type': 'DisruptionTarget', 'status': 'True',
+                                          'reason': 'PreemptionByScheduler'}]},
+     'PreemptionByScheduler'),
+    ({'phase': 'Failed', 'reason': 'NodeLost'}, 'NodeLost'),
+    ({'phase': 'Failed'}, None),  # The container failed by itself: the node's own failure.
+    ({'phase': 'Running', 'conditions': [{'type': 'DisruptionTarget', 'status': 'False'}]}, None),
+])
+def test_what_the_cluster_did_is_read_from_the_pod_status(status, reason):
+    """Eviction, preemption and a lost node are told apart from a container's own failure."""
+    from launchpad_py.launchers.kubernetes.pods import _taken_reason
+    assert _taken_reason({'status': status}) == reason

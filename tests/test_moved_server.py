@@ -1,0 +1,59 @@
+"""A courier client that follows a server to a new address (``Client(locate=...)``).
+
+Kubernetes restarts a node as a new pod at a new address; a handle to it makes clients with
+``locate``, and the launcher declares the old address gone (``fail_fast_on_unavailable``) in
+every process. These tests do the same with two real servers on loopback: the first stops,
+the second serves elsewhere.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from launchpad_py import courier
+
+
+class Where:
+    def __init__(self, name):
+        self._name = name
+
+    def name(self):
+        return self._name
+
+
+@pytest.mark.parametrize('transport', ['auto', 'tcp', 'grpc'])
+def test_client_loses_one_call_then_follows_the_server_to_its_new_address(transport):
+    """The call that finds nobody at the old address fails with CourierUnavailableError
+    (it does not wait there); the next asks ``locate`` (given the old address) and succeeds."""
+    asked = []
+    with courier.Server(Where('first')) as first:
+        old = first.address
+        with courier.Server(Where('second')) as second:
+            client = courier.Client(old, transport=transport, timeout=30,
+                                    locate=lambda stale: asked.append(stale) or second.address)
+            assert client.name() == 'first' and asked == []
+            first.stop()
+            gone = courier.fail_fast_on_unavailable([old])
+            try:
+                with pytest.raises(courier.CourierUnavailableError):
+                    client.name()
+                assert client.name() == 'second' and asked == [old]
+                assert client.futures.name().result(timeout=30) == 'second'
+                assert asked == [old]  # Asked once: the client stays at the new address.
+            finally:
+                gone()
+
+
+def test_futures_lose_one_call_then_follow_too():
+    """A future that failed unavailable makes the next call ask ``locate`` as well."""
+    with courier.Server(Where('first')) as first, courier.Server(Where('second')) as second:
+        client = courier.Client(first.address, timeout=30, locate=lambda stale: second.address)
+        assert client.futures.name().result(timeout=30) == 'first'
+        first.stop()
+        gone = courier.fail_fast_on_unavailable([first.address])
+        try:
+            with pytest.raises(courier.CourierUnavailableError):
+                client.futures.name().result(timeout=30)
+            assert client.futures.name().result(timeout=30) == 'second'
+        finally:
+            gone()
