@@ -60,7 +60,8 @@ def controller_image(image, tmp_path_factory):
 @pytest.fixture
 def cluster(controller_image, tmp_path, monkeypatch):
     monkeypatch.setenv(records.DIR_ENV, str(tmp_path / 'programs'))
-    nodes = [FakeNode(f'h{i}', netns=f'lp-h{i}') for i in (1, 2, 3)]
+    # Each node's pods report its address on the bridge as their podIP, as a kubelet would.
+    nodes = [FakeNode(f'h{i}', netns=f'lp-h{i}', pod_ip=f'10.250.0.1{i}') for i in (1, 2, 3)]
     (tmp_path / 'kube').mkdir()
     with FakeCluster(str(tmp_path / 'kube'), nodes, images=(controller_image,),
                      runtime=PodmanRuntime(), api_host=LAUNCHER_ADDRESS) as fake:
