@@ -97,6 +97,15 @@ def test_checkpoint_dir_outside_a_node_is_a_clear_error():
         lp.checkpoint_dir()
 
 
+def _saved_step(path) -> int:
+    """The step in the learner's checkpoint file (0 before its first); it is replaced whole."""
+    try:
+        with open(path, 'rb') as f:
+            return pickle.load(f)['step']
+    except FileNotFoundError:
+        return 0
+
+
 def test_actor_learner_learner_resumes_after_sigkill_with_its_step_and_return(
         tmp_path, monkeypatch):
     """The example's learner checkpoints every few steps; SIGKILLed under lp.Restart, the new
@@ -111,9 +120,10 @@ def test_actor_learner_learner_resumes_after_sigkill_with_its_step_and_return(
     saved_path = tmp_path / 'actor_learner' / 'learner' / '0' / 'learner.pkl'
     with lp.launch(program, launch_type='local_mp', failure_policy={
             'learner': lp.Restart(max_restarts=1, backoff=(0.05, 0.2))}) as controller:
+        # The learner counts a step before it saves it: wait for the file, not the count.
+        wait_for(lambda: _saved_step(saved_path) >= 10, timeout=300,
+                 what='the learner to save its 10th step')
         client = learner.dereference()
-        wait_for(lambda: client.progress()['step'] >= 10, timeout=300,
-                 what='the learner to train 10 steps')
         status = next(s for s in controller.statuses() if s.label == 'learner')
         os.kill(status.pid, signal.SIGKILL)
         with open(saved_path, 'rb') as f:

@@ -43,7 +43,7 @@ def test_plugin_capabilities_come_from_its_backend(plugin_installed):
     program, _ = _pinger_program('plugin_refused')
     with pytest.raises(lp.ProgramError, match=r"local_remote cannot restart nodes, but "
                                               r"failure_policy gives lp.Restart to groups "
-                                              r"\['pinger'\].*local_mt, local_mp, ssh, slurm or ray"):
+                                              r"\['pinger'\].*local_mt, local_mp, ssh, slurm, kubernetes or ray"):
         lp.launch(program, launch_type='local_remote',
                   failure_policy={'pinger': lp.Restart(max_restarts=1)})
 
