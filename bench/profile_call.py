@@ -1,6 +1,12 @@
-"""Where a tiny sync call's CPU goes, caller and server side (py-spy samples).
+"""Where a call's CPU goes, caller and server side (py-spy samples).
 
     python -m bench.profile_call --peer launchpad --seconds 5 --out /tmp/prof
+    python -m bench.profile_call --peer launchpad --mode inflight8
+    python -m bench.profile_call --peer launchpad --mode fanin4
+
+``--mode tiny`` (the default) loops ``echo(1)`` synchronously; ``inflight8``
+keeps 8 futures of ``ping()`` in flight; ``fanin4`` runs 4 caller processes
+of ``ping()`` (then only the server, and one caller, are sampled).
 
 Starts one peer of ``bench.run`` (``launchpad``, ``launchpad_tcp``,
 ``floor_unix``, ``floor_tcp``), calls ``echo(1)`` in a loop on a thread of
@@ -21,6 +27,8 @@ import sys
 import threading
 
 from . import run
+from .harness import Budget
+from .peer import FaninPool
 
 
 def _spy(pid: int, seconds: float, path: str, native: bool) -> subprocess.Popen:
@@ -53,22 +61,32 @@ def main(argv=None) -> int:
     ap.add_argument("--seconds", type=float, default=5.0)
     ap.add_argument("--out", default="/tmp/lp_profile")
     ap.add_argument("--native", action="store_true")
+    ap.add_argument("--mode", default="tiny", choices=("tiny", "inflight8", "fanin4"))
     args = ap.parse_args(argv)
     os.makedirs(args.out, exist_ok=True)
     peer = run.PEERS[args.peer][0]()
     peer.start()
     stop, calls = threading.Event(), [0]
+    pool = None
 
     def loop():
         while not stop.is_set():
-            peer.call("echo", 1)
-            calls[0] += 1
+            if args.mode == "inflight8":
+                calls[0] += peer.inflight("ping", (), 8, Budget(2_000, 0.2))[0]
+            elif args.mode == "fanin4":
+                calls[0] += pool.rep(Budget(10**9, 0.5))[1]
+            else:
+                peer.call("echo", 1)
+                calls[0] += 1
 
     try:
         peer.call("ping")
+        sides = {"caller": os.getpid(), "server": peer.server_pid()}
+        if args.mode == "fanin4":
+            pool = FaninPool(peer.fanin_spec(), 4)
+            sides["caller"] = pool.procs[0].pid
         t = threading.Thread(target=loop, name="caller")
         t.start()
-        sides = {"caller": os.getpid(), "server": peer.server_pid()}
         spies = {s: _spy(pid, args.seconds, f"{args.out}/{args.peer}_{s}.txt", args.native)
                  for s, pid in sides.items()}
         for p in spies.values():
@@ -76,6 +94,8 @@ def main(argv=None) -> int:
         stop.set()
         t.join()
     finally:
+        if pool is not None:
+            pool.close()
         peer.stop()
     print(f"{args.peer}: {calls[0]} calls")
     for side in sides:

@@ -51,7 +51,11 @@ class Connection(Protocol):
     sock: socket.socket
     reader: 'Reader'
 
-    def send(self, call_id: int, kind: int, obj: Any, counts=None) -> None: ...
+    def send(self, call_id: int, kind: int, obj: Any, counts=None, hold: bool = False) -> None:
+        """Sends a frame; ``hold``: a small one may wait for the next send or ``flush``."""
+
+    def flush(self) -> None:
+        """Sends the frames ``send(hold=True)`` kept back."""
 
     def read(self) -> 'Frame': ...
 
@@ -189,6 +193,27 @@ def send_small(sock: socket.socket, loop, call_id: int, kind: int, pickled: byte
             return
     frame = HEADER.pack(call_id, kind, 0, 0, len(pickled), 0, 0) + pickled
     sock.sendall(memoryview(frame)[sent:] if sent else frame)  # Would block: it has a timeout.
+
+
+def send_or_hold(sock: socket.socket, loop, held: list, call_id: int, kind: int,
+                 pickled: bytes, hold: bool) -> None:
+    """``send_small`` that may keep frames back: ``hold`` adds this one to ``held`` (more
+    replies are about to follow); otherwise the held frames leave with it in one write, so
+    a batch of quick replies costs the peer one wake-up instead of one each."""
+    if not (hold or held):
+        send_small(sock, loop, call_id, kind, pickled)
+        return
+    held.append(HEADER.pack(call_id, kind, 0, 0, len(pickled), 0, 0) + pickled)
+    if not hold:
+        flush(sock, held)
+
+
+def flush(sock: socket.socket, held: list) -> None:
+    """Writes the frames ``held`` back (see ``send_or_hold``), if any, and empties it."""
+    if held:
+        parts = held[:]
+        held.clear()
+        send(sock, parts, None)
 
 
 def _advance(views: list[memoryview], sent: int) -> list[memoryview]:

@@ -50,20 +50,27 @@ class Connection:
         self.reader = frames.Reader(sock, None, descriptors=False,
                                     max_frame_bytes=max_frame_bytes)
         self._send_lock = threading.Lock()
+        self._held: list[bytes] = []  # Small frames kept back for the next write (see send).
 
-    def send(self, call_id: int, kind: int, obj, counts=None) -> None:
+    def send(self, call_id: int, kind: int, obj, counts=None, hold: bool = False) -> None:
         pickled, buffers = serialization.encode(obj)
         if not buffers:  # The small call: one write.
             if counts is not None:
                 counts.bytes_out += frames.HEADER.size + len(pickled)
             with self._send_lock:
-                frames.send_small(self.sock, self.reader.loop, call_id, kind, pickled)
+                frames.send_or_hold(self.sock, self.reader.loop, self._held, call_id, kind,
+                                    pickled, hold)
             return
         parts, _ = frames.encode_parts(call_id, kind, pickled, buffers)
         if counts is not None:
             counts.bytes_out += frames.encoded_size(parts)
         with self._send_lock:
+            frames.flush(self.sock, self._held)
             frames.send(self.sock, parts, None)
+
+    def flush(self) -> None:
+        with self._send_lock:
+            frames.flush(self.sock, self._held)
 
     def read(self) -> frames.Frame:
         return self.reader.read()

@@ -195,23 +195,31 @@ class Connection:
         self.pool = shm.SegmentPool()  # Segments we write into.
         self.reader = frames.Reader(sock, self.released)
         self._send_lock = threading.Lock()
+        self._held: list[bytes] = []  # Small frames kept back for the next write (see send).
 
-    def send(self, call_id: int, kind: int, obj, counts=None) -> None:
-        """Sends ``obj``; its size is added to ``counts.bytes_out`` (if given) before it leaves."""
+    def send(self, call_id: int, kind: int, obj, counts=None, hold: bool = False) -> None:
+        """Sends ``obj``; its size is added to ``counts.bytes_out`` (if given) before it leaves.
+        ``hold``: a small frame may wait for the next send or ``flush`` (one write for both)."""
         pickled, buffers = serialization.encode(obj)
         released = self.released.drain()
         if not buffers and not released:  # The small call: one write.
             if counts is not None:
                 counts.bytes_out += frames.HEADER.size + len(pickled)
             with self._send_lock:
-                frames.send_small(self.sock, self.reader.loop, call_id, kind, pickled)
+                frames.send_or_hold(self.sock, self.reader.loop, self._held, call_id, kind,
+                                    pickled, hold)
             return
         parts, fd = frames.encode_parts(call_id, kind, pickled, buffers, self.pool, released,
                                         SHM_MIN_BYTES)
         if counts is not None:
             counts.bytes_out += frames.encoded_size(parts)
         with self._send_lock:
+            frames.flush(self.sock, self._held)
             frames.send(self.sock, parts, fd)
+
+    def flush(self) -> None:
+        with self._send_lock:
+            frames.flush(self.sock, self._held)
 
     def read(self) -> frames.Frame:
         frame = self.reader.read()

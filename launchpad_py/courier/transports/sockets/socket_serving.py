@@ -93,7 +93,9 @@ class SocketServing:
     def _read_calls(self, turn: reader_handover.Turn, token: object) -> BaseException | None:
         """The reader's loop; returns why it ended, None when it lost the reading role."""
         connection, shard, watchdog = turn.connection, self._own_shard(), self._watchdog
+        reader = connection.reader
         try:
+            connection.flush()  # Replies a reader that lost the role to us held back, if any.
             while True:  # No local keeps a frame: its shared memory is released sooner.
                 frame = connection.read()
                 if frame.kind == SYNC_REQUEST:
@@ -102,8 +104,11 @@ class SocketServing:
                     self._executor.submit(self._answer, connection, frame)
                 else:
                     watchdog.begin(turn, frame)
-                    self._answer(connection, frame, shard)
+                    # With another request already received, this reply waits to leave with
+                    # the next one's: the caller then wakes once for both.
+                    self._answer(connection, frame, shard, reader.has_small_frame)
                     if not turn.finish(token):
+                        connection.flush()  # The new reader may have flushed before we held.
                         return None
         except Exception as exc:  # Peer gone, a bad frame, or the pool shut down on stop.
             return exc
@@ -116,13 +121,17 @@ class SocketServing:
         return None if self._stats is None else self._stats.shard()
 
     def _answer(self, connection: frames.Connection, frame: frames.Frame,
-                shard: stats_module.Shard | None = None) -> None:
+                shard: stats_module.Shard | None = None, more: Callable[[], bool] | None = None,
+                ) -> None:
+        """Runs ``frame`` and sends its reply; held back when ``more()`` says another request
+        waits, already read, for the same thread to run next (it then sends both)."""
         if shard is None:  # On a pool thread.
             shard = self._own_shard()
         reply = self._dispatch(frame, shard)
         try:
             try:
-                connection.send(frame.call_id, frames.REPLY, reply, shard)
+                connection.send(frame.call_id, frames.REPLY, reply, shard,
+                                more is not None and more())
             except (TypeError, MemoryError) as exc:  # The result itself cannot travel.
                 connection.send(frame.call_id, frames.REPLY, self._unsendable(frame, exc), shard)
         except OSError:

@@ -1,0 +1,86 @@
+"""Replies to requests that arrive together leave together, and none waits behind a slow call.
+
+A futures connection's reader runs the calls it has already received one after
+another; the reply of each but the last is held back and all leave in one
+write, so the caller wakes once for the batch instead of once per reply.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from launchpad_py import courier
+from launchpad_py.courier import frames
+from launchpad_py.courier.transports import uds
+from launchpad_py.courier.transports.sockets import socket_serving
+
+
+class Service:
+    def __init__(self):
+        self.opened = threading.Event()
+
+    def echo(self, value):
+        return value
+
+    def wait_open(self) -> bool:
+        return self.opened.wait(timeout=30)
+
+
+@pytest.fixture
+def served():
+    """A Service served in this process, and a raw same-host connection to it."""
+    service = Service()
+    with courier.Server(service) as server:
+        connection = uds.connect(uds.local_port(server.address))
+        assert connection is not None, 'no same-host socket here'
+        connection.sock.settimeout(30)
+        try:
+            yield service, connection
+        finally:
+            service.opened.set()
+            connection.close()
+
+
+def _burst(connection, requests) -> None:
+    """Sends the futures requests ``requests`` (call ids from 1) in one write."""
+    for call_id, request in enumerate(requests, 1):
+        connection.send(call_id, socket_serving.FUTURE_REQUEST, request,
+                        hold=call_id < len(requests))
+
+
+def _reply(connection) -> tuple[int, object]:
+    frame = connection.read()
+    return frame.call_id, frame.value()
+
+
+def test_replies_to_a_burst_leave_in_fewer_writes_than_calls(served, monkeypatch):
+    """16 requests received in one read are answered in fewer writes than 16 (one, unless
+    the machine preempted the reader long enough for the watchdog to step in)."""
+    _, connection = served
+    writes = []
+    for name in ('send_small', 'send'):
+        original = getattr(frames, name)
+
+        def counted(*args, _original=original, **kwargs):
+            writes.append(threading.current_thread().name)
+            return _original(*args, **kwargs)
+
+        monkeypatch.setattr(frames, name, counted)
+    _burst(connection, [('echo', (i,), {}) for i in range(16)])
+    sent_by_us = len(writes)
+    replies = dict(_reply(connection) for _ in range(16))
+    assert replies == {i + 1: ('ok', i) for i in range(16)}
+    assert sent_by_us == 1
+    assert 1 <= len(writes) - sent_by_us < 16
+
+
+def test_a_held_reply_is_not_kept_behind_a_call_that_blocks(served):
+    """A quick call's reply, held for the next call's, arrives while that call still blocks."""
+    service, connection = served
+    _burst(connection, [('echo', ('quick',), {}), ('wait_open', (), {})])
+    assert _reply(connection) == (1, ('ok', 'quick'))
+    assert not service.opened.is_set()
+    service.opened.set()
+    assert _reply(connection) == (2, ('ok', True))
