@@ -7,6 +7,7 @@ import threading
 import time
 
 import launchpad_py as lp
+from launchpad_py import courier
 
 
 class Member:
@@ -59,3 +60,24 @@ def always_crash(path: str):
 def ignore_stop():
     """Never looks at the stop request."""
     threading.Event().wait()
+
+
+class Caller:
+    """Calls a ``Member`` from inside a node: what a client in another node sees."""
+
+    def __init__(self, member):
+        self._member = member
+
+    def who(self):
+        """The member's pid, or 'unavailable' when the call failed so."""
+        try:
+            return self._member.who()['pid']
+        except courier.CourierUnavailableError:
+            return 'unavailable'
+
+    def hold(self):
+        """A call to the member kept in flight until the member dies."""
+        try:
+            return self._member.hold()
+        except courier.CourierUnavailableError:
+            return 'unavailable'

@@ -19,6 +19,11 @@ the server it meant to reach: with ``server_identity`` (a node's handle
 passes the node's ``label/index``) it refuses any other server before
 sending it anything. A pickled client carries no secret: it uses the
 receiving process's.
+
+A server may come back elsewhere (a restarted node on another port or host):
+``relocate`` (given the failed address, returns the current one) is asked
+before the call that follows a ``CourierUnavailableError``, so the caller sees
+that one failed call and the next goes to the new address.
 """
 
 from __future__ import annotations
@@ -26,9 +31,9 @@ from __future__ import annotations
 import concurrent.futures
 import datetime
 import functools
-from typing import Any
+from typing import Any, Callable
 
-from launchpad_py.courier import auth, frames, serialization
+from launchpad_py.courier import auth, errors, frames, serialization
 from launchpad_py.courier.transports import grpc_chunks, grpc_client, interface, registry
 from launchpad_py.courier.transports.sockets import socket_channel
 from launchpad_py.courier.transports.tls import TlsCredentials
@@ -65,7 +70,8 @@ class Client:
     as numpy arrays). ``secret``: the bytes to prove to the server (default:
     registered for the address, else the process's); ``tls``: the server's
     ``TlsCredentials``, to encrypt TCP and gRPC; ``server_identity``: the name
-    the server must prove (its ``identity``), None for any.
+    the server must prove (its ``identity``), None for any; ``relocate``:
+    where the server went after a call to it failed unavailable (see above).
     """
 
     def __init__(self, server_address: str, compress: bool = False,
@@ -73,7 +79,8 @@ class Client:
                  timeout: Timeout = None, transport: str = 'auto', device_arrays: bool = False,
                  max_message_bytes: int = grpc_chunks.MAX_MESSAGE_BYTES,
                  secret: bytes | None = None, tls: TlsCredentials | None = None,
-                 server_identity: str | None = None):
+                 server_identity: str | None = None,
+                 relocate: Callable[[str], str] | None = None):
         del compress
         address = server_address
         if call_timeout is not None and timeout is not None:
@@ -84,23 +91,49 @@ class Client:
             raise ValueError(f"address must be 'host:port' (got {address!r})")
         if transport not in TRANSPORTS:
             raise ValueError(f'transport must be one of {TRANSPORTS} (got {transport!r})')
-        self._address = address
         self._timeout = _seconds(timeout)
         self._wait_for_ready = wait_for_ready
         self._transport = transport
         self._device_arrays = device_arrays
         self._max_message_bytes = max_message_bytes
-        self._secret = auth.secret_for(address, secret)
+        self._explicit_secret, self._tls = secret, tls
         self._expected = server_identity
         if server_identity is not None:
             auth.check_name(server_identity, 'server_identity')
-        self._dial = interface.Dial(address, self._secret, self._timeout, wait_for_ready, tls,
-                                    server_identity, max_message_bytes)
-        # The fastest path that reaches the server (None: gRPC only).
-        self._local = registry.dial(transport, self._dial)
-        self._grpc_caller: grpc_client.GrpcCaller | None = None
+        self._relocate = relocate
+        self._stale = False  # A call failed unavailable: ask ``relocate`` before the next.
+        self._connect(address)
         self._decode = functools.partial(decode_reply, device_arrays=device_arrays)
         self._futures = _FutureMethods(self)
+
+    def _connect(self, address: str) -> None:
+        """Dials ``address`` (the secret registered for it: a moved server's own)."""
+        self._address = address
+        self._secret = auth.secret_for(address, self._explicit_secret)
+        self._dial = interface.Dial(address, self._secret, self._timeout, self._wait_for_ready,
+                                    self._tls, self._expected, self._max_message_bytes)
+        # The fastest path that reaches the server (None: gRPC only).
+        self._local = registry.dial(self._transport, self._dial)
+        self._grpc_caller: grpc_client.GrpcCaller | None = None
+
+    def _move(self) -> None:
+        """After a failed call: dials where ``relocate`` says the server is now."""
+        old = self._address
+        try:
+            new = self._relocate(old)
+        except Exception as exc:  # The program's own error (e.g. it stopped), as a courier one.
+            raise errors.CourierUnavailableError(
+                f'the server that was at {old} cannot be found again: {exc}') from exc
+        self._stale = False
+        if new != old:
+            host, _, port = old.rpartition(':')
+            registry.forget(host, int(port))  # Its cached channels lead nowhere now.
+            self._connect(new)
+
+    def _note_failure(self, future: concurrent.futures.Future) -> None:
+        if not future.cancelled() and isinstance(future.exception(),
+                                                 errors.CourierUnavailableError):
+            self._stale = True
 
     @property
     def _grpc(self) -> grpc_client.GrpcCaller:
@@ -119,15 +152,28 @@ class Client:
         return self._futures
 
     def call(self, method: str, *args, **kwargs) -> Any:
+        if self._stale:
+            self._move()
         request = (method, args, kwargs)
-        if self._local is not None:
-            value = self._local.call(request, self._timeout, self._decode)
-            if value is not socket_channel.NO_SOCKET:
-                return value
-        return self._grpc.call(request, self._decode)
+        try:
+            if self._local is not None:
+                value = self._local.call(request, self._timeout, self._decode)
+                if value is not socket_channel.NO_SOCKET:
+                    return value
+            return self._grpc.call(request, self._decode)
+        except errors.CourierUnavailableError:
+            self._stale = self._relocate is not None
+            raise
 
     def call_future(self, method: str, *args, **kwargs) -> concurrent.futures.Future:
-        request = (method, args, kwargs)
+        if self._stale:
+            self._move()
+        future = self._start_future((method, args, kwargs))
+        if self._relocate is not None:
+            future.add_done_callback(self._note_failure)
+        return future
+
+    def _start_future(self, request: tuple) -> concurrent.futures.Future:
         if self._local is not None:
             future = self._local.call_future(request, self._timeout, self._decode)
             if future is not socket_channel.NO_SOCKET:
@@ -151,7 +197,7 @@ class Client:
     def __reduce__(self):
         return (_rebuild_client, (self._address, self._timeout, self._wait_for_ready,
                                   self._transport, self._device_arrays, self._max_message_bytes,
-                                  self._expected))
+                                  self._expected, self._relocate))
 
     def __repr__(self) -> str:
         return f'courier.Client({self._address!r})'
@@ -159,10 +205,10 @@ class Client:
 
 def _rebuild_client(address, timeout, wait_for_ready, transport='auto', device_arrays=False,
                     max_message_bytes=grpc_chunks.MAX_MESSAGE_BYTES,
-                    server_identity=None) -> Client:
+                    server_identity=None, relocate=None) -> Client:
     return Client(address, timeout=timeout, wait_for_ready=wait_for_ready, transport=transport,
                   device_arrays=device_arrays, max_message_bytes=max_message_bytes,
-                  server_identity=server_identity)
+                  server_identity=server_identity, relocate=relocate)
 
 
 class _Method:

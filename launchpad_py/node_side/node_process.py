@@ -6,7 +6,7 @@ Shared by the launchers' worker processes and the children of a
 
     process → parent: ('ready', {key: 'host:port'}), ('stop_program',), ('failed', summary,
                       traceback, exception_bytes), ('finished',), ('metrics', request_id,
-                      counters), ('resolve', [key, ...])
+                      counters), ('resolve', [key, ...]), ('relocate', {key: stale value})
     parent → process: ('stop',), ('metrics', request_id), ('members', table),
                       ('addresses', {key: 'host:port'}, {key: why unknown})
 
@@ -14,7 +14,8 @@ Shared by the launchers' worker processes and the children of a
 'ready' carries the addresses the node's servers bound (late binding: they bind
 port 0 unless fixed); 'resolve' asks for the addresses of other nodes that the
 node's handles reference and it does not know, which 'addresses' answers as
-they become known (see ``program.address``).
+they become known (see ``program.address``); 'relocate' asks again for an address
+whose server a call failed to reach (the node may have come back elsewhere).
 
 The end of the channel means the parent died; the process then ends too, so
 no node outlives whoever started it.
@@ -91,6 +92,7 @@ def run(channel: Channel, program_name: str, bind_host: str,
     address.directory.learn(addresses or {})
     if ask_parent:
         address.directory.ask = lambda keys: channel.send('resolve', keys)
+        address.directory.ask_again = lambda stale: channel.send('relocate', stale)
     scope = runtime.ProgramScope(program_name, lambda: channel.send('stop_program'))
     scope.secret = secret
     runtime.activate(scope)

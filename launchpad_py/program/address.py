@@ -19,6 +19,7 @@ from __future__ import annotations
 import abc
 import os
 import threading
+import time
 from typing import Callable, Iterable
 
 import portpicker
@@ -56,14 +57,19 @@ class Directory:
         self._gone: dict[str, str] = {}  # Key -> why it will never be known.
         self._held: set[str] = set()     # Keys of unresolved addresses unpickled here.
         self._asked: set[str] = set()
+        self._relocating: set[str] = set()  # Keys asked again after a failed call (node side).
         self._changed = threading.Condition()
         #: Set in a node process: sends a list of keys to its launcher, which answers
         #: through ``learn``/``give_up``.
         self.ask: Callable[[list[str]], None] | None = None
+        #: Set in a node process: sends ``{key: stale value}`` to its launcher, which answers
+        #: with where each server is now (see ``relocate``).
+        self.ask_again: Callable[[dict[str, str]], None] | None = None
 
     def learn(self, values: dict[str, str]) -> None:
         with self._changed:
             self._values.update(values)
+            self._relocating.difference_update(values)
             self._changed.notify_all()
 
     def known(self, key: str) -> str | None:
@@ -96,6 +102,55 @@ class Directory:
                 self._values.pop(key, None)
                 self._expected.discard(key)
                 self._gone.pop(key, None)
+
+    def withdraw(self, keys: Iterable[str]) -> None:
+        """The node behind ``keys`` is down (it may come back elsewhere): lookups wait for it."""
+        with self._changed:
+            for key in keys:
+                self._values.pop(key, None)
+                self._expected.add(key)
+            self._changed.notify_all()
+
+    def relocate(self, key: str, stale: str, grace: float = 2.0) -> str:
+        """Where the server of ``key`` is now, after a call to it at ``stale`` failed.
+
+        A restarted node may bind another port or host, so a client whose call
+        failed asks again. In a node process the launcher answers (once the node
+        is back, if it is down). In the launching process the value is the
+        book's: a value other than ``stale`` is returned at once; a withdrawn
+        one (the node is down) is waited for; ``stale`` itself is returned once
+        ``grace`` seconds passed without news (the failure was not the node's
+        end: the same server is still there).
+        """
+        if self.ask_again is not None:
+            return self._ask_launcher_again(key, stale)
+        deadline = time.monotonic() + grace
+        with self._changed:
+            while True:
+                value = self._values.get(key)
+                if key in self._gone and value is None:
+                    raise errors.NotRunningError(f'the server at {stale} is gone: {self._gone[key]}')
+                if value is not None and (value != stale or time.monotonic() >= deadline):
+                    return value
+                if value is None and key not in self._expected:
+                    raise errors.NotRunningError(f'the server at {stale} is not a node of a '
+                                                 'running program')
+                self._changed.wait(max(deadline - time.monotonic(), 0.0) if value else None)
+
+    def _ask_launcher_again(self, key: str, stale: str) -> str:
+        with self._changed:
+            first = key not in self._relocating
+            self._relocating.add(key)
+            if self._values.get(key) == stale:  # Lookups meanwhile wait for the answer.
+                del self._values[key]
+        if first:
+            self.ask_again({key: stale})
+        with self._changed:
+            self._changed.wait_for(lambda: key not in self._relocating or key in self._gone)
+            self._relocating.discard(key)
+            if key in self._values:
+                return self._values[key]
+            raise errors.NotRunningError(f'the server at {stale} is gone: {self._gone[key]}')
 
     def hold(self, key: str) -> None:
         with self._changed:
@@ -185,6 +240,13 @@ class Address:
         if self._value is not None:
             return self._value
         return directory.lookup(self)
+
+    def relocate(self, stale: str) -> str:
+        """Where the server is now, after a call to it at ``stale`` failed (a client's
+        ``relocate``): a restarted node may have come back on another port or host."""
+        if self._value is not None:
+            return self._value  # Fixed by the user: it never moves.
+        return directory.relocate(self.key, stale)
 
     def known(self) -> str | None:
         """The value if this process knows it now (never waits)."""

@@ -264,24 +264,31 @@ def relay_node_messages(channel, worker: Worker, probe: MetricsProbe, where: str
 
     Counters the node sends go to ``probe`` (whose open questions fail once the
     channel closes). The addresses it bound go to ``book``, which also answers
-    its questions for others' (None: the launcher fixed every address). Returns
+    its questions for others' (None: the launcher fixed every address); a node that
+    ends without finishing has its addresses withdrawn until it reports again. Returns
     the failure the node reported (``where`` is added to its summary, e.g. the
     host) and whether it said it finished: what its exit means.
     """
     failure, finished = None, False
+    reported: dict[str, str] = {}
     while True:
         try:
             message = channel.recv()
         except (EOFError, OSError):
             probe.close()
+            if book is not None and not finished:  # It may come back, maybe elsewhere.
+                book.withdraw(reported)
             return failure, finished
         kind = message[0]
         if kind == 'ready':
             if book is not None:
                 book.report(message[1])
+                reported.update(message[1])
             worker.events.ready(worker)
         elif kind == 'resolve' and book is not None:
             book.ask(message[1], lambda values, gone: channel.send('addresses', values, gone))
+        elif kind == 'relocate' and book is not None:
+            book.relocate(message[1], lambda values, gone: channel.send('addresses', values, gone))
         elif kind == 'stop_program':
             worker.events.stop_requested()
         elif kind == 'failed':
