@@ -10,6 +10,8 @@ from __future__ import annotations
 import os
 import signal
 import socket
+import subprocess
+import sys
 import threading
 
 import pytest
@@ -18,7 +20,7 @@ import launchpad_py as lp
 from launchpad_py import courier, errors
 from launchpad_py.program import address as address_module
 from launchpad_py.supervision import address_book, program_secret
-from conftest import wait_for
+from conftest import needs_ssh_hosts, ssh_host, wait_for
 from restart_nodes import Caller, Member
 
 # Backoff long enough to take the dead node's port before its restart binds it.
@@ -87,6 +89,65 @@ def test_a_client_in_another_node_follows_it_too():
             assert in_flight.result(timeout=30) == 'unavailable'
             assert client.who() == _state(controller).pid != pid
             assert member.address.resolve() != old
+
+
+_TAKE_PORT = """
+import socket, sys
+host, port = sys.argv[1], int(sys.argv[2])
+sock = socket.socket()
+sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+try:
+    sock.bind((host, port))
+except OSError:
+    print('busy', flush=True)
+    sys.exit(1)
+sock.listen()
+print('taken', flush=True)
+sys.stdin.read()
+"""
+
+
+def _take_port_on_host(netns: str, value: str) -> subprocess.Popen:
+    """A process in host ``netns`` that listens on ``value``'s port, once it is free."""
+    host, _, port = value.rpartition(':')
+
+    def take():
+        taker = subprocess.Popen(['ip', 'netns', 'exec', netns, sys.executable, '-c', _TAKE_PORT,
+                                  host, port], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                 text=True)
+        if taker.stdout.readline().strip() == 'taken':
+            return taker
+        taker.wait()
+        return None
+
+    return wait_for(take, what=f'port {port} on {netns} to be free')
+
+
+@needs_ssh_hosts
+def test_under_ssh_a_restart_whose_port_was_taken_serves_on_another_and_is_found():
+    """ssh: the killed node's port on its host is taken; its restart binds another port of the
+    same host, and a client in another node follows it after one failed call."""
+    program = lp.Program('ssh_moves')
+    member = program.add_node(lp.CourierNode(Member), label='member')
+    caller = program.add_node(lp.CourierNode(Caller, member), label='caller')
+    with lp.launch(program, launch_type='ssh', failure_policy={'member': _SLOW},
+                   resources={'member': ssh_host('h2'), 'caller': ssh_host('h1')}) as controller:
+        client = caller.dereference()
+        pid = client.who()
+        in_flight = client.futures.hold()
+        old = member.address.resolve()
+        os.kill(pid, signal.SIGKILL)
+        taker = _take_port_on_host('lp-h2', old)
+        try:
+            wait_for(lambda: _state(controller).restarts == 1
+                     and _state(controller).state == lp.NodeState.RUNNING, what='the restart')
+            assert in_flight.result(timeout=30) == 'unavailable'
+            assert client.who() == _state(controller).pid != pid
+            new = member.address.resolve()
+            assert new != old and new.startswith('10.250.0.12:')
+        finally:
+            taker.stdin.close()
+            taker.wait(timeout=30)
 
 
 class _Described:

@@ -92,7 +92,8 @@ def run(channel: Channel, program_name: str, bind_host: str,
     address.directory.learn(addresses or {})
     if ask_parent:
         address.directory.ask = lambda keys: channel.send('resolve', keys)
-        address.directory.ask_again = lambda stale: channel.send('relocate', stale)
+    # Even where every address was fixed before the start: a restarted peer may move.
+    address.directory.ask_again = lambda stale: channel.send('relocate', stale)
     scope = runtime.ProgramScope(program_name, lambda: channel.send('stop_program'))
     scope.secret = secret
     runtime.activate(scope)

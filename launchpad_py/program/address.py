@@ -103,6 +103,11 @@ class Directory:
                 self._expected.discard(key)
                 self._gone.pop(key, None)
 
+    def tracks(self, key: str) -> bool:
+        """Whether a launch in this process has this address (known, or waited for)."""
+        with self._changed:
+            return key in self._values or key in self._expected
+
     def withdraw(self, keys: Iterable[str]) -> None:
         """The node behind ``keys`` is down (it may come back elsewhere): lookups wait for it."""
         with self._changed:
@@ -244,8 +249,9 @@ class Address:
     def relocate(self, stale: str) -> str:
         """Where the server is now, after a call to it at ``stale`` failed (a client's
         ``relocate``): a restarted node may have come back on another port or host."""
-        if self._value is not None:
-            return self._value  # Fixed by the user: it never moves.
+        if directory.ask_again is None and not directory.tracks(self.key) \
+                and self._value is not None:
+            return self._value  # Fixed, and no launcher here knows of it: it never moves.
         return directory.relocate(self.key, stale)
 
     def known(self) -> str | None:

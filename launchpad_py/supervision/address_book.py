@@ -79,6 +79,7 @@ class AddressBook:
             return
         answers: dict[Answer, dict[str, str]] = {}
         with self._lock:
+            self._keys.update(values)  # Fixed before the start (remote launches) too.
             for key, value in values.items():
                 self._count_move(key, value)
                 if value not in self._known_servers:  # Before anyone can learn it.

@@ -14,10 +14,14 @@ import ipaddress
 import secrets
 import threading
 
-from launchpad_py import courier
+import logging
+
 from launchpad_py.launchers import start_program
 from launchpad_py.node_side import control_channel, flag_transfer
 from launchpad_py.program import Program
+from launchpad_py.supervision import address_book, program_secret
+
+_log = logging.getLogger(__name__)
 
 HEARTBEAT_S = 1.0
 #: A node ends itself after this long without a word from the launcher.
@@ -31,10 +35,12 @@ class RemoteSetup(start_program.Launch):
         self.program_name = program.name
         self.mode, self.test, self.log_dir, self.keep_logs = mode, test, log_dir, keep_logs
         self.secret = secrets.token_bytes(32)
+        self._issued = program_secret.Issued(self.secret)
+        #: Where each node serves, as reported; it answers nodes whose peer moved.
+        self.book = address_book.AddressBook(program.name, self._issued, [])
         self.flags = flag_transfer.capture()
         self.workers: dict = {}  # worker id -> its RemoteWorker
         self._controls: dict[str, control_channel.ControlServer] = {}
-        self._registered: list[str] = []
         self._distributed = False
         self._lock = threading.Lock()
         self._closed = threading.Event()
@@ -67,9 +73,7 @@ class RemoteSetup(start_program.Launch):
                 each.fail_before_run(unreachable)
             return
         for each in workers:
-            for value in each.addresses:
-                courier.register_secret(value, self.secret)
-                self._registered.append(value)
+            self.book.report({a.key: v for a, v in zip(each.executable.addresses, each.addresses)})
         for each in workers:
             try:
                 each.run(self.program_name, self.flags)
@@ -77,16 +81,17 @@ class RemoteSetup(start_program.Launch):
                 each.fail_before_run(f'cannot ship node {each.name}: {type(exc).__name__}: {exc}')
 
     def _run_late(self, worker) -> None:
-        """A node that joined a running program (restarted, or added): it runs at once."""
+        """A node that joined a running program (restarted, or added): it runs at once.
+
+        A restart that could not bind its old port serves on another: its clients
+        find it through the book (``relocate``).
+        """
         for address, value in zip(worker.executable.addresses, worker.addresses):
-            if worker.bind is None:
-                address.assign(value)
-            elif address.resolve() != value:
-                worker.fail_before_run(f'restarted node {worker.name} reported {value} instead of '
-                                       f'its address {address.resolve()}')
-                return
-            courier.register_secret(value, self.secret)
-            self._registered.append(value)
+            if worker.bind is not None and address.resolve() != value:
+                _log.info('restarted node %s serves at %s instead of %s', worker.name, value,
+                          address.resolve())
+            address.assign(value)
+        self.book.report({a.key: v for a, v in zip(worker.executable.addresses, worker.addresses)})
         try:
             worker.run(self.program_name, self.flags)
         except Exception as exc:  # Checked when it was made, so only a surprise lands here.
@@ -100,8 +105,9 @@ class RemoteSetup(start_program.Launch):
 
     def finish(self) -> None:
         self._closed.set()
-        for value in self._registered:
-            courier.forget_secret(value)
+        self.book.stop()
+        self.book.finish()
+        self._issued.forget()
         for server in self._controls.values():
             server.close()
 

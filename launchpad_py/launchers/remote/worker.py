@@ -207,7 +207,7 @@ class RemoteWorker(MembersOverChannel, Worker):
         else:
             self._setup.bound(self)
         failure, self._finished = relay_node_messages(channel, self, self._probe,
-                                                      f' (on host {self.host})')
+                                                      f' (on host {self.host})', self._setup.book)
         if failure is not None:
             self._failure = failure
         self._channel_closed.set()
