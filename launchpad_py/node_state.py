@@ -35,3 +35,6 @@ class NodeStatus:
     exit_code: int | None
     restarts: int = 0
     host: str = 'localhost'
+    #: The restarts by why: ``'failed'`` (counted against ``max_restarts``), or what the
+    #: platform did (``'host_lost'``, ``'node_failure'``: not counted).
+    restart_reasons: dict[str, int] = dataclasses.field(default_factory=dict)

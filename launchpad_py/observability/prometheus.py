@@ -103,6 +103,11 @@ def _per_node(program: str, nodes: list[NodeStatistics]) -> list[str]:
             value = getattr(node, attribute)
             if value is not None:
                 lines.append(f'{name}{_labels(program=program, node=node.name)} {value}')
+    lines += ['# HELP lp_node_restarts_by_reason_total Restarts by why: failed (counted against '
+              'max_restarts), host_lost, node_failure (not counted).',
+              '# TYPE lp_node_restarts_by_reason_total counter']
+    lines += [f'lp_node_restarts_by_reason_total{_labels(program=program, node=node.name, reason=r)}'
+              f' {n}' for node in nodes for r, n in sorted(node.restart_reasons.items())]
     methods = [(node.name, m) for node in nodes for m in node.methods]
     lines += ['# HELP lp_node_calls_total Calls served, per method.',
               '# TYPE lp_node_calls_total counter']

@@ -66,6 +66,8 @@ class NodeStatistics:
     rss_bytes: int | None = None
     cpu_percent: float | None = None
     shared_process: bool = False
+    #: Restarts by why (see ``NodeStatus.restart_reasons``).
+    restart_reasons: dict[str, int] = dataclasses.field(default_factory=dict)
     methods: list[MethodStatistics] = dataclasses.field(default_factory=list)
 
     @property
@@ -116,7 +118,8 @@ class Monitor:
             uptime_s=((ended or now) - started) if started else 0.0,
             restarts=getattr(worker, 'restarts', 0), exit_code=worker.exit_code,
             last_error=failure.summary if failure else None,
-            traceback=failure.traceback if failure else None)
+            traceback=failure.traceback if failure else None,
+            restart_reasons=dict(getattr(worker, 'restart_reasons', {})))
         if counters is None:
             counters = self._last.get(worker.name)
             if counters is None:

@@ -9,7 +9,10 @@ caused it takes its place. A node of a ``Restart`` group that fails waits out it
 more restart counted. Clients of the node see calls in flight fail with
 ``CourierUnavailableError``; later calls wait for it and succeed once it is
 back. Events of the replaced worker are ignored. A node that fails after
-``max_restarts`` restarts stops the program, and its failure says so.
+``max_restarts`` restarts stops the program, and its failure says so. A node
+the platform lost through no fault of its own (``FailureReport.lost_by``: its
+host unreachable, its Slurm node failed) is restarted without counting against
+``max_restarts``; ``worker.restart_reasons`` keeps how many of each.
 
 This part decides and keeps the record; it starts and stops nothing. ``on_failure``
 answers what the supervisor must do next (``Then``), and ``replace`` hands it the
@@ -137,14 +140,22 @@ class Failures:
     def _restart_later(self, worker: Worker, failure: FailureReport) -> bool:
         """Schedules the failed ``worker``'s restart if its policy allows; whether it did."""
         policy = self._policy(worker)
-        if (not isinstance(policy, failure_policy.Restart) or not policy.allows(worker.restarts)
-                or failure.by_scheduler):  # What the scheduler took away is not given back.
+        if not isinstance(policy, failure_policy.Restart) or failure.by_scheduler:
+            return False  # What the scheduler took away is not given back.
+        counted = counted_restarts(worker)
+        if failure.lost_by is None and not policy.allows(counted):
             return False
-        delay = policy.delay(worker.restarts, self._rng)
+        delay = policy.delay(counted, self._rng)
         worker.state, worker.failure = NodeState.RESTARTING, failure
         self._alarms.set(('restart', worker), time.monotonic() + delay)
-        _log.warning('node %s of program %r failed: %s; restart %d of %d in %.1fs', worker.name,
-                     self._name, failure.summary, worker.restarts + 1, policy.max_restarts, delay)
+        if failure.lost_by is None:
+            _log.warning('node %s of program %r failed: %s; restart %d of %d in %.1fs',
+                         worker.name, self._name, failure.summary, counted + 1,
+                         policy.max_restarts, delay)
+        else:
+            _log.warning('node %s of program %r was lost (%s): %s; restart in %.1fs, not '
+                         'counted against max_restarts', worker.name, self._name,
+                         failure.lost_by, failure.summary, delay)
         return True
 
     def _with_policy_note(self, worker: Worker, failure: FailureReport) -> FailureReport:
@@ -152,7 +163,7 @@ class Failures:
         policy = self._policy(worker)
         if not isinstance(policy, failure_policy.Restart):
             return failure
-        note = policy.exhausted(worker.restarts)
+        note = policy.exhausted(counted_restarts(worker))
         return FailureReport(f'{failure.summary} ({note})', f'{failure.traceback}\n({note})',
                              failure.exception, failure.by_scheduler)
 
@@ -166,6 +177,10 @@ class Failures:
             worker.restarts += 1
             raise
         fresh.restarts = worker.restarts + 1
+        reason = worker.failure.lost_by if worker.failure is not None else None
+        fresh.restart_reasons = dict(worker.restart_reasons)
+        fresh.restart_reasons[reason or 'failed'] = fresh.restart_reasons.get(reason or 'failed',
+                                                                              0) + 1
         worker.retired = True
         worker.cleanup()
         self._workers[self._workers.index(worker)] = fresh
@@ -178,6 +193,11 @@ class Failures:
             if worker.state == NodeState.RESTARTING:
                 self._alarms.cancel(('restart', worker))
                 worker.state, worker.ended_at = NodeState.STOPPED, time.time()
+
+
+def counted_restarts(worker: Worker) -> int:
+    """The restarts that count against ``max_restarts``: not those after a platform's loss."""
+    return worker.restarts - sum(n for why, n in worker.restart_reasons.items() if why != 'failed')
 
 
 def _who(worker: Worker, failure: FailureReport) -> str:

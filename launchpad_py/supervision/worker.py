@@ -33,7 +33,9 @@ class FailureReport:
 
     ``by_scheduler``: a cluster scheduler ended the node (job cancelled, out of
     time, preempted); that is why the program ended even when the node's stop
-    request (SIGTERM) reached the launcher first.
+    request (SIGTERM) reached the launcher first. ``lost_by``: the platform lost
+    the node through no fault of its own (``'host_lost'``, ``'node_failure'``):
+    an ``lp.Restart`` group restarts it without counting against ``max_restarts``.
     """
 
     summary: str
@@ -42,6 +44,7 @@ class FailureReport:
     by_scheduler: bool = False
     #: The node's code raised (rather than its process dying or being killed).
     raised: bool = False
+    lost_by: str | None = None
 
     @classmethod
     def from_exception(cls, exc: BaseException) -> 'FailureReport':
@@ -190,6 +193,8 @@ class Worker(abc.ABC):
         self.started_at: float | None = None
         self.ended_at: float | None = None
         self.restarts = 0        # How many workers ran this node before this one.
+        #: Those restarts by why: 'failed' (counted by lp.Restart), or a ``lost_by`` reason.
+        self.restart_reasons: dict[str, int] = {}
         self.removing = False    # Asked to stop alone (an elastic group shrinks).
         self.retired = False     # Replaced by its restart: its late events are ignored.
 

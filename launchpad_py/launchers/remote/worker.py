@@ -58,6 +58,13 @@ class Starter(abc.ABC):
         (SIGTERM) reached the launcher first; None if it did not."""
         return None
 
+    def lost_by(self) -> str | None:
+        """Why the platform lost the node through no fault of its own, as a short reason
+        (``'host_lost'``: the connection to its host dropped; ``'node_failure'``: the
+        scheduler reports its machine failed), which restarts it without counting against
+        ``max_restarts``; None if it did not or the launcher cannot tell."""
+        return None
+
     #: Whether the node needs the launcher's heartbeat to notice a frozen launcher or a lost
     #: network; False where the starter watches for that itself (a host agent, per host).
     needs_heartbeat = True
@@ -259,7 +266,8 @@ class RemoteWorker(MembersOverChannel, Worker):
                         f'({how}); is {self.placement.launcher_ip} reachable from {self.host}?')
             else:
                 text = f'the connection to {self.host} ended ({how})'
-            failure = FailureReport(text, f'{text}\n--- output tail ---\n{self._sink.tail()}')
+            failure = FailureReport(text, f'{text}\n--- output tail ---\n{self._sink.tail()}',
+                                    lost_by=self._starter.lost_by())
         self.events.exited(self, code, failure)
 
     def request_stop(self) -> None:
