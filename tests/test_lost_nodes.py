@@ -9,13 +9,17 @@ and Prometheus.
 
 from __future__ import annotations
 
+import subprocess
+
 import psutil
 
 import launchpad_py as lp
 from launchpad_py.cli import status as status_cli
 from launchpad_py.observability import prometheus
-from conftest import needs_ssh_hosts, ssh_host, wait_for
+from conftest import (SLURM_LOGS, launch, needs_slurm, needs_ssh_hosts, slurm_cluster, ssh_host,
+                      wait_for)
 from restart_nodes import Member
+from test_slurm import _job_of
 
 _ONE = lp.Restart(max_restarts=1, backoff=(0.05, 0.2))
 
@@ -64,3 +68,32 @@ def test_a_lost_host_restarts_its_node_without_counting_against_max_restarts():
                                          'running': True,
                                          'nodes': [n.to_dict() for n in statistics]})
         assert '3 (host_lost 2)' in table
+
+
+def _agent_steps(job: str) -> dict[str, str]:
+    """The job's agent steps: host -> step id ('job.step')."""
+    listed = subprocess.run(['squeue', '-h', '-s', '-j', job, '-o', '%i %j'], capture_output=True,
+                            text=True, timeout=30).stdout.split('\n')
+    return {name.removeprefix('lp-agent-'): step for step, _, name in
+            (line.partition(' ') for line in listed if line.strip())
+            if name.startswith('lp-agent-')}
+
+
+@needs_slurm
+def test_under_slurm_a_host_step_ended_by_slurm_restarts_its_node_uncounted():
+    """steps='host': Slurm kills the agent's step of the member's host (the job still runs);
+    the member comes back through a new agent step on that host, the restart not counted."""
+    slurm_cluster()
+    program = lp.Program('lost_slurm_step')
+    handle = program.add_node(lp.CourierNode(Member), label='member')
+    with launch(program, 'slurm', slurm_options={'steps': 'host', 'output_dir': SLURM_LOGS},
+                failure_policy={'member': lp.Restart(max_restarts=0)}) as controller:
+        before = _member(controller)
+        job = _job_of(before.pid)
+        step = _agent_steps(job)[before.host]
+        subprocess.run(['scancel', '--signal=KILL', step], check=True, timeout=30)
+        _back_after(controller, 1)
+        after = _member(controller)
+        assert after.restart_reasons == {'host_lost': 1} and after.host == before.host
+        assert handle.dereference().who()['pid'] == after.pid != before.pid
+        assert _agent_steps(job)[after.host] != step
