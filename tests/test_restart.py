@@ -279,13 +279,11 @@ def test_node_on_another_host_restarts_at_its_address():
                               r"lp.Restart to groups \['member'\]"),
     ('kubernetes', 'elastic', r"kubernetes cannot add or remove nodes .* groups \['member'\] "
                               r"cannot be elastic"),
-    ('slurm', 'elastic', r"slurm cannot add or remove nodes .* groups \['member'\] "
-                         r"cannot be elastic"),
 ])
 def test_schedulers_refuse_what_they_cannot_do_up_front(launch_type, what, match):
-    """kubernetes cannot restart a node where it ran, and neither it nor slurm can place a node
-    added later: the launch fails naming the groups before anything is asked of a scheduler
-    (none runs here). (slurm restarts: tests/test_slurm.py.)"""
+    """kubernetes cannot restart a node where it ran, nor place a node added later: the
+    launch fails naming the groups before anything is asked of a scheduler (none runs here).
+    (slurm restarts and elastic groups: tests/test_slurm.py, tests/test_slurm_elastic.py.)"""
     program = lp.Program('refused')
     with program.group('member', elastic=what == 'elastic'):
         program.add_node(lp.CourierNode(Member))

@@ -144,7 +144,8 @@ _BUILTIN = {backend.name: backend for backend in [
     Backend('slurm', 'launchpad_py.launchers.slurm.launch:launch_slurm',
             'launchpad_py.launchers.slurm.resources:SlurmResources',
             'launchpad_py.launchers.slurm.resources:SlurmOptions',
-            capabilities=Capabilities(restarts=True, gpus=True, terminal=True)),
+            capabilities=Capabilities(restarts=True, elastic_groups=True, gpus=True,
+                                      terminal=True)),
     # A pod's node cannot be started again, nor a pod placed for a node added later (yet).
     Backend('kubernetes', 'launchpad_py.launchers.kubernetes.launch:launch_kubernetes',
             'launchpad_py.launchers.kubernetes.resources:KubernetesResources',
