@@ -13,6 +13,9 @@ session, which ssh authenticated; secrets only travel here, never in argv)::
     {"kill": ID}                   SIGKILL node ID's process group
     {"ping": 1}                    the launcher lives (sent every second)
     {"timeout": SECONDS}           how long without a word before the launcher counts as gone
+    {"remove_checkpoints": NAME}   the program NAME is over: at exit, remove its private
+                                   checkpoint directory on this host (with "secret": HEX
+                                   where no node's bootstrap brought the program's secret)
 
 Answers go to stdout, one line each: ``o ID text`` (a line of node ID's output),
 ``s ID PID`` (started), ``x ID CODE`` (exited; CODE is negative for a signal).
@@ -35,6 +38,7 @@ import sys
 import time
 
 from launchpad_py.courier import open_files
+from launchpad_py.node_side import checkpoints
 from launchpad_py.node_side.fork_server import preload, remove_socket_files
 
 #: Seconds without a request or ping after which the agent takes the launcher for gone.
@@ -100,8 +104,12 @@ class Agent:
         self._poll.register(0, select.POLLIN)
         self._requests = b''
         self._last_word = time.monotonic()
+        self.secret: bytes | None = None  # The program's, from its nodes' bootstraps.
+        #: The program whose private checkpoints go at exit: its launcher said it is over.
+        self.finished_program: str | None = None
 
     def start(self, node_id: int, boot: dict) -> None:
+        self.secret = bytes.fromhex(boot['secret'])
         boot_read, boot_write = os.pipe()
         output_read, output_write = os.pipe()
         inherited = [fd for n in self.nodes.values()
@@ -184,6 +192,10 @@ class Agent:
                 self.kill(request['kill'])
             elif 'timeout' in request:
                 self.timeout = float(request['timeout'])
+            elif 'remove_checkpoints' in request:
+                self.finished_program = request['remove_checkpoints']
+                if request.get('secret'):
+                    self.secret = bytes.fromhex(request['secret'])
         return True
 
     def serve(self) -> None:
@@ -222,6 +234,8 @@ def main() -> int:
         pass  # Our stdout (the launcher) is gone: the same as stdin ending.
     finally:
         agent.kill_all()
+        if agent.finished_program is not None:  # Not on a lost session: a restart needs them.
+            checkpoints.remove_private_root(agent.finished_program, agent.secret)
     return 0
 
 

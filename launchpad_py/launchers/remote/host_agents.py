@@ -130,13 +130,16 @@ class HostAgent:
             starter.exited(None, f'the agent session on {self.host} ended ({ended})',
                            host_lost=not ours)
 
-    def close(self) -> None:
-        """Ends the session; the agent then kills every node it still runs."""
+    def close(self, program_over: str | None = None) -> None:
+        """Ends the session; the agent then kills every node it still runs. ``program_over``:
+        the program's name, once it is over (its private checkpoints on the host go too)."""
         self._closed.set()
         with self._lock:
             process = self._process
         if process is None:
             return
+        if program_over is not None:
+            self._send({'remove_checkpoints': program_over})
         with self._write_lock:
             try:
                 process.stdin.close()

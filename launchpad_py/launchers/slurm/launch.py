@@ -23,7 +23,7 @@ from launchpad_py import errors
 from launchpad_py.launchers.remote import launch as remote
 from launchpad_py.supervision.controller import ProgramController
 from launchpad_py.launchers.options import LaunchOptions
-from launchpad_py.launchers.slurm import growth, host_steps
+from launchpad_py.launchers.slurm import checkpoint_cleanup, growth, host_steps
 from launchpad_py.launchers.slurm.allocation import Allocation
 from launchpad_py.launchers.slurm.job import (Component, ExistingAllocation, Job, address_towards,
                                               components_of, step_args)
@@ -72,16 +72,20 @@ class SlurmStep(remote.CommandStarter):
     """
 
     def __init__(self, srun_args: list[str], command: list[str], job: Job,
-                 host: str | None = None, counted: tuple[growth.Room, str] | None = None):
+                 host: str | None = None, counted: tuple[growth.Room, str] | None = None,
+                 secret: checkpoint_cleanup.SeenSecret | None = None):
         super().__init__([*srun_args, *([f'--nodelist={host}'] if host else []), *command])
         self._srun_args, self._command, self._job, self._host = srun_args, command, job, host
         self._counted = counted  # The room its group's steps share, and the group.
+        self._secret = secret
 
     def again(self, host: str | None) -> 'SlurmStep':
         return SlurmStep(self._srun_args, self._command, self._job, host or self._host,
-                         self._counted)
+                         self._counted, self._secret)
 
     def start(self, boot: dict, sink) -> None:
+        if self._secret is not None:
+            self._secret.saw(boot)
         if self._counted is not None:
             room, label = self._counted
             room.started(label)
@@ -106,7 +110,7 @@ def _get_job(program: Program, components: list[Component], options: SlurmOption
 
 
 def _step_placer(job: Job, components: list[Component], specs: dict[str, SlurmResources],
-                 launcher_ip: str, room: growth.Room):
+                 launcher_ip: str, room: growth.Room, secret: checkpoint_cleanup.SeenSecret):
     """``place(label, index)``: the placement of one node as a step of its own."""
     het = len(components) > 1
     component_of = {label: index for index, c in enumerate(components) for label in c.groups}
@@ -115,7 +119,7 @@ def _step_placer(job: Job, components: list[Component], specs: dict[str, SlurmRe
         name = f'{label}/{index}'
         step = SlurmStep([*job.srun(component_of[label] if het else None),
                           *step_args(specs[label]), f'--job-name={name}'],
-                         _node_command(specs[label]), job, counted=(room, label))
+                         _node_command(specs[label]), job, counted=(room, label), secret=secret)
         return remote.Placement(step.argv, f'job {job.job_id}', launcher_ip, starter=step,
                                 host_env='SLURMD_NODENAME')
 
@@ -139,7 +143,7 @@ def launch_slurm(program: Program, options: LaunchOptions) -> ProgramController:
         raise errors.ProgramError(f'program {program.name!r} has no nodes to launch')
     per_host = _steps_per_host(program, components, slurm)  # Refused before submitting.
     job = _get_job(program, components, slurm)
-    agents, place_new = [], None
+    agents, place_new, secret = [], None, checkpoint_cleanup.SeenSecret()
     try:
         launcher_ip = slurm.launcher_address or address_towards(job.node_list)
         log_dir = os.path.abspath(os.path.join(slurm.output_dir, f'{program.name}-{job.job_id}'))
@@ -151,7 +155,7 @@ def launch_slurm(program: Program, options: LaunchOptions) -> ProgramController:
                 program, job, specs, launcher_ip, lambda spec: _node_command(spec, _AGENT_MODULE))
         else:
             room = growth.Room(job.job_id, components, slurm.elastic_room)
-            place = _step_placer(job, components, specs, launcher_ip, room)
+            place = _step_placer(job, components, specs, launcher_ip, room, secret)
             placements = {(label, node.index): place(label, node.index)
                           for label, nodes in program.groups.items() for node in nodes}
 
@@ -161,7 +165,11 @@ def launch_slurm(program: Program, options: LaunchOptions) -> ProgramController:
 
         def finish() -> None:
             for agent in agents:
-                agent.close()
+                agent.close(program_over=program.name)
+            if not agents:
+                checkpoint_cleanup.remove_on_hosts(
+                    job, program.name, secret.value,
+                    _node_command(components[0].spec, _AGENT_MODULE))
             job.release()
 
         return remote.launch(program, options, 'slurm', placements, log_dir=log_dir,
