@@ -11,14 +11,22 @@ from launchpad_py import courier
 
 
 class Member:
-    """Says who it is; ``hold`` keeps a call in flight until the node dies."""
+    """Says who it is; ``hold`` keeps a call in flight until the node dies (``holding``
+    counts those that arrived)."""
+
+    def __init__(self):
+        self._holding = 0
 
     def who(self):
         context = lp.get_node_context()
         return {'name': f'{context.label}/{context.index}', 'pid': os.getpid()}
 
     def hold(self):
+        self._holding += 1
         threading.Event().wait()
+
+    def holding(self):
+        return self._holding
 
 
 class Watcher:

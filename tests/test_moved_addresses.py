@@ -67,6 +67,7 @@ def test_a_client_follows_a_restarted_node_to_its_new_port():
         client = handle.dereference()
         pid = client.who()['pid']
         in_flight = client.futures.hold()
+        wait_for(lambda: client.holding() == 1, what='the held call to arrive')
         old, taken = _kill_and_take_its_port(controller, handle, pid)
         with taken:
             with pytest.raises(courier.CourierUnavailableError):
@@ -84,6 +85,7 @@ def test_a_client_in_another_node_follows_it_too():
         client = caller.dereference()
         pid = client.who()
         in_flight = client.futures.hold()
+        wait_for(lambda: member.dereference().holding() == 1, what="the caller's call to arrive")
         old, taken = _kill_and_take_its_port(controller, member, pid)
         with taken:
             assert in_flight.result(timeout=30) == 'unavailable'
@@ -135,6 +137,7 @@ def test_under_ssh_a_restart_whose_port_was_taken_serves_on_another_and_is_found
         client = caller.dereference()
         pid = client.who()
         in_flight = client.futures.hold()
+        wait_for(lambda: member.dereference().holding() == 1, what="the caller's call to arrive")
         old = member.address.resolve()
         os.kill(pid, signal.SIGKILL)
         taker = _take_port_on_host('lp-h2', old)

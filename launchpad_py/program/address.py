@@ -102,6 +102,7 @@ class Directory:
                 self._values.pop(key, None)
                 self._expected.discard(key)
                 self._gone.pop(key, None)
+            self._changed.notify_all()  # A relocation waiting for one of them gives up.
 
     def tracks(self, key: str) -> bool:
         """Whether a launch in this process has this address (known, or waited for)."""

@@ -113,15 +113,29 @@ class AddressBook:
 
     def relocate(self, stale: dict[str, str], answer: Answer) -> None:
         """Where the servers of ``stale`` (key -> the value a call failed at) are now;
-        ``answer`` gets each once known (see ``Directory.relocate``), on a thread of its own."""
-        for key, value in stale.items():
-            threading.Thread(target=self._answer_relocation, args=(key, value, answer),
-                             name='lp-relocate', daemon=True).start()
+        ``answer`` gets each once known (see ``Directory.relocate``).
+
+        A moved server is answered at once and a withdrawn one (its node is down) when it
+        reports again, as ``ask`` does; only a server still shown at the failed value (its
+        end not seen yet) takes a thread, for ``Directory.relocate``'s short grace.
+        """
+        now, gone = {}, {}
+        with self._lock:
+            for key, value in stale.items():
+                current = address.directory.known(key)
+                if key not in self._keys:
+                    gone[key] = self._why_unknown(key)
+                elif current is not None and current != value:
+                    now[key] = current
+                elif current is None and not self._stopped:
+                    self._waiting.setdefault(key, []).append(answer)
+                else:
+                    threading.Thread(target=self._answer_relocation, args=(key, value, answer),
+                                     name='lp-relocate', daemon=True).start()
+        if now or gone:
+            answer(now, gone)
 
     def _answer_relocation(self, key: str, stale: str, answer: Answer) -> None:
-        if key not in self._keys:
-            answer({}, {key: self._why_unknown(key)})
-            return
         try:
             answer({key: address.directory.relocate(key, stale)}, {})
         except errors.NotRunningError as exc:
