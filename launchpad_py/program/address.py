@@ -58,6 +58,7 @@ class Directory:
         self._held: set[str] = set()     # Keys of unresolved addresses unpickled here.
         self._asked: set[str] = set()
         self._relocating: set[str] = set()  # Keys asked again after a failed call (node side).
+        self._down: set[str] = set()  # Keys whose node is down: relocations wait for it.
         self._changed = threading.Condition()
         #: Set in a node process: sends a list of keys to its launcher, which answers
         #: through ``learn``/``give_up``.
@@ -70,6 +71,7 @@ class Directory:
         with self._changed:
             self._values.update(values)
             self._relocating.difference_update(values)
+            self._down.difference_update(values)
             self._changed.notify_all()
 
     def known(self, key: str) -> str | None:
@@ -90,9 +92,10 @@ class Directory:
         """Lookups of ``keys`` still unknown fail with ``why`` (the program stopped)."""
         with self._changed:
             for key in keys:
-                if key not in self._values:
+                if key not in self._values or key in self._down:
                     self._gone[key] = why
                     self._expected.discard(key)
+                    self._down.discard(key)
             self._changed.notify_all()
 
     def forget(self, keys: Iterable[str]) -> None:
@@ -102,6 +105,7 @@ class Directory:
                 self._values.pop(key, None)
                 self._expected.discard(key)
                 self._gone.pop(key, None)
+                self._down.discard(key)
             self._changed.notify_all()  # A relocation waiting for one of them gives up.
 
     def tracks(self, key: str) -> bool:
@@ -110,12 +114,15 @@ class Directory:
             return key in self._values or key in self._expected
 
     def withdraw(self, keys: Iterable[str]) -> None:
-        """The node behind ``keys`` is down (it may come back elsewhere): lookups wait for it."""
+        """The node behind ``keys`` is down (it may come back elsewhere): relocations wait
+        for its next report; lookups still get the last value."""
         with self._changed:
-            for key in keys:
-                self._values.pop(key, None)
-                self._expected.add(key)
+            self._down.update(keys)
             self._changed.notify_all()
+
+    def is_down(self, key: str) -> bool:
+        with self._changed:
+            return key in self._down
 
     def relocate(self, key: str, stale: str, grace: float = 2.0) -> str:
         """Where the server of ``key`` is now, after a call to it at ``stale`` failed.
@@ -123,8 +130,8 @@ class Directory:
         A restarted node may bind another port or host, so a client whose call
         failed asks again. In a node process the launcher answers (once the node
         is back, if it is down). In the launching process the value is the
-        book's: a value other than ``stale`` is returned at once; a withdrawn
-        one (the node is down) is waited for; ``stale`` itself is returned once
+        book's: a value other than ``stale`` is returned at once; one whose node
+        is down (withdrawn) is waited for; ``stale`` itself is returned once
         ``grace`` seconds passed without news (the failure was not the node's
         end: the same server is still there).
         """
@@ -134,14 +141,18 @@ class Directory:
         with self._changed:
             while True:
                 value = self._values.get(key)
-                if key in self._gone and value is None:
-                    raise errors.NotRunningError(f'the server at {stale} is gone: {self._gone[key]}')
-                if value is not None and (value != stale or time.monotonic() >= deadline):
+                if key in self._gone:
+                    raise errors.NotRunningError(
+                        f'the server at {stale} is gone: {self._gone[key]}')
+                down = key in self._down
+                if value is not None and not down and (
+                        value != stale or time.monotonic() >= deadline):
                     return value
                 if value is None and key not in self._expected:
                     raise errors.NotRunningError(f'the server at {stale} is not a node of a '
                                                  'running program')
-                self._changed.wait(max(deadline - time.monotonic(), 0.0) if value else None)
+                self._changed.wait(None if down or value is None
+                                   else max(deadline - time.monotonic(), 0.0))
 
     def _ask_launcher_again(self, key: str, stale: str) -> str:
         with self._changed:

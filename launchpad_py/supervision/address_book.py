@@ -12,8 +12,8 @@ whole table; an address not bound yet is answered when its node reports.
     book.report({key: '127.0.0.1:41237'})           # a node is ready
     book.ask([key], answer)                         # answer(values, gone), maybe later
 
-Addresses may move: a node that ends unfinished is withdrawn (lookups wait)
-until it reports again, and a restart that could not bind its old port (taken
+Addresses may move: a node that ends unfinished is withdrawn (relocations
+wait) until it reports again, and a restart that could not bind its old port (taken
 meanwhile) or runs on another host reports another value. The book then counts
 a new version of that address (``version``), and a client whose call failed
 asks again (``relocate``) and gets the new value.
@@ -48,7 +48,6 @@ class AddressBook:
         self._known_servers = set(servers)  # Looked up per report: a list would be O(N) each.
         self._keys: set[str] = set()
         self._waiting: dict[str, list[Answer]] = {}
-        self._withdrawn: dict[str, str] = {}  # Key -> its value before its node went down.
         self._versions: dict[str, int] = {}   # Only addresses that moved: the rest are 1.
         self._stopped = False
         self._lock = threading.Lock()
@@ -66,7 +65,7 @@ class AddressBook:
     def own(self, executable: Executable) -> dict[str, str]:
         """What a node's addresses were in its earlier run (a restart binds them again)."""
         with self._lock:
-            before = {a.key: self._withdrawn.get(a.key) or a.known() for a in executable.addresses}
+            before = {a.key: a.known() for a in executable.addresses}
         return {key: value for key, value in before.items() if value is not None}
 
     def version(self, key: str) -> int:
@@ -95,20 +94,19 @@ class AddressBook:
 
     def _count_move(self, key: str, value: str) -> None:
         """Call with the lock held, as ``key`` is reported at ``value``."""
-        before = self._withdrawn.pop(key, None) or address.directory.known(key)
+        before = address.directory.known(key)
         if before is not None and before != value:
             self._versions[key] = self._versions.get(key, 1) + 1
             _log.info('address %s moved from %s to %s (version %d)', key, before, value,
                       self._versions[key])
 
     def withdraw(self, values: dict[str, str]) -> None:
-        """The node that reported ``values`` is down: lookups wait until it reports again."""
+        """The node that reported ``values`` is down: relocations wait until it reports again."""
         if not values:
             return
         with self._lock:
             if self._stopped:
                 return
-            self._withdrawn.update(values)
         address.directory.withdraw(values)
 
     def relocate(self, stale: dict[str, str], answer: Answer) -> None:
@@ -122,12 +120,12 @@ class AddressBook:
         now, gone = {}, {}
         with self._lock:
             for key, value in stale.items():
-                current = address.directory.known(key)
+                current, down = address.directory.known(key), address.directory.is_down(key)
                 if key not in self._keys:
                     gone[key] = self._why_unknown(key)
-                elif current is not None and current != value:
+                elif current is not None and current != value and not down:
                     now[key] = current
-                elif current is None and not self._stopped:
+                elif down and not self._stopped:
                     self._waiting.setdefault(key, []).append(answer)
                 else:
                     threading.Thread(target=self._answer_relocation, args=(key, value, answer),
