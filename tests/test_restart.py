@@ -50,6 +50,8 @@ def test_killed_node_comes_back_at_its_address_with_its_restart_counted(caplog):
         address = handle.address.resolve()
         old, new = _kill_and_wait_back(controller, client)
         assert new != old and handle.address.resolve() == address
+        # It may serve a call before the launcher has read its 'ready'.
+        wait_for(lambda: _state(controller).state == lp.NodeState.RUNNING, what='running again')
         status = _state(controller)
         assert (status.state, status.pid, status.restarts) == (lp.NodeState.RUNNING, new, 1)
         assert controller.is_running
