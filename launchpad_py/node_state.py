@@ -35,5 +35,6 @@ class NodeStatus:
     exit_code: int | None
     restarts: int = 0
     host: str = 'localhost'
-    #: Restarts the scheduler caused (evicted, node lost, preempted), not in ``restarts``.
-    rescheduled: int = 0
+    #: The restarts by why: ``'failed'`` (counted against ``max_restarts``), or what the
+    #: platform did (``FailureReport.lost_by``: ``'evicted'``, ``'host_lost'``... not counted).
+    restart_reasons: dict[str, int] = dataclasses.field(default_factory=dict)

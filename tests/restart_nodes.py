@@ -7,22 +7,31 @@ import threading
 import time
 
 import launchpad_py as lp
+from launchpad_py import courier
 
 
 class Member:
-    """Says who it is; ``hold`` keeps a call in flight until the node dies."""
+    """Says who it is; ``hold`` keeps a call in flight until the node dies (``holding``
+    counts those that arrived)."""
+
+    def __init__(self):
+        self._holding = 0
 
     def who(self):
         context = lp.get_node_context()
         return {'name': f'{context.label}/{context.index}', 'pid': os.getpid()}
 
     def hold(self):
+        self._holding += 1
         threading.Event().wait()
 
     def member_tables(self):
         """The groups whose member tables reached this node (it uses no group handle)."""
         from launchpad_py.program import group_handle
         return sorted(group_handle._table)
+
+    def holding(self):
+        return self._holding
 
 
 class Watcher:
@@ -64,3 +73,24 @@ def always_crash(path: str):
 def ignore_stop():
     """Never looks at the stop request."""
     threading.Event().wait()
+
+
+class Caller:
+    """Calls a ``Member`` from inside a node: what a client in another node sees."""
+
+    def __init__(self, member):
+        self._member = member
+
+    def who(self):
+        """The member's pid, or 'unavailable' when the call failed so."""
+        try:
+            return self._member.who()['pid']
+        except courier.CourierUnavailableError:
+            return 'unavailable'
+
+    def hold(self):
+        """A call to the member kept in flight until the member dies."""
+        try:
+            return self._member.hold()
+        except courier.CourierUnavailableError:
+            return 'unavailable'

@@ -12,7 +12,7 @@ import pytest
 
 import launchpad_py as lp
 from checkpoint_nodes import Tally
-from conftest import launch, needs_ssh_hosts, read_on_host, wait_for
+from conftest import SLURM_LOGS, launch, needs_slurm, needs_ssh_hosts, read_on_host, wait_for
 
 
 def _program(name='tallies'):
@@ -135,3 +135,26 @@ def test_actor_learner_learner_resumes_after_sigkill_with_its_step_and_return(
         assert progress['step'] >= saved['step']
         assert progress['env_steps'] >= saved['env_steps'] > 0
         assert progress['train_return'] is not None
+
+
+@pytest.mark.parametrize('launch_type, options', [
+    pytest.param('ssh', {}, marks=needs_ssh_hosts, id='ssh'),
+    pytest.param('slurm', {'steps': 'node'}, marks=needs_slurm, id='slurm-step-per-node'),
+    pytest.param('slurm', {'steps': 'host'}, marks=needs_slurm, id='slurm-step-per-host'),
+])
+def test_remote_launch_removes_its_private_checkpoint_directory_at_the_end(
+        launch_type, options, monkeypatch):
+    """Without the variable, the launch's private directory on a remote host goes when the
+    program ends (ssh: the host's agent removes it; slurm: the host's agent step, or one last
+    step per host), and it was there, with the node's save, while the program ran."""
+    monkeypatch.delenv('LAUNCHPAD_PY_CHECKPOINT_DIR', raising=False)
+    program, handle = _program(f'remote_private_{launch_type}_{options.get("steps", "")}')
+    kwargs = {'slurm_options': {**options, 'output_dir': SLURM_LOGS}} if options else {}
+    with launch(program, launch_type, **kwargs):
+        client = handle.dereference()
+        client.add(2)
+        node_dir = client.where()['dir']
+        assert _saved(node_dir)['count'] == 2
+    private_root = os.path.dirname(os.path.dirname(node_dir))
+    assert os.path.basename(private_root).startswith(program.name + '-')
+    assert not os.path.exists(private_root), os.listdir(private_root)

@@ -172,6 +172,8 @@ def test_prometheus_has_group_series_for_groups_too_big_for_per_node_series():
     assert f'lp_group_calls_total{{program="big",group="actor",method="step"}} {2 * size}' in text
     assert 'node="actor/' not in text
     assert 'lp_node_calls_total{program="big",node="learner/0",method="step"} 5' in text
-    nodes[0].rescheduled = 2  # Pods the cluster evicted and the launcher started again.
-    assert ('lp_group_rescheduled_total{program="big",group="actor"} 2'
-            in prometheus.exposition('big', nodes))
+    nodes[0].restart_reasons = {'evicted': 2}  # Pods the cluster evicted, started again.
+    nodes[1].restart_reasons = {'evicted': 1, 'failed': 1}
+    text = prometheus.exposition('big', nodes)
+    assert 'lp_group_restarts_by_reason_total{program="big",group="actor",reason="evicted"} 3' in text
+    assert 'lp_group_restarts_by_reason_total{program="big",group="actor",reason="failed"} 1' in text

@@ -37,10 +37,12 @@ def _moving_program(name):
     return program, movable, caller
 
 
-def _back(controller, restarts=1, rescheduled=0):
+def _back(controller, reasons=None):
+    reasons = reasons or {'failed': 1}
     wait_for(lambda: (_status(controller).state, _status(controller).restarts,
-                      _status(controller).rescheduled)
-             == (lp.NodeState.RUNNING, restarts, rescheduled), timeout=60, what='the new pod')
+                      _status(controller).restart_reasons)
+             == (lp.NodeState.RUNNING, sum(reasons.values()), reasons), timeout=60,
+             what='the new pod')
 
 
 @needs_ssh_hosts
@@ -72,20 +74,20 @@ def test_crashed_pod_comes_back_as_a_new_pod_and_its_clients_follow(kubernetes_c
 @needs_ssh_hosts
 def test_evicted_pod_restarts_without_counting_against_max_restarts(kubernetes_cluster):
     """An evicted pod is not its node's fault: it comes back even under max_restarts=0, counted
-    as rescheduled (statuses, statistics, Prometheus) with the cluster's reason."""
+    under its reason, evicted (statuses, statistics, Prometheus)."""
     from launchpad_py.observability import prometheus
     program, movable, caller = _moving_program('evicted')
     with _launch(program, {'movable': lp.Restart(max_restarts=0, backoff=(0.05, 0.1))}
                  ) as controller:
         pod = _status(controller).host
         kubernetes_cluster.kubelet.evict('default', pod)
-        _back(controller, restarts=0, rescheduled=1)
+        _back(controller, {'evicted': 1})
         assert caller.dereference().peer_who()['who']['name'] == 'movable/0'
         stats = next(s for s in controller.statistics() if s.label == 'movable')
-        assert stats.rescheduled == 1 and 'Evicted: The node was low' in stats.rescheduled_why
-        assert f'pod {pod} was ended by the cluster' in stats.rescheduled_why
+        assert stats.restart_reasons == {'evicted': 1}
         text = prometheus.exposition('evicted', controller.statistics())
-        assert 'lp_node_rescheduled_total{program="evicted",node="movable/0"} 1' in text
+        assert ('lp_node_restarts_by_reason_total{program="evicted",node="movable/0",'
+                'reason="evicted"} 1') in text
 
 
 @needs_ssh_hosts
@@ -127,13 +129,14 @@ def test_elastic_group_grows_and_shrinks_by_pods(kubernetes_cluster):
 @needs_ssh_hosts
 def test_pod_deleted_by_the_cluster_comes_back_under_restart(kubernetes_cluster):
     """A pod the cluster deletes (preemption, a drained node: kubectl delete pod) is started
-    again as a new pod under lp.Restart, counted as rescheduled, and the program goes on."""
+    again as a new pod under lp.Restart, not counted (reason: deleted), and the program goes
+    on."""
     program, movable, caller = _moving_program('preempted')
     with _launch(program, {'movable': lp.Restart(max_restarts=0, backoff=(0.05, 0.1))}
                  ) as controller:
         pod = _status(controller).host
         kubernetes_cluster.store.delete('pods', 'default', pod)
-        _back(controller, restarts=0, rescheduled=1)
+        _back(controller, {'deleted': 1})
         assert _status(controller).host == f'{pod}-r1'
         assert caller.dereference().peer_who()['who']['name'] == 'movable/0'
         assert controller.is_running
@@ -165,3 +168,16 @@ def test_what_the_cluster_did_is_read_from_the_pod_status(status, reason):
     """Eviction, preemption and a lost node are told apart from a container's own failure."""
     from launchpad_py.launchers.kubernetes.pods import _taken_reason
     assert _taken_reason({'status': status}) == reason
+
+
+@pytest.mark.parametrize('taken, lost_by', [
+    ('Evicted: low on memory', 'evicted'),
+    ('TerminationByKubelet: node pressure', 'node_lost'),
+    ('PreemptionByScheduler', 'preempted'),
+    ('NodeLost', 'node_lost'),
+    ('DeletionByTaintManager: the node is unreachable', 'node_lost'),
+])
+def test_what_the_cluster_did_becomes_one_restart_reason(taken, lost_by):
+    """The cluster's words become the one short reason statuses and Prometheus show."""
+    from launchpad_py.launchers.kubernetes.pods import lost_reason
+    assert lost_reason(taken) == lost_by

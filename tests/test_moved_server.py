@@ -1,7 +1,7 @@
-"""A courier client that follows a server to a new address (``Client(locate=...)``).
+"""A courier client that follows a server to a new address (``Client(relocate=...)``).
 
 Kubernetes restarts a node as a new pod at a new address; a handle to it makes clients with
-``locate``, and the launcher declares the old address gone (``fail_fast_on_unavailable``) in
+``relocate``, and the launcher declares the old address gone (``fail_fast_on_unavailable``) in
 every process. These tests do the same with two real servers on loopback: the first stops,
 the second serves elsewhere.
 """
@@ -24,13 +24,13 @@ class Where:
 @pytest.mark.parametrize('transport', ['auto', 'tcp', 'grpc'])
 def test_client_loses_one_call_then_follows_the_server_to_its_new_address(transport):
     """The call that finds nobody at the old address fails with CourierUnavailableError
-    (it does not wait there); the next asks ``locate`` (given the old address) and succeeds."""
+    (it does not wait there); the next asks ``relocate`` (given the old address) and succeeds."""
     asked = []
     with courier.Server(Where('first')) as first:
         old = first.address
         with courier.Server(Where('second')) as second:
             client = courier.Client(old, transport=transport, timeout=30,
-                                    locate=lambda stale: asked.append(stale) or second.address)
+                                    relocate=lambda stale: asked.append(stale) or second.address)
             assert client.name() == 'first' and asked == []
             first.stop()
             gone = courier.fail_fast_on_unavailable([old])
@@ -45,9 +45,9 @@ def test_client_loses_one_call_then_follows_the_server_to_its_new_address(transp
 
 
 def test_futures_lose_one_call_then_follow_too():
-    """A future that failed unavailable makes the next call ask ``locate`` as well."""
+    """A future that failed unavailable makes the next call ask ``relocate`` as well."""
     with courier.Server(Where('first')) as first, courier.Server(Where('second')) as second:
-        client = courier.Client(first.address, timeout=30, locate=lambda stale: second.address)
+        client = courier.Client(first.address, timeout=30, relocate=lambda stale: second.address)
         assert client.futures.name().result(timeout=30) == 'first'
         first.stop()
         gone = courier.fail_fast_on_unavailable([first.address])

@@ -110,6 +110,14 @@ def _size(n) -> str:
     return str(n)
 
 
+def _restarts(node: dict) -> str:
+    """``'3'``, or ``'3 (host_lost 1)'`` when the platform caused some (not counted)."""
+    lost = {why: n for why, n in node.get('restart_reasons', {}).items() if why != 'failed'}
+    if not lost:
+        return str(node['restarts'])
+    return f"{node['restarts']} ({', '.join(f'{why} {n}' for why, n in sorted(lost.items()))})"
+
+
 def _num(value, spec: str) -> str:
     return '-' if value is None else format(value, spec)
 
@@ -128,7 +136,7 @@ def format_table(report: dict) -> str:
     extra: dict[int, list[str]] = {}
     for node in report['nodes']:
         rows.append((node['name'], node['state'], node['host'], _num(node['pid'], 'd'),
-                     f"{node['uptime_s']:.0f}s", str(node['restarts']), _num(node['calls'], 'd'),
+                     f"{node['uptime_s']:.0f}s", _restarts(node), _num(node['calls'], 'd'),
                      _num(node['calls_per_s'], '.1f'), _num(node['in_flight'], 'd'),
                      _size(node['bytes_in']), _size(node['bytes_out']), _size(node['rss_bytes']),
                      _num(node['cpu_percent'], '.0f')))

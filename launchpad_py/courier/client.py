@@ -20,11 +20,10 @@ passes the node's ``label/index``) it refuses any other server before
 sending it anything. A pickled client carries no secret: it uses the
 receiving process's.
 
-A server may come back at another address (a restarted pod). Its old
-address is then declared gone (``fail_fast_on_unavailable``), so calls
-waiting there fail with ``CourierUnavailableError``; given ``locate`` (a
-handle to such a node passes one), the next call first asks ``locate``
-where the server is now (which may wait until it is back), then goes there.
+A server may come back elsewhere (a restarted node on another port or host):
+``relocate`` (given the failed address, returns the current one) is asked
+before the call that follows a ``CourierUnavailableError``, so the caller sees
+that one failed call and the next goes to the new address.
 """
 
 from __future__ import annotations
@@ -34,8 +33,7 @@ import datetime
 import functools
 from typing import Any, Callable
 
-from launchpad_py.courier import auth, frames, serialization
-from launchpad_py.courier.errors import CourierUnavailableError
+from launchpad_py.courier import auth, errors, frames, serialization
 from launchpad_py.courier.transports import grpc_chunks, grpc_client, interface, registry
 from launchpad_py.courier.transports.sockets import socket_channel
 from launchpad_py.courier.transports.tls import TlsCredentials
@@ -72,7 +70,8 @@ class Client:
     as numpy arrays). ``secret``: the bytes to prove to the server (default:
     registered for the address, else the process's); ``tls``: the server's
     ``TlsCredentials``, to encrypt TCP and gRPC; ``server_identity``: the name
-    the server must prove (its ``identity``), None for any.
+    the server must prove (its ``identity``), None for any; ``relocate``:
+    where the server went after a call to it failed unavailable (see above).
     """
 
     def __init__(self, server_address: str, compress: bool = False,
@@ -81,7 +80,7 @@ class Client:
                  max_message_bytes: int = grpc_chunks.MAX_MESSAGE_BYTES,
                  secret: bytes | None = None, tls: TlsCredentials | None = None,
                  server_identity: str | None = None,
-                 locate: Callable[[str], str] | None = None):
+                 relocate: Callable[[str], str] | None = None):
         del compress
         address = server_address
         if call_timeout is not None and timeout is not None:
@@ -97,41 +96,58 @@ class Client:
         self._transport = transport
         self._device_arrays = device_arrays
         self._max_message_bytes = max_message_bytes
-        self._given_secret, self._tls = secret, tls
+        self._explicit_secret, self._tls = secret, tls
         self._expected = server_identity
         if server_identity is not None:
             auth.check_name(server_identity, 'server_identity')
-        self._locate = locate
-        self._lost = False  # A call failed unavailable: ask ``locate`` before the next.
+        self._relocate = relocate
+        self._stale = False  # A call failed unavailable: ask ``relocate`` before the next.
         self._last_future: concurrent.futures.Future | None = None
         self._connect(address)
         self._decode = functools.partial(decode_reply, device_arrays=device_arrays)
         self._futures = _FutureMethods(self)
 
     def _connect(self, address: str) -> None:
+        """Dials ``address`` (the secret registered for it: a moved server's own)."""
         self._address = address
-        self._secret = auth.secret_for(address, self._given_secret)
+        self._secret = auth.secret_for(address, self._explicit_secret)
         self._dial = interface.Dial(address, self._secret, self._timeout, self._wait_for_ready,
                                     self._tls, self._expected, self._max_message_bytes)
         # The fastest path that reaches the server (None: gRPC only).
         self._local = registry.dial(self._transport, self._dial)
         self._grpc_caller: grpc_client.GrpcCaller | None = None
 
-    def _follow(self) -> None:
-        """After a lost call: follows the server if ``locate`` says it moved."""
-        last = self._last_future  # Its callback may not have run yet when its caller woke.
-        if last is not None and last.done() and not last.cancelled():
-            self._note_loss(last)
-        if not self._lost:
-            return
-        self._lost, self._last_future = False, None
-        address = self._locate(self._address)
-        if address != self._address:
-            self._connect(address)
+    def _move(self) -> None:
+        """After a failed call: dials where ``relocate`` says the server is now."""
+        old = self._address
+        try:
+            new = self._relocate(old)
+        except Exception as exc:  # The program's own error (e.g. it stopped), as a courier one.
+            raise errors.CourierUnavailableError(
+                f'the server that was at {old} cannot be found again: {exc}') from exc
+        self._stale = False
+        if new != old:
+            host, _, port = old.rpartition(':')
+            registry.forget(host, int(port))  # Its cached channels lead nowhere now.
+            self._connect(new)
 
-    def _note_loss(self, future: concurrent.futures.Future) -> None:
-        if isinstance(future.exception(), CourierUnavailableError):
-            self._lost = True
+    def _check_stale(self) -> None:
+        """Moves first if the last call failed unavailable; a future's failure counts
+        even when its callback has not run yet (its caller may wake first)."""
+        last = self._last_future
+        if last is not None and last.done():
+            self._last_future = None
+            self._note_failure(last)
+        if self._stale:
+            self._move()
+
+    def _note_failure(self, future: concurrent.futures.Future) -> None:
+        if getattr(future, '_lp_noted', False):  # Seen already (by its callback or a call).
+            return
+        future._lp_noted = True  # type: ignore[attr-defined]
+        if not future.cancelled() and isinstance(future.exception(),
+                                                 errors.CourierUnavailableError):
+            self._stale = True
 
     @property
     def _grpc(self) -> grpc_client.GrpcCaller:
@@ -150,31 +166,29 @@ class Client:
         return self._futures
 
     def call(self, method: str, *args, **kwargs) -> Any:
-        if self._locate is None:
-            return self._call((method, args, kwargs))
-        self._follow()
+        if self._relocate is not None:
+            self._check_stale()
+        request = (method, args, kwargs)
         try:
-            return self._call((method, args, kwargs))
-        except CourierUnavailableError:
-            self._lost = True
+            if self._local is not None:
+                value = self._local.call(request, self._timeout, self._decode)
+                if value is not socket_channel.NO_SOCKET:
+                    return value
+            return self._grpc.call(request, self._decode)
+        except errors.CourierUnavailableError:
+            self._stale = self._relocate is not None
             raise
 
-    def _call(self, request: tuple) -> Any:
-        if self._local is not None:
-            value = self._local.call(request, self._timeout, self._decode)
-            if value is not socket_channel.NO_SOCKET:
-                return value
-        return self._grpc.call(request, self._decode)
-
     def call_future(self, method: str, *args, **kwargs) -> concurrent.futures.Future:
-        if self._locate is None:
-            return self._call_future((method, args, kwargs))
-        self._follow()
-        future = self._last_future = self._call_future((method, args, kwargs))
-        future.add_done_callback(self._note_loss)
+        if self._relocate is not None:
+            self._check_stale()
+        future = self._start_future((method, args, kwargs))
+        if self._relocate is not None:
+            self._last_future = future
+            future.add_done_callback(self._note_failure)
         return future
 
-    def _call_future(self, request: tuple) -> concurrent.futures.Future:
+    def _start_future(self, request: tuple) -> concurrent.futures.Future:
         if self._local is not None:
             future = self._local.call_future(request, self._timeout, self._decode)
             if future is not socket_channel.NO_SOCKET:
@@ -198,7 +212,7 @@ class Client:
     def __reduce__(self):
         return (_rebuild_client, (self._address, self._timeout, self._wait_for_ready,
                                   self._transport, self._device_arrays, self._max_message_bytes,
-                                  self._expected))
+                                  self._expected, self._relocate))
 
     def __repr__(self) -> str:
         return f'courier.Client({self._address!r})'
@@ -206,10 +220,10 @@ class Client:
 
 def _rebuild_client(address, timeout, wait_for_ready, transport='auto', device_arrays=False,
                     max_message_bytes=grpc_chunks.MAX_MESSAGE_BYTES,
-                    server_identity=None) -> Client:
+                    server_identity=None, relocate=None) -> Client:
     return Client(address, timeout=timeout, wait_for_ready=wait_for_ready, transport=transport,
                   device_arrays=device_arrays, max_message_bytes=max_message_bytes,
-                  server_identity=server_identity)
+                  server_identity=server_identity, relocate=relocate)
 
 
 class _Method:

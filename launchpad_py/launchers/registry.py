@@ -140,11 +140,12 @@ _BUILTIN = {backend.name: backend for backend in [
             'launchpad_py.launchers.ssh.host:SshHost',
             capabilities=Capabilities(restarts=True, elastic_groups=True, gpus=True,
                                       terminal=True)),
-    # A node added later would need room the job was not given when it was granted.
+    # A node added later runs in the room the job holds for it (slurm_options elastic_room).
     Backend('slurm', 'launchpad_py.launchers.slurm.launch:launch_slurm',
             'launchpad_py.launchers.slurm.resources:SlurmResources',
             'launchpad_py.launchers.slurm.resources:SlurmOptions',
-            capabilities=Capabilities(restarts=True, gpus=True, terminal=True)),
+            capabilities=Capabilities(restarts=True, elastic_groups=True, gpus=True,
+                                      terminal=True)),
     # A restart is a new pod at a new address, which its clients look up again.
     Backend('kubernetes', 'launchpad_py.launchers.kubernetes.launch:launch_kubernetes',
             'launchpad_py.launchers.kubernetes.resources:KubernetesResources',

@@ -17,6 +17,9 @@ session, which ssh authenticated; secrets only travel here, never in argv)::
                                    here, now in use) or ``c 0 need``
     {"pack": SHA256, "data": B64}  the pack itself (after ``need``): ``c 0 ready`` once
                                    checked, unpacked and in use, or ``c 0 error WHY``
+    {"remove_checkpoints": NAME}   the program NAME is over: at exit, remove its private
+                                   checkpoint directory on this host (with "secret": HEX
+                                   where no node's bootstrap brought the program's secret)
 
 Answers go to stdout, one line each: ``o ID text`` (a line of node ID's output),
 ``s ID PID`` (started), ``x ID CODE`` (exited; CODE is negative for a signal).
@@ -42,7 +45,7 @@ import sys
 import time
 
 from launchpad_py.courier import open_files
-from launchpad_py.node_side import code_cache
+from launchpad_py.node_side import checkpoints, code_cache
 from launchpad_py.node_side.fork_server import preload, remove_socket_files
 
 #: Seconds without a request or ping after which the agent takes the launcher for gone.
@@ -108,8 +111,12 @@ class Agent:
         self._poll.register(0, select.POLLIN)
         self._requests: list[bytes] = []  # Chunks of an unfinished line (a pack is long).
         self._last_word = time.monotonic()
+        self.secret: bytes | None = None  # The program's, from its nodes' bootstraps.
+        #: The program whose private checkpoints go at exit: its launcher said it is over.
+        self.finished_program: str | None = None
 
     def start(self, node_id: int, boot: dict) -> None:
+        self.secret = bytes.fromhex(boot['secret'])
         boot_read, boot_write = os.pipe()
         output_read, output_write = os.pipe()
         inherited = [fd for n in self.nodes.values()
@@ -203,6 +210,10 @@ class Agent:
                 _write(b'c 0 have\n' if path else b'c 0 need\n')
             elif 'pack' in request:
                 self._install(request['pack'], request['data'])
+            elif 'remove_checkpoints' in request:
+                self.finished_program = request['remove_checkpoints']
+                if request.get('secret'):
+                    self.secret = bytes.fromhex(request['secret'])
         return True
 
     @staticmethod
@@ -251,6 +262,8 @@ def main() -> int:
         pass  # Our stdout (the launcher) is gone: the same as stdin ending.
     finally:
         agent.kill_all()
+        if agent.finished_program is not None:  # Not on a lost session: a restart needs them.
+            checkpoints.remove_private_root(agent.finished_program, agent.secret)
     return 0
 
 

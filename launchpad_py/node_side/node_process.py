@@ -6,7 +6,8 @@ Shared by the launchers' worker processes and the children of a
 
     process → parent: ('ready', {key: 'host:port'}), ('stop_program',), ('failed', summary,
                       traceback, exception_bytes), ('finished',), ('metrics', request_id,
-                      counters), ('resolve', [key, ...]), ('watch', token)
+                      counters), ('resolve', [key, ...]), ('watch', token),
+                      ('relocate', {key: stale value})
     parent → process: ('stop',), ('metrics', request_id), ('members', table),
                       ('addresses', {key: 'host:port'}, {key: why unknown}),
                       ('moved', ['host:port', ...])
@@ -17,9 +18,11 @@ port 0 unless fixed); 'resolve' asks for the addresses of other nodes that the
 node's handles reference and it does not know, which 'addresses' answers as
 they become known (see ``program.address``); 'watch' asks for a group handle's
 member tables, which 'members' then brings on every change (``program.group_handle``).
-'moved' names addresses a peer left for good (a restarted pod comes back
-elsewhere): calls waiting there fail, and their clients ask again ('resolve')
-where it is now.
+'relocate' asks again for an address whose server a call failed to reach (the
+node may have come back elsewhere), which 'addresses' answers once it is known.
+'moved' names addresses a peer left for good (a restarted pod comes back at a
+new IP, where the old one may not even refuse connections): calls waiting there
+fail at once, and their clients then ask again ('relocate').
 
 The end of the channel means the parent died; the process then ends too, so
 no node outlives whoever started it.
@@ -101,6 +104,8 @@ def run(channel: Channel, program_name: str, bind_host: str,
     if ask_parent:
         address.directory.ask = lambda keys: channel.send('resolve', keys)
     group_handle.ask = lambda token: channel.send('watch', token)
+    # Even where every address was fixed before the start: a restarted peer may move.
+    address.directory.ask_again = lambda stale: channel.send('relocate', stale)
     scope = runtime.ProgramScope(program_name, lambda: channel.send('stop_program'))
     scope.secret = secret
     runtime.activate(scope)

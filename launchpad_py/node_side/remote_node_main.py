@@ -3,7 +3,8 @@
 
 Whatever started it gives it one JSON object: the launcher's control address
 and key, the program secret, its worker id, how many addresses it must
-bind (or, for a restarted node, which ones), and which environment variable
+bind (for a restarted node, also the ones it had: it takes them again where still
+free, else others its clients follow), and which environment variable
 names its host (``host_env``: a scheduler placed it; the name goes in its
 hello). ssh and srun write it as one line on stdin; a pod, which has no stdin
 from the launcher, reads it from the file that ``LAUNCHPAD_PY_BOOTSTRAP``
@@ -97,11 +98,13 @@ def _free_range() -> range:
     return range(10000, low) if low > 11000 else range(0)
 
 
-def _hold_ports(host: str, count: int) -> list[socket.socket]:
+def _hold_ports(host: str, count: int, before: list[str] | None = None) -> list[socket.socket]:
     """``count`` sockets bound to free ports of ``host``, held until the node's servers bind them.
 
     While held, no other node on the host can pick the same port; outside the
     ephemeral range, nothing but an explicit bind takes it in the moment between.
+    ``before``: a restarted node's addresses, whose ports it takes again where still free
+    (a port taken meanwhile is replaced by another: the node's clients follow it).
     """
     chosen: list[socket.socket] = []
     candidates = _free_range()
@@ -109,6 +112,8 @@ def _hold_ports(host: str, count: int) -> list[socket.socket]:
         while len(chosen) < count:
             sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
             chosen.append(sock)
+            if before and _bind_again(sock, host, before[len(chosen) - 1]):
+                continue
             for _ in range(50 if candidates else 0):
                 try:
                     sock.bind((host, random.choice(candidates)))
@@ -124,6 +129,16 @@ def _hold_ports(host: str, count: int) -> list[socket.socket]:
         raise
 
 
+def _bind_again(sock: socket.socket, host: str, value: str) -> bool:
+    """Binds ``sock`` to the port of ``value`` (a restart's old address) if still free."""
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # As its server will.
+    try:
+        sock.bind((host, int(value.rpartition(':')[2])))
+        return True
+    except OSError:
+        return False
+
+
 def main() -> int:
     boot_path = os.environ.get(BOOTSTRAP_ENV)
     boot = _read_bootstrap_file(boot_path) if boot_path else _read_bootstrap()
@@ -136,10 +151,10 @@ def main() -> int:
     channel = HeartbeatChannel(connection, boot['heartbeat_timeout'])
     bind_host = _local_ip(connection)
     host_env = boot.get('host_env')
-    # A restarted node serves where it did before, so its clients find it again.
-    ports = [] if boot.get('bind') else _hold_ports(bind_host, boot['addresses'])
+    # A restarted node serves where it did before if it can, so its clients find it at once.
+    ports = _hold_ports(bind_host, boot['addresses'], boot.get('bind'))
     channel.send('hello', boot['worker_id'], os.getpid(), os.getpgrp(),
-                 boot.get('bind') or [f'{bind_host}:{sock.getsockname()[1]}' for sock in ports],
+                 [f'{bind_host}:{sock.getsockname()[1]}' for sock in ports],
                  (os.environ.get(host_env) or socket.gethostname()) if host_env else None)
     try:
         message = channel.recv()

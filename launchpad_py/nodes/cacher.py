@@ -163,7 +163,7 @@ class CacherHandle(Handle[courier.Client]):
             choice = random.randrange(len(self._addresses))
         address = self._addresses[choice]
         return courier.Client(address.resolve(), server_identity=address.identity,
-                              locate=address.relocate if address.movable else None,
+                              relocate=address.relocate,
                               **self._client_kwargs)  # type: ignore[return-value]
 
 

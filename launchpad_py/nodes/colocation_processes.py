@@ -174,6 +174,9 @@ class _Supervisor:
                                  name='lp-colocation-addresses').start()
             elif message[0] == 'watch':
                 self._watch(channel, message[1])
+            elif message[0] == 'relocate':
+                threading.Thread(target=_answer_relocation, args=(channel, message[1]),
+                                 daemon=True, name='lp-colocation-addresses').start()
             elif message[0] == 'stop_program':
                 self._scope.request_program_stop()
             elif message[0] == 'failed':
@@ -251,6 +254,17 @@ def _answer(channel: Channel, keys: list[str]) -> None:
     for key in keys:
         try:
             values[key] = address.directory.lookup_key(key, 'a colocated node')
+        except errors.NotRunningError as exc:
+            gone[key] = str(exc)
+    channel.send('addresses', values, gone)
+
+
+def _answer_relocation(channel: Channel, stale: dict[str, str]) -> None:
+    """Tells a child where servers it failed to reach are now (asking our launcher)."""
+    values, gone = {}, {}
+    for key, value in stale.items():
+        try:
+            values[key] = address.directory.relocate(key, value)
         except errors.NotRunningError as exc:
             gone[key] = str(exc)
     channel.send('addresses', values, gone)

@@ -39,7 +39,7 @@ class CourierHandle(Handle[T], Generic[T]):
 
     def dereference(self) -> T:
         return courier.Client(self._address.resolve(), server_identity=self._address.identity,
-                              locate=self._address.relocate if self._address.movable else None,
+                              relocate=self._address.relocate,
                               **self._client_kwargs)  # type: ignore[return-value]
 
     def __repr__(self) -> str:
@@ -124,10 +124,21 @@ def start_server(obj: Any, address: Address, context: ExecutionContext,
     by its address in the launching process's registry (``local_mt``).
     """
     kwargs = {'secret': runtime.current_scope().secret, **server_kwargs}
-    server = courier.Server(obj, address.port_to_bind(), host=context.bind_host,
-                            label=f'{context.label}/{context.index}',
-                            thread_initializer=runtime.inherit_binding(),
-                            identity=address.identity, **kwargs).start()
+
+    def serve(port: int) -> courier.Server:
+        return courier.Server(obj, port, host=context.bind_host,
+                              label=f'{context.label}/{context.index}',
+                              thread_initializer=runtime.inherit_binding(),
+                              identity=address.identity, **kwargs).start()
+
+    port = address.port_to_bind()
+    try:
+        server = serve(port)
+    except courier.CourierError:
+        if not port or address.is_assigned:
+            raise
+        # A restart's old port, taken meanwhile: serve elsewhere, clients find it again.
+        server = serve(0)
     address.bound(server.address)
     return server
 

@@ -192,6 +192,12 @@ function setState(el, state) {
     ? el.setAttribute('class', 'gnode state-' + state)
     : (el.className = 'state state-' + state, el.textContent = state);
 }
+function restarts(node) {  // '3', or '3 (evicted 1)': the platform's, not counted
+  const lost = Object.entries(node.restart_reasons || {}).filter(([why]) => why !== 'failed');
+  return lost.length ? node.restarts + ' (' + lost.map(([why, n]) => why + ' ' + n).join(', ') + ')'
+                     : node.restarts;
+}
+
 function show(node) {
   const card = document.querySelector('.card[data-node="' + node.name + '"]');
   const box = document.querySelector('#graph g[data-node="' + node.name + '"]');
@@ -202,10 +208,10 @@ function show(node) {
   rows(card.querySelector('.stats'), [
     ['host', node.host + (node.pid ? ' · pid ' + node.pid : ''), 'uptime', fmt.num(node.uptime_s, 0) + ' s'],
     ['calls', node.calls == null ? '-' : node.calls, 'calls/s', fmt.num(node.calls_per_s, 1)],
-    ['in flight', node.in_flight == null ? '-' : node.in_flight, 'restarts', node.restarts],
+    ['in flight', node.in_flight == null ? '-' : node.in_flight, 'restarts', restarts(node)],
     ['bytes in', fmt.bytes(node.bytes_in), 'bytes out', fmt.bytes(node.bytes_out)],
     ['RSS', fmt.bytes(node.rss_bytes), 'CPU', fmt.num(node.cpu_percent, 0) + ' %'],
-  ].concat(node.rescheduled ? [['rescheduled', node.rescheduled, 'why', node.rescheduled_why]] : []));
+  ]);
   rows(card.querySelector('.methods'), node.methods.length ? [['method', 'calls', 'errors', 'mean', 'p99']]
     .concat(node.methods.map(m => [m.name, m.calls, m.errors, fmt.ms(m.mean_s), fmt.ms(m.p99_s)])) : []);
   card.querySelectorAll('.spark').forEach(svg => spark(svg, node.history, svg.dataset.series));

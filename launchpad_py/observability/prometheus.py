@@ -24,8 +24,6 @@ _NODE_METRICS = (
     # name, type, help, attribute
     ('lp_node_uptime_seconds', 'gauge', 'Seconds since the node started.', 'uptime_s'),
     ('lp_node_restarts_total', 'counter', 'Times the node was restarted.', 'restarts'),
-    ('lp_node_rescheduled_total', 'counter', 'Times the scheduler ended the node (evicted, node '
-     'lost, preempted) and it was started again, not counted in restarts.', 'rescheduled'),
     ('lp_node_calls_in_flight', 'gauge', 'Calls being served now.', 'in_flight'),
     ('lp_node_received_bytes_total', 'counter', 'Request bytes received.', 'bytes_in'),
     ('lp_node_sent_bytes_total', 'counter', 'Reply bytes sent.', 'bytes_out'),
@@ -43,11 +41,13 @@ def _labels(**labels: str) -> str:
     return '{' + ','.join(f'{k}="{_escape(str(v))}"' for k, v in labels.items()) + '}'
 
 
+_BY_REASON_HELP = ('Restarts by why: failed (counted against max_restarts), or what the platform '
+                   'did (evicted, deleted, preempted, node_lost, host_lost, node_failure: not '
+                   'counted).')
+
 _GROUP_SUMS = (
     # name, type, help, attribute summed over the group's nodes
     ('lp_group_restarts_total', 'counter', "Restarts of the group's nodes.", 'restarts'),
-    ('lp_group_rescheduled_total', 'counter', "Restarts of the group's nodes that the scheduler "
-     'caused (not in restarts).', 'rescheduled'),
     ('lp_group_calls_in_flight', 'gauge', "Calls the group's nodes serve now.", 'in_flight'),
     ('lp_group_resident_memory_bytes', 'gauge', "Resident memory of the group's nodes.",
      'rss_bytes'),
@@ -67,8 +67,11 @@ def _per_group(program: str, nodes: list[NodeStatistics]) -> list[str]:
     counts: dict[tuple[str, str], int] = {}
     sums: dict[tuple[str, str], float] = {}
     calls: dict[tuple[str, str], list[int]] = {}
+    reasons: dict[tuple[str, str], int] = {}
     for node in nodes:
         counts[node.label, node.state.value] = counts.get((node.label, node.state.value), 0) + 1
+        for reason, n in node.restart_reasons.items():
+            reasons[node.label, reason] = reasons.get((node.label, reason), 0) + n
         for _, _, _, attribute in _GROUP_SUMS:
             sums[node.label, attribute] = sums.get((node.label, attribute), 0) + (
                 getattr(node, attribute) or 0)
@@ -86,6 +89,10 @@ def _per_group(program: str, nodes: list[NodeStatistics]) -> list[str]:
         lines += [f'# HELP {name} {text}', f'# TYPE {name} {kind}']
         lines += [f'{name}{_labels(program=program, group=g)} {v}'
                   for (g, a), v in sorted(sums.items()) if a == attribute]
+    lines += [f'# HELP lp_group_restarts_by_reason_total {_BY_REASON_HELP}',
+              '# TYPE lp_group_restarts_by_reason_total counter']
+    lines += [f'lp_group_restarts_by_reason_total{_labels(program=program, group=g, reason=r)} {n}'
+              for (g, r), n in sorted(reasons.items())]
     for name, text, position in (('lp_group_calls_total', 'Calls served, per method.', 0),
                                  ('lp_group_call_errors_total', 'Calls that raised.', 1)):
         lines += [f'# HELP {name} {text}', f'# TYPE {name} counter']
@@ -107,6 +114,10 @@ def _per_node(program: str, nodes: list[NodeStatistics]) -> list[str]:
             value = getattr(node, attribute)
             if value is not None:
                 lines.append(f'{name}{_labels(program=program, node=node.name)} {value}')
+    lines += [f'# HELP lp_node_restarts_by_reason_total {_BY_REASON_HELP}',
+              '# TYPE lp_node_restarts_by_reason_total counter']
+    lines += [f'lp_node_restarts_by_reason_total{_labels(program=program, node=node.name, reason=r)}'
+              f' {n}' for node in nodes for r, n in sorted(node.restart_reasons.items())]
     methods = [(node.name, m) for node in nodes for m in node.methods]
     lines += ['# HELP lp_node_calls_total Calls served, per method.',
               '# TYPE lp_node_calls_total counter']

@@ -66,9 +66,8 @@ class NodeStatistics:
     rss_bytes: int | None = None
     cpu_percent: float | None = None
     shared_process: bool = False
-    #: Restarts the scheduler caused (not in ``restarts``), and the latest one's reason.
-    rescheduled: int = 0
-    rescheduled_why: str | None = None
+    #: Restarts by why (see ``NodeStatus.restart_reasons``).
+    restart_reasons: dict[str, int] = dataclasses.field(default_factory=dict)
     methods: list[MethodStatistics] = dataclasses.field(default_factory=list)
 
     @property
@@ -120,8 +119,7 @@ class Monitor:
             restarts=getattr(worker, 'restarts', 0), exit_code=worker.exit_code,
             last_error=failure.summary if failure else None,
             traceback=failure.traceback if failure else None,
-            rescheduled=getattr(worker, 'rescheduled', 0),
-            rescheduled_why=getattr(worker, 'rescheduled_why', None))
+            restart_reasons=dict(getattr(worker, 'restart_reasons', {})))
         if counters is None:
             counters = self._last.get(worker.name)
             if counters is None:

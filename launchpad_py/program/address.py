@@ -19,6 +19,7 @@ from __future__ import annotations
 import abc
 import os
 import threading
+import time
 from typing import Callable, Iterable
 
 import portpicker
@@ -56,14 +57,21 @@ class Directory:
         self._gone: dict[str, str] = {}  # Key -> why it will never be known.
         self._held: set[str] = set()     # Keys of unresolved addresses unpickled here.
         self._asked: set[str] = set()
+        self._relocating: set[str] = set()  # Keys asked again after a failed call (node side).
+        self._down: set[str] = set()  # Keys whose node is down: relocations wait for it.
         self._changed = threading.Condition()
         #: Set in a node process: sends a list of keys to its launcher, which answers
         #: through ``learn``/``give_up``.
         self.ask: Callable[[list[str]], None] | None = None
+        #: Set in a node process: sends ``{key: stale value}`` to its launcher, which answers
+        #: with where each server is now (see ``relocate``).
+        self.ask_again: Callable[[dict[str, str]], None] | None = None
 
     def learn(self, values: dict[str, str]) -> None:
         with self._changed:
             self._values.update(values)
+            self._relocating.difference_update(values)
+            self._down.difference_update(values)
             self._changed.notify_all()
 
     def known(self, key: str) -> str | None:
@@ -84,9 +92,10 @@ class Directory:
         """Lookups of ``keys`` still unknown fail with ``why`` (the program stopped)."""
         with self._changed:
             for key in keys:
-                if key not in self._values:
+                if key not in self._values or key in self._down:
                     self._gone[key] = why
                     self._expected.discard(key)
+                    self._down.discard(key)
             self._changed.notify_all()
 
     def forget(self, keys: Iterable[str]) -> None:
@@ -96,24 +105,73 @@ class Directory:
                 self._values.pop(key, None)
                 self._expected.discard(key)
                 self._gone.pop(key, None)
+                self._down.discard(key)
+            self._changed.notify_all()  # A relocation waiting for one of them gives up.
+
+    def tracks(self, key: str) -> bool:
+        """Whether a launch in this process has this address (known, or waited for)."""
+        with self._changed:
+            return key in self._values or key in self._expected
+
+    def withdraw(self, keys: Iterable[str]) -> None:
+        """The node behind ``keys`` is down (it may come back elsewhere): relocations wait
+        for its next report; lookups still get the last value."""
+        with self._changed:
+            self._down.update(keys)
+            self._changed.notify_all()
+
+    def is_down(self, key: str) -> bool:
+        with self._changed:
+            return key in self._down
+
+    def relocate(self, key: str, stale: str, grace: float = 2.0) -> str:
+        """Where the server of ``key`` is now, after a call to it at ``stale`` failed.
+
+        A restarted node may bind another port or host, so a client whose call
+        failed asks again. In a node process the launcher answers (once the node
+        is back, if it is down). In the launching process the value is the
+        book's: a value other than ``stale`` is returned at once; one whose node
+        is down (withdrawn) is waited for; ``stale`` itself is returned once
+        ``grace`` seconds passed without news (the failure was not the node's
+        end: the same server is still there).
+        """
+        if self.ask_again is not None:
+            return self._ask_launcher_again(key, stale)
+        deadline = time.monotonic() + grace
+        with self._changed:
+            while True:
+                value = self._values.get(key)
+                if key in self._gone:
+                    raise errors.NotRunningError(
+                        f'the server at {stale} is gone: {self._gone[key]}')
+                down = key in self._down
+                if value is not None and not down and (
+                        value != stale or time.monotonic() >= deadline):
+                    return value
+                if value is None and key not in self._expected:
+                    raise errors.NotRunningError(f'the server at {stale} is not a node of a '
+                                                 'running program')
+                self._changed.wait(None if down or value is None
+                                   else max(deadline - time.monotonic(), 0.0))
+
+    def _ask_launcher_again(self, key: str, stale: str) -> str:
+        with self._changed:
+            first = key not in self._relocating
+            self._relocating.add(key)
+            if self._values.get(key) == stale:  # Lookups meanwhile wait for the answer.
+                del self._values[key]
+        if first:
+            self.ask_again({key: stale})
+        with self._changed:
+            self._changed.wait_for(lambda: key not in self._relocating or key in self._gone)
+            self._relocating.discard(key)
+            if key in self._values:
+                return self._values[key]
+            raise errors.NotRunningError(f'the server at {stale} is gone: {self._gone[key]}')
 
     def hold(self, key: str) -> None:
         with self._changed:
             self._held.add(key)
-
-    def relocate(self, key: str, stale: str) -> str:
-        """Where the node of ``key`` serves now, after a call to ``stale`` was lost: the
-        launcher is asked again, and answers once the node has reported (a restarted pod
-        binds a new address). Without a launcher to ask, what this process knows."""
-        with self._changed:
-            if self.ask is None or self._values.get(key, stale) != stale:
-                return self._values.get(key, stale)
-            self._values.pop(key, None)
-            self._asked.add(key)
-        self.ask([key])
-        with self._changed:
-            self._changed.wait_for(lambda: key in self._values or key in self._gone)
-            return self._values.get(key, stale)
 
     def lookup(self, address: 'Address') -> str:
         """The value of ``address``, waiting for it (asking the launcher) when it is to come."""
@@ -156,10 +214,6 @@ class Address:
         # node joins a program: a proof made for one node is worthless at another.
         self.identity: str | None = None
         self._value: str | None = None
-
-    #: Set by a launcher whose restarted node comes back elsewhere (a pod): clients then
-    #: ``relocate`` it after a lost call instead of waiting at its old address.
-    movable = False
 
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state)
@@ -205,10 +259,11 @@ class Address:
         return directory.lookup(self)
 
     def relocate(self, stale: str) -> str:
-        """Where the node serves now, after a call to ``stale`` failed (see
-        ``Directory.relocate``); in the launching process, the value its launcher keeps."""
-        if directory.ask is None:
-            return self.known() or stale
+        """Where the server is now, after a call to it at ``stale`` failed (a client's
+        ``relocate``): a restarted node may have come back on another port or host."""
+        if directory.ask_again is None and not directory.tracks(self.key) \
+                and self._value is not None:
+            return self._value  # Fixed, and no launcher here knows of it: it never moves.
         return directory.relocate(self.key, stale)
 
     def known(self) -> str | None:

@@ -11,16 +11,25 @@ whole table; an address not bound yet is answered when its node reports.
     book = AddressBook(program_name, keys, issued, servers)
     book.report({key: '127.0.0.1:41237'})           # a node is ready
     book.ask([key], answer)                         # answer(values, gone), maybe later
+
+Addresses may move: a node that ends unfinished is withdrawn (relocations
+wait) until it reports again, and a restart that could not bind its old port (taken
+meanwhile) or runs on another host reports another value. The book then counts
+a new version of that address (``version``), and a client whose call failed
+asks again (``relocate``) and gets the new value.
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 from typing import Callable, Iterable
 
+from launchpad_py import errors
 from launchpad_py.program import Executable, address
 from launchpad_py.supervision.program_secret import Issued
 
+_log = logging.getLogger(__name__)
 Answer = Callable[[dict[str, str], dict[str, str]], None]
 
 
@@ -39,6 +48,7 @@ class AddressBook:
         self._known_servers = set(servers)  # Looked up per report: a list would be O(N) each.
         self._keys: set[str] = set()
         self._waiting: dict[str, list[Answer]] = {}
+        self._versions: dict[str, int] = {}   # Only addresses that moved: the rest are 1.
         self._stopped = False
         self._lock = threading.Lock()
 
@@ -54,24 +64,80 @@ class AddressBook:
 
     def own(self, executable: Executable) -> dict[str, str]:
         """What a node's addresses were in its earlier run (a restart binds them again)."""
-        return {a.key: a.known() for a in executable.addresses if a.known() is not None}
+        with self._lock:
+            before = {a.key: a.known() for a in executable.addresses}
+        return {key: value for key, value in before.items() if value is not None}
+
+    def version(self, key: str) -> int:
+        """1 for an address as first bound, one more for every move since."""
+        return self._versions.get(key, 1)
 
     def report(self, values: dict[str, str]) -> None:
         """A node bound ``values``; answers whoever waited for them."""
         if not values:
             return
-        address.directory.learn(values)
         answers: dict[Answer, dict[str, str]] = {}
         with self._lock:
+            self._keys.update(values)  # Fixed before the start (remote launches) too.
             for key, value in values.items():
-                if value not in self._known_servers:
+                self._count_move(key, value)
+                if value not in self._known_servers:  # Before anyone can learn it.
                     self._issued.register(value)
                     self._servers.append(value)
                     self._known_servers.add(value)
+            address.directory.learn(values)
+            for key, value in values.items():
                 for answer in self._waiting.pop(key, ()):
                     answers.setdefault(answer, {})[key] = value
         for answer, found in answers.items():
             answer(found, {})
+
+    def _count_move(self, key: str, value: str) -> None:
+        """Call with the lock held, as ``key`` is reported at ``value``."""
+        before = address.directory.known(key)
+        if before is not None and before != value:
+            self._versions[key] = self._versions.get(key, 1) + 1
+            _log.info('address %s moved from %s to %s (version %d)', key, before, value,
+                      self._versions[key])
+
+    def withdraw(self, values: dict[str, str]) -> None:
+        """The node that reported ``values`` is down: relocations wait until it reports again."""
+        if not values:
+            return
+        with self._lock:
+            if self._stopped:
+                return
+        address.directory.withdraw(values)
+
+    def relocate(self, stale: dict[str, str], answer: Answer) -> None:
+        """Where the servers of ``stale`` (key -> the value a call failed at) are now;
+        ``answer`` gets each once known (see ``Directory.relocate``).
+
+        A moved server is answered at once and a withdrawn one (its node is down) when it
+        reports again, as ``ask`` does; only a server still shown at the failed value (its
+        end not seen yet) takes a thread, for ``Directory.relocate``'s short grace.
+        """
+        now, gone = {}, {}
+        with self._lock:
+            for key, value in stale.items():
+                current, down = address.directory.known(key), address.directory.is_down(key)
+                if key not in self._keys:
+                    gone[key] = self._why_unknown(key)
+                elif current is not None and current != value and not down:
+                    now[key] = current
+                elif down and not self._stopped:
+                    self._waiting.setdefault(key, []).append(answer)
+                else:
+                    threading.Thread(target=self._answer_relocation, args=(key, value, answer),
+                                     name='lp-relocate', daemon=True).start()
+        if now or gone:
+            answer(now, gone)
+
+    def _answer_relocation(self, key: str, stale: str, answer: Answer) -> None:
+        try:
+            answer({key: address.directory.relocate(key, stale)}, {})
+        except errors.NotRunningError as exc:
+            answer({}, {key: str(exc)})
 
     def ask(self, keys: list[str], answer: Answer) -> None:
         """Answers with what is known now, the rest as nodes report it."""

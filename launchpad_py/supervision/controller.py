@@ -174,7 +174,8 @@ class ProgramController:
 
     def statuses(self) -> list[NodeStatus]:
         return [NodeStatus(w.label, w.index, w.state, w.pid, w.exit_code, restarts=w.restarts,
-                           host=w.host, rescheduled=w.rescheduled) for w in list(self._workers)]
+                           host=w.host, restart_reasons=dict(w.restart_reasons))
+                for w in list(self._workers)]
 
     def add_nodes(self, label: str, count: int = 1, timeout: float | None = None
                   ) -> list[NodeStatus]:

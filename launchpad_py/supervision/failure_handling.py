@@ -7,13 +7,16 @@ caused it takes its place. A node of a ``Restart`` group that fails waits out it
 ``RESTARTING`` (out of its group's live members), then a fresh worker from
 ``worker.restarted()`` takes its place: same label, index and address (a new
 one where the launcher cannot keep it: a pod), one more restart counted. A
-failure the scheduler caused (``FailureReport.by_scheduler``: evicted, node
-lost, preempted) where the launcher can place the node again (``replaceable``:
-a new pod) restarts too, but counts as ``rescheduled``, not against
-``max_restarts``; one it cannot (a Slurm job ended) stops the program. Clients of the node see calls in flight fail with
+failure the scheduler caused (``FailureReport.by_scheduler``) that the launcher
+cannot undo (a Slurm job ended) stops the program. Clients of the node see calls in flight fail with
 ``CourierUnavailableError``; later calls wait for it and succeed once it is
 back. Events of the replaced worker are ignored. A node that fails after
-``max_restarts`` restarts stops the program, and its failure says so.
+``max_restarts`` restarts stops the program, and its failure says so. A node
+the platform lost through no fault of its own (``FailureReport.lost_by``, a
+reason: ``evicted``, ``deleted``, ``preempted``, ``node_lost`` for a pod the
+cluster ended, ``host_lost`` for an unreachable host, ``node_failure`` for a
+failed Slurm node) is restarted without counting against
+``max_restarts``; ``worker.restart_reasons`` keeps how many of each.
 
 This part decides and keeps the record; it starts and stops nothing. ``on_failure``
 answers what the supervisor must do next (``Then``), and ``replace`` hands it the
@@ -141,26 +144,28 @@ class Failures:
     def _restart_later(self, worker: Worker, failure: FailureReport) -> bool:
         """Schedules the failed ``worker``'s restart if its policy allows; whether it did.
 
-        What the scheduler took away (evicted, node lost, preempted) was not the node's
+        What the platform lost (``lost_by``: evicted, host lost...) was not the node's
         fault: it comes back without counting against ``max_restarts``.
         """
         policy = self._policy(worker)
         if not isinstance(policy, failure_policy.Restart):
             return False
-        if failure.by_scheduler and not failure.replaceable:
-            return False  # What the scheduler took away (a Slurm job) is not given back.
-        if not failure.by_scheduler and not policy.allows(worker.restarts):
+        if failure.by_scheduler and failure.lost_by is None:
+            return False  # What the scheduler took away for good (a Slurm job) is not given back.
+        counted = counted_restarts(worker)
+        if failure.lost_by is None and not policy.allows(counted):
             return False
-        delay = policy.delay(0 if failure.by_scheduler else worker.restarts, self._rng)
+        delay = policy.delay(counted, self._rng)
         worker.state, worker.failure = NodeState.RESTARTING, failure
         self._alarms.set(('restart', worker), time.monotonic() + delay)
-        if failure.by_scheduler:
-            _log.warning('node %s of program %r: %s; started again in %.1fs (not counted '
-                         'against max_restarts)', worker.name, self._name, failure.summary, delay)
-        else:
+        if failure.lost_by is None:
             _log.warning('node %s of program %r failed: %s; restart %d of %d in %.1fs',
-                         worker.name, self._name, failure.summary, worker.restarts + 1,
+                         worker.name, self._name, failure.summary, counted + 1,
                          policy.max_restarts, delay)
+        else:
+            _log.warning('node %s of program %r was lost (%s): %s; restart in %.1fs, not '
+                         'counted against max_restarts', worker.name, self._name,
+                         failure.lost_by, failure.summary, delay)
         return True
 
     def _with_policy_note(self, worker: Worker, failure: FailureReport) -> FailureReport:
@@ -168,7 +173,7 @@ class Failures:
         policy = self._policy(worker)
         if not isinstance(policy, failure_policy.Restart):
             return failure
-        note = policy.exhausted(worker.restarts)
+        note = policy.exhausted(counted_restarts(worker))
         return FailureReport(f'{failure.summary} ({note})', f'{failure.traceback}\n({note})',
                              failure.exception, failure.by_scheduler)
 
@@ -181,10 +186,11 @@ class Failures:
         except Exception:
             worker.restarts += 1
             raise
-        by_scheduler = worker.failure is not None and worker.failure.by_scheduler
-        fresh.restarts = worker.restarts + (0 if by_scheduler else 1)
-        fresh.rescheduled = worker.rescheduled + (1 if by_scheduler else 0)
-        fresh.rescheduled_why = worker.failure.summary if by_scheduler else worker.rescheduled_why
+        fresh.restarts = worker.restarts + 1
+        reason = worker.failure.lost_by if worker.failure is not None else None
+        fresh.restart_reasons = dict(worker.restart_reasons)
+        fresh.restart_reasons[reason or 'failed'] = fresh.restart_reasons.get(reason or 'failed',
+                                                                              0) + 1
         worker.retired = True
         worker.cleanup()
         self._workers[self._workers.index(worker)] = fresh
@@ -197,6 +203,11 @@ class Failures:
             if worker.state == NodeState.RESTARTING:
                 self._alarms.cancel(('restart', worker))
                 worker.state, worker.ended_at = NodeState.STOPPED, time.time()
+
+
+def counted_restarts(worker: Worker) -> int:
+    """The restarts that count against ``max_restarts``: not those after a platform's loss."""
+    return worker.restarts - sum(n for why, n in worker.restart_reasons.items() if why != 'failed')
 
 
 def _who(worker: Worker, failure: FailureReport) -> str:

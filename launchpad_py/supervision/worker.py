@@ -33,7 +33,11 @@ class FailureReport:
 
     ``by_scheduler``: a cluster scheduler ended the node (job cancelled, out of
     time, preempted); that is why the program ended even when the node's stop
-    request (SIGTERM) reached the launcher first.
+    request (SIGTERM) reached the launcher first. ``lost_by``: the platform lost
+    the node through no fault of its own, as a reason (``'evicted'``, ``'deleted'``,
+    ``'preempted'``, ``'node_lost'``: a pod the cluster ended; ``'host_lost'``: an
+    unreachable host; ``'node_failure'``: a failed Slurm node): an ``lp.Restart``
+    group restarts it without counting against ``max_restarts``.
     """
 
     summary: str
@@ -42,9 +46,7 @@ class FailureReport:
     by_scheduler: bool = False
     #: The node's code raised (rather than its process dying or being killed).
     raised: bool = False
-    #: With ``by_scheduler``: the launcher can place the node again (an evicted pod gets a
-    #: new one), so ``lp.Restart`` restarts it without counting it against max_restarts.
-    replaceable: bool = False
+    lost_by: str | None = None
 
     @classmethod
     def from_exception(cls, exc: BaseException) -> 'FailureReport':
@@ -193,8 +195,8 @@ class Worker(abc.ABC):
         self.started_at: float | None = None
         self.ended_at: float | None = None
         self.restarts = 0        # How many workers ran this node before this one.
-        self.rescheduled = 0     # Of those, how many the scheduler ended (not counted above).
-        self.rescheduled_why: str | None = None  # The latest such reason (evicted, ...).
+        #: Those restarts by why: 'failed' (counted by lp.Restart), or a ``lost_by`` reason.
+        self.restart_reasons: dict[str, int] = {}
         self.removing = False    # Asked to stop alone (an elastic group shrinks).
         self.retired = False     # Replaced by its restart: its late events are ignored.
 
@@ -290,26 +292,33 @@ def relay_node_messages(channel, worker: Worker, probe: MetricsProbe, where: str
 
     Counters the node sends go to ``probe`` (whose open questions fail once the
     channel closes). The addresses it bound go to ``book``, which also answers
-    its questions for others' (None: the launcher fixed every address). Returns
+    its questions for others' (None: the launcher fixed every address); a node that
+    ends without finishing has its addresses withdrawn until it reports again. Returns
     the failure the node reported (``where`` is added to its summary, e.g. the
     host) and whether it said it finished: what its exit means.
     """
     failure, finished = None, False
+    reported: dict[str, str] = {}
     while True:
         try:
             message = channel.recv()
         except (EOFError, OSError):
             probe.close()
+            if book is not None and not finished:  # It may come back, maybe elsewhere.
+                book.withdraw(reported)
             return failure, finished
         kind = message[0]
         if kind == 'ready':
             if book is not None:
                 book.report(message[1])
+                reported.update(message[1])
             worker.events.ready(worker)
         elif kind == 'resolve' and book is not None:
             book.ask(message[1], lambda values, gone: channel.send('addresses', values, gone))
         elif kind == 'watch':
             worker.watch_members(message[1])
+        elif kind == 'relocate' and book is not None:
+            book.relocate(message[1], lambda values, gone: channel.send('addresses', values, gone))
         elif kind == 'stop_program':
             worker.events.stop_requested()
         elif kind == 'failed':

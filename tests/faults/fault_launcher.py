@@ -5,7 +5,8 @@ while it runs appends every node process it sees to ``RUN_DIR/pids``
 (``pid label index`` lines: what the fault injector picks victims from).
 When the program ends it writes ``RUN_DIR/outcome.json``: how it ended,
 when (``time.monotonic()``, the same clock in every process of this
-machine), and each node's restarts. Under ssh, HOSTs run the groups.
+machine), and each node's restarts. Under ssh, HOSTs run the groups; under
+slurm, the test cluster's scheduler places them (logs under /tmp).
 Flags after ``--`` go to absl (e.g. ``--lp_termination_notice_secs=2``).
 """
 
@@ -47,6 +48,12 @@ def _resources(launch_type: str, hosts: list[str]) -> dict | None:
             'actor': machines, 'coordinator': machines[2 % len(machines)]}
 
 
+def _options(launch_type: str, run_dir: str) -> dict:
+    if launch_type != 'slurm':
+        return {}
+    return {'slurm_options': {'output_dir': os.path.join(run_dir, 'slurm-logs')}}
+
+
 def run(launch_type: str, run_dir: str, hosts: list[str]) -> dict:
     done = threading.Event()
     recorder = threading.Thread(target=record_pids, args=(os.path.join(run_dir, 'pids'), done))
@@ -56,7 +63,8 @@ def run(launch_type: str, run_dir: str, hosts: list[str]) -> dict:
     try:
         controller = lp.launch(fault_nodes.make_program(run_dir), launch_type=launch_type,
                                failure_policy=fault_nodes.POLICIES,
-                               resources=_resources(launch_type, hosts))
+                               resources=_resources(launch_type, hosts),
+                               **_options(launch_type, run_dir))
         controller.wait()
     except lp.NodeFailedError as exc:
         outcome = {'outcome': 'failed', 'label': exc.label, 'why': str(exc).splitlines()[0]}

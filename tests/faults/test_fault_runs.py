@@ -1,6 +1,7 @@
 """Fault injection: launches of a representative program, each hit by one fault at random.
 
 Opt-in: ``LP_FAULT_RUNS=100 .venv/bin/python -m pytest tests/faults/test_fault_runs.py -s``
+(``-k slurm`` for one launcher: local_mp, ssh, slurm)
 (``LP_FAULT_SEED`` picks the faults; ``LP_FAULT_REPORT=DIR`` writes each launcher's
 runs and totals there as JSON). The program (``fault_nodes``) is a durable parameter
 server behind a ``CacherNode``, three actors pushing numbered updates, and a
@@ -20,11 +21,12 @@ import random
 
 import pytest
 
-from conftest import SSH_HOST_NAMES, needs_ssh_hosts
+from conftest import SSH_HOST_NAMES, needs_slurm, needs_ssh_hosts
 from injector import GRACE_S, one_run
 
 RUNS = int(os.environ.get('LP_FAULT_RUNS', '0'))
-LAUNCH_TYPES = ['local_mp', pytest.param('ssh', marks=needs_ssh_hosts)]
+LAUNCH_TYPES = ['local_mp', pytest.param('ssh', marks=needs_ssh_hosts),
+                pytest.param('slurm', marks=needs_slurm)]
 
 
 def _hosts(launch_type: str) -> list[str]:

@@ -12,10 +12,11 @@ Creates go through a bounded pool (``create_concurrency`` in flight), so a
 launch of a thousand pods neither waits on a thousand round trips one after
 the other nor floods the API server; one watch of the launch's pods feeds
 every starter. A restart is a new pod (``-r1``, ``-r2``...: same node label,
-new IP): it reports its new address, which its clients look up
-(``launchers/remote/address_table.py``). A pod the cluster ended (evicted, its
-node lost, preempted, deleted) is ``taken_away``: under ``lp.Restart`` it
-comes back without counting against ``max_restarts``.
+new IP): it reports its new address, which its clients look up in the
+launch's address book (``supervision/address_book.py``). A pod the cluster
+ended (evicted, its node lost, preempted, deleted) is ``taken_away``, with a
+``lost_by`` reason: under ``lp.Restart`` it comes back without counting
+against ``max_restarts``.
 """
 
 from __future__ import annotations
@@ -132,6 +133,19 @@ def _taken_reason(pod: dict) -> str | None:
     return None
 
 
+def lost_reason(taken: str) -> str:
+    """The short reason (``FailureReport.lost_by``) for the cluster's text of why it ended
+    a pod: ``preempted``, ``node_lost`` (its node gone, tainted or shut down), else
+    ``evicted``."""
+    kind = taken.partition(':')[0]
+    if 'Preempt' in kind:
+        return 'preempted'
+    if kind in ('NodeLost', 'DeletionByTaintManager', 'Shutdown', 'Terminated',
+                'TerminationByKubelet', 'NodeShutdown'):
+        return 'node_lost'
+    return 'evicted'
+
+
 def _terminated(pod: dict) -> dict | None:
     for container in (pod.get('status') or {}).get('containerStatuses') or ():
         state = container.get('state') or {}
@@ -145,7 +159,6 @@ class PodStarter(Starter):
 
     #: A restart is a new pod, with a new IP; so is a pod the cluster evicted or deleted.
     keeps_addresses = False
-    replaces_taken = True
 
     def __init__(self, deployment: Deployment, label: str, index: int, incarnation: int = 0):
         self._deployment, self._label, self._index = deployment, label, index
@@ -159,6 +172,7 @@ class PodStarter(Starter):
         self._code: int | None = None
         self._how: str | None = None
         self._taken: str | None = None
+        self._lost_by: str | None = None  # The short reason of ``_taken``.
         self._terminating = False
         self._ended = threading.Event()
 
@@ -215,9 +229,11 @@ class PodStarter(Starter):
         taken = _taken_reason(pod)
         if taken and not ours and self._taken is None:
             self._taken = f'pod {self.pod_name} was ended by the cluster ({taken})'
+            self._lost_by = lost_reason(taken)
         deleting = kind == 'DELETED' or pod['metadata'].get('deletionTimestamp')
         if deleting and not ours and self._taken is None:
             self._taken = f'pod {self.pod_name} was deleted while the program ran'
+            self._lost_by = 'deleted'
         if phase in ('Succeeded', 'Failed') or kind == 'DELETED':
             self._ended.set()
 
@@ -245,6 +261,9 @@ class PodStarter(Starter):
 
     def taken_away(self) -> str | None:
         return self._taken
+
+    def lost_by(self) -> str | None:
+        return self._lost_by
 
     def terminate(self) -> bool:
         self._terminating = True

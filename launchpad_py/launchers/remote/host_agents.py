@@ -62,10 +62,16 @@ class HostAgent:
         self._threads: list[threading.Thread] = []
 
     def start(self, starter: 'AgentStarter', boot: dict) -> int:
-        """Asks the agent to start a node (opening the session first); the node's id there."""
+        """Asks the agent to start a node (opening the session first); the node's id there.
+
+        A session that ended without our asking (the host was lost) is opened again
+        for the nodes restarted there.
+        """
         with self._lock:
-            if self._ended is not None or self._closed.is_set():
-                raise OSError(f'the agent on {self.host} has ended ({self._ended or "closed"})')
+            if self._closed.is_set():
+                raise OSError(f'the agent on {self.host} has ended (closed)')
+            if self._ended is not None:
+                self._process, self._ended, self._threads = None, None, []
             if self._process is None:
                 self._open()
                 self._send({'timeout': AGENT_TIMEOUT_S})
@@ -163,16 +169,21 @@ class HostAgent:
         with self._lock:
             self._ended = ended
             lost, self._nodes = list(self._nodes.values()), {}
+        ours = self._closed.is_set()
         for starter in lost:
-            starter.exited(None, f'the agent session on {self.host} ended ({self._ended})')
+            starter.exited(None, f'the agent session on {self.host} ended ({ended})',
+                           host_lost=not ours)
 
-    def close(self) -> None:
-        """Ends the session; the agent then kills every node it still runs."""
+    def close(self, program_over: str | None = None) -> None:
+        """Ends the session; the agent then kills every node it still runs. ``program_over``:
+        the program's name, once it is over (its private checkpoints on the host go too)."""
         self._closed.set()
         with self._lock:
             process = self._process
         if process is None:
             return
+        if program_over is not None:
+            self._send({'remove_checkpoints': program_over})
         with self._write_lock:
             try:
                 process.stdin.close()
@@ -195,16 +206,21 @@ class AgentStarter(Starter):
         self._id: int | None = None
         self._code: int | None = None
         self._lost: str | None = None
+        self._host_lost = False
         self._exited = threading.Event()
 
     def start(self, boot: dict, sink: output.Sink) -> None:
         self.take_line = sink.take_lines()
         self._id = self.agent.start(self, boot)
 
-    def exited(self, code: int | None, lost: str | None) -> None:
-        """The agent reported the node's end (``lost``: why the agent itself ended first)."""
-        self._code, self._lost = code, lost
+    def exited(self, code: int | None, lost: str | None, host_lost: bool = False) -> None:
+        """The agent reported the node's end (``lost``: why the agent itself ended first;
+        ``host_lost``: its session dropped though the launcher did not end it)."""
+        self._code, self._lost, self._host_lost = code, lost, host_lost
         self._exited.set()
+
+    def lost_by(self) -> str | None:
+        return 'host_lost' if self._host_lost else None
 
     def wait(self) -> int | None:
         self._exited.wait()

@@ -11,14 +11,17 @@ import cycle: this module only calls what workers offer, and never names their c
 from __future__ import annotations
 
 import ipaddress
+import logging
 import secrets
 import threading
 
 from launchpad_py import courier
 from launchpad_py.launchers import start_program
-from launchpad_py.launchers.remote.address_table import AddressTable
 from launchpad_py.node_side import control_channel, flag_transfer
 from launchpad_py.program import Program
+from launchpad_py.supervision import address_book, program_secret
+
+_log = logging.getLogger(__name__)
 
 HEARTBEAT_S = 1.0
 #: A node ends itself after this long without a word from the launcher.
@@ -32,13 +35,13 @@ class RemoteSetup(start_program.Launch):
         self.program_name = program.name
         self.mode, self.test, self.log_dir, self.keep_logs = mode, test, log_dir, keep_logs
         self.secret = secrets.token_bytes(32)
+        self._issued = program_secret.Issued(self.secret)
+        #: Where each node serves, as reported; it answers nodes whose peer moved.
+        self.book = address_book.AddressBook(program.name, self._issued, [])
         self.flags = flag_transfer.capture()
         self.workers: dict = {}  # worker id -> its RemoteWorker
-        #: Where each node serves now, for clients whose peer moved (a restarted pod).
-        self.table = AddressTable()
         self._gone_ends: list = []  # Ends our rules that calls to moved nodes fail fast.
         self._controls: dict[str, control_channel.ControlServer] = {}
-        self._registered: list[str] = []
         self._distributed = False
         self._lock = threading.Lock()
         self._closed = threading.Event()
@@ -65,17 +68,13 @@ class RemoteSetup(start_program.Launch):
         for each in workers:
             for address, value in zip(each.executable.addresses, each.addresses):
                 address.assign(value)
-                address.movable = not each.keeps_addresses
-            self.table.learn({a.key: v for a, v in zip(each.executable.addresses, each.addresses)})
         unreachable = _loopback_in_multi_host(workers)
         if unreachable:
             for each in workers:
                 each.fail_before_run(unreachable)
             return
         for each in workers:
-            for value in each.addresses:
-                courier.register_secret(value, self.secret)
-                self._registered.append(value)
+            self.book.report({a.key: v for a, v in zip(each.executable.addresses, each.addresses)})
         for each in workers:
             try:
                 each.run(self.program_name, self.flags)
@@ -83,26 +82,27 @@ class RemoteSetup(start_program.Launch):
                 each.fail_before_run(f'cannot ship node {each.name}: {type(exc).__name__}: {exc}')
 
     def _run_late(self, worker) -> None:
-        """A node that joined a running program (restarted, or added): it runs at once."""
+        """A node that joined a running program (restarted, or added): it runs at once.
+
+        A restart that could not bind its old port serves on another: its clients
+        find it through the book (``relocate``).
+        """
         for address, value in zip(worker.executable.addresses, worker.addresses):
-            if worker.bind is None:
-                address.assign(value)
-                address.movable = not worker.keeps_addresses
-            elif address.resolve() != value:
-                worker.fail_before_run(f'restarted node {worker.name} reported {value} instead of '
-                                       f'its address {address.resolve()}')
-                return
-            courier.register_secret(value, self.secret)
-            self._registered.append(value)
-        self.table.learn({a.key: v for a, v in zip(worker.executable.addresses, worker.addresses)})
+            if worker.bind is not None and address.resolve() != value:
+                _log.info('restarted node %s serves at %s instead of %s', worker.name, value,
+                          address.resolve())
+            address.assign(value)
+        self.book.report({a.key: v for a, v in zip(worker.executable.addresses, worker.addresses)})
         try:
             worker.run(self.program_name, self.flags)
         except Exception as exc:  # Checked when it was made, so only a surprise lands here.
             worker.fail_before_run(f'cannot ship node {worker.name}: {type(exc).__name__}: {exc}')
 
     def moved(self, gone: list[str]) -> None:
-        """A node that comes back elsewhere left ``gone``: calls waiting there, here and in
-        every node, fail (``CourierUnavailableError``), and their clients look it up again."""
+        """A node that comes back elsewhere (a new pod, at a new IP) left ``gone``: calls
+        waiting there, here and in every node, fail (``CourierUnavailableError``), so their
+        clients ask the book where it is now (``relocate``) instead of waiting at an IP
+        that may never refuse them."""
         if not gone:
             return
         self._gone_ends.append(courier.fail_fast_on_unavailable(gone))
@@ -117,11 +117,11 @@ class RemoteSetup(start_program.Launch):
 
     def finish(self) -> None:
         self._closed.set()
-        self.table.close(f'program {self.program_name!r} is over')
+        self.book.stop()
+        self.book.finish()
+        self._issued.forget()
         for end in self._gone_ends:
             end()
-        for value in self._registered:
-            courier.forget_secret(value)
         for server in self._controls.values():
             server.close()
 

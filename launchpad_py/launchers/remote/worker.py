@@ -62,6 +62,15 @@ class Starter(abc.ABC):
         (SIGTERM) reached the launcher first; None if it did not."""
         return None
 
+    def lost_by(self) -> str | None:
+        """Why the platform lost the node through no fault of its own, as a short reason
+        (``'host_lost'``: the connection to its host dropped; ``'node_failure'``: the
+        scheduler reports its machine failed; ``'evicted'``, ``'deleted'``, ``'preempted'``,
+        ``'node_lost'``: the cluster ended its pod, which a new pod replaces), which restarts
+        it without counting against ``max_restarts``; None if it did not or the launcher
+        cannot tell."""
+        return None
+
     #: Whether the node needs the launcher's heartbeat to notice a frozen launcher or a lost
     #: network; False where the starter watches for that itself (a host agent, per host).
     needs_heartbeat = True
@@ -70,12 +79,8 @@ class Starter(abc.ABC):
     #: None: the placement's host.
     shown_as: str | None = None
 
-    #: Whether a node the scheduler took away (``taken_away``) can be started again
-    #: elsewhere (a new pod), so that lp.Restart does without counting it.
-    replaces_taken = False
-
     #: Whether a restart serves at the same addresses; False where it comes back elsewhere
-    #: (a new pod): its clients then find it through the launch's ``AddressTable``.
+    #: (a new pod): its clients then find it through the launch's address book.
     keeps_addresses = True
 
     def again(self, host: str | None) -> 'Starter | None':
@@ -228,11 +233,15 @@ class RemoteWorker(MembersOverChannel, Worker):
         else:
             self._setup.bound(self)
         failure, self._finished = relay_node_messages(channel, self, self._probe,
-                                                      f' (on host {self.host})', self._setup.table)
+                                                      f' (on host {self.host})', self._setup.book)
         if failure is not None:
             self._failure = failure
-        if not self._starter.keeps_addresses:  # Its clients' questions wait for its next run.
-            self._setup.moved(self._setup.table.moving(a.key for a in self.executable.addresses))
+        if not self._starter.keeps_addresses and self.addresses:
+            # A new run (a new pod) serves elsewhere, even after a clean end (a pod deleted
+            # asks its node to stop): clients wait for its report and leave the old address.
+            self._setup.book.withdraw(dict(zip((a.key for a in self.executable.addresses),
+                                               self.addresses)))
+            self._setup.moved(list(self.addresses))
         self._channel_closed.set()
 
     @property
@@ -276,7 +285,7 @@ class RemoteWorker(MembersOverChannel, Worker):
         taken = self._starter.taken_away() if failure is None or failure.follows_from_a_peer else None
         if taken is not None:  # The scheduler's doing is why, even if the node ended cleanly.
             failure = FailureReport(taken, f'{taken}\n--- output tail ---\n{self._sink.tail()}',
-                                    by_scheduler=True, replaceable=self._starter.replaces_taken)
+                                    by_scheduler=True, lost_by=self._starter.lost_by())
         if failure is None and not self._finished:
             how = self._starter.describe_exit(code)
             if self._channel is None:
@@ -284,7 +293,8 @@ class RemoteWorker(MembersOverChannel, Worker):
                         f'({how}); is {self.placement.launcher_ip} reachable from {self.host}?')
             else:
                 text = f'the connection to {self.host} ended ({how})'
-            failure = FailureReport(text, f'{text}\n--- output tail ---\n{self._sink.tail()}')
+            failure = FailureReport(text, f'{text}\n--- output tail ---\n{self._sink.tail()}',
+                                    lost_by=self._starter.lost_by())
         if self.removing:  # Left its elastic group: what held it goes now.
             self._starter.release()
         self.events.exited(self, code, failure)

@@ -2,7 +2,8 @@
 ``launchers.remote``), ``host_steps`` (or one step per host, running the host agent),
 ``allocation`` and ``_hold`` (salloc, held for the launcher's
 lifetime), ``job`` (srun steps and Slurm's states), ``resources`` (``SlurmResources``,
-``SlurmOptions``).
+``SlurmOptions``), ``growth`` (elastic groups: the room the job holds for added steps),
+``checkpoint_cleanup`` (the launch's private checkpoint directories leave the hosts).
 
 May import: everything below ``launchers``, ``launchers.options`` and ``launchers.remote``.
 """

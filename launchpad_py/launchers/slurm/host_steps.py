@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import re
 
+from launchpad_py import errors
 from launchpad_py.launchers.remote import launch as remote
 from launchpad_py.launchers.remote.host_agents import AgentStarter, HostAgent
 from launchpad_py.launchers.slurm.job import Job, run
@@ -37,6 +38,27 @@ class AgentStep(AgentStarter):
 
     def taken_away(self) -> str | None:
         return self._job.ended_by()
+
+    def lost_by(self) -> str | None:
+        """The agent's step ended though the launcher did not end it, in a job still running:
+        'node_failure' where Slurm reports the host down or failing, else 'host_lost'."""
+        lost = super().lost_by()
+        if lost is not None and node_failed(self.agent.host):
+            return 'node_failure'
+        return lost
+
+
+_FAILED_NODE_STATES = ('DOWN', 'FAIL', 'NOT_RESPONDING', 'POWERED_DOWN')
+
+
+def node_failed(host: str) -> bool:
+    """Whether Slurm reports ``host`` down or failing (``scontrol show node``)."""
+    try:
+        shown = run(['scontrol', '-o', 'show', 'node', host])
+    except errors.LaunchError:
+        return False
+    state = re.search(r'\bState=(\S+)', shown)
+    return bool(state) and any(s in state.group(1) for s in _FAILED_NODE_STATES)
 
 
 def _count_cpus(cpu_ids: str) -> int:

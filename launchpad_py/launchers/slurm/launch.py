@@ -10,6 +10,8 @@ This module only gets the job (``job``, ``allocation``) and builds each node's
 starting, the address table, logs, stop and cleanup are ``launchers/remote/``'s.
 Each step's srun carries the node's stdin (the bootstrap with the program
 secret, then kept open so a lost launcher ends the node) and its output.
+Nodes added to elastic groups are new steps in the job, within the room it
+holds for them (``growth``).
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from launchpad_py import errors
 from launchpad_py.launchers.remote import launch as remote
 from launchpad_py.supervision.controller import ProgramController
 from launchpad_py.launchers.options import LaunchOptions
-from launchpad_py.launchers.slurm import host_steps
+from launchpad_py.launchers.slurm import checkpoint_cleanup, growth, host_steps
 from launchpad_py.launchers.slurm.allocation import Allocation
 from launchpad_py.launchers.slurm.job import (Component, ExistingAllocation, Job, address_towards,
                                               components_of, step_args)
@@ -46,6 +48,12 @@ def _node_command(spec: SlurmResources, module: str = _NODE_MODULE) -> list[str]
 def _steps_per_host(program: Program, components: list[Component], slurm: SlurmOptions) -> bool:
     """Whether each host gets one step (running its agent) rather than each node."""
     can = len(components) == 1 and not components[0].spec.gpus
+    if slurm.steps == 'host' and program.elastic_groups:
+        raise errors.ResourcesError(
+            f"slurm_options['steps'] = 'host' cannot grow groups "
+            f'{sorted(program.elastic_groups)} (a host\'s agent step holds its CPUs); use '
+            "steps='node' (or 'auto'), whose nodes added later are steps of their own")
+    can = can and not program.elastic_groups
     if slurm.steps == 'host' and not can:
         raise errors.ResourcesError(
             "slurm_options['steps'] = 'host' needs a job of one component without GPUs (a GPU "
@@ -64,12 +72,32 @@ class SlurmStep(remote.CommandStarter):
     """
 
     def __init__(self, srun_args: list[str], command: list[str], job: Job,
-                 host: str | None = None):
+                 host: str | None = None, counted: tuple[growth.Room, str] | None = None,
+                 secret: checkpoint_cleanup.SeenSecret | None = None):
         super().__init__([*srun_args, *([f'--nodelist={host}'] if host else []), *command])
         self._srun_args, self._command, self._job, self._host = srun_args, command, job, host
+        self._counted = counted  # The room its group's steps share, and the group.
+        self._secret = secret
 
     def again(self, host: str | None) -> 'SlurmStep':
-        return SlurmStep(self._srun_args, self._command, self._job, host or self._host)
+        return SlurmStep(self._srun_args, self._command, self._job, host or self._host,
+                         self._counted, self._secret)
+
+    def start(self, boot: dict, sink) -> None:
+        if self._secret is not None:
+            self._secret.saw(boot)
+        if self._counted is not None:
+            room, label = self._counted
+            room.started(label)
+        super().start(boot, sink)
+
+    def wait(self) -> int | None:
+        try:
+            return super().wait()
+        finally:
+            if self._counted is not None:
+                room, label = self._counted
+                room.ended(label)
 
     def taken_away(self) -> str | None:
         return self._job.ended_by()
@@ -81,22 +109,21 @@ def _get_job(program: Program, components: list[Component], options: SlurmOption
     return Allocation.submit(program.name, components, options)
 
 
-def _placements(program: Program, job: Job, components: list[Component],
-                specs: dict[str, SlurmResources],
-                launcher_ip: str) -> dict[tuple[str, int], remote.Placement]:
+def _step_placer(job: Job, components: list[Component], specs: dict[str, SlurmResources],
+                 launcher_ip: str, room: growth.Room, secret: checkpoint_cleanup.SeenSecret):
+    """``place(label, index)``: the placement of one node as a step of its own."""
     het = len(components) > 1
     component_of = {label: index for index, c in enumerate(components) for label in c.groups}
-    placements = {}
-    for label, nodes in program.groups.items():
-        for node in nodes:
-            name = f'{label}/{node.index}'
-            step = SlurmStep([*job.srun(component_of[label] if het else None),
-                              *step_args(specs[label]), f'--job-name={name}'],
-                             _node_command(specs[label]), job)
-            placements[label, node.index] = remote.Placement(
-                step.argv, f'job {job.job_id}', launcher_ip, starter=step,
-                host_env='SLURMD_NODENAME')
-    return placements
+
+    def place(label: str, index: int) -> remote.Placement:
+        name = f'{label}/{index}'
+        step = SlurmStep([*job.srun(component_of[label] if het else None),
+                          *step_args(specs[label]), f'--job-name={name}'],
+                         _node_command(specs[label]), job, counted=(room, label), secret=secret)
+        return remote.Placement(step.argv, f'job {job.job_id}', launcher_ip, starter=step,
+                                host_env='SLURMD_NODENAME')
+
+    return place
 
 
 def _check_options(options: LaunchOptions) -> None:
@@ -109,31 +136,44 @@ def launch_slurm(program: Program, options: LaunchOptions) -> ProgramController:
     _check_options(options)
     slurm = SlurmOptions.from_flags(options.launcher_options)
     specs = resources_of_groups(program.groups, dict(options.local_resources or {}), slurm)
-    counts = {label: len(nodes) for label, nodes in program.groups.items()}
+    counts = growth.with_room({label: len(nodes) for label, nodes in program.groups.items()},
+                              program.elastic_groups, slurm.elastic_room)
     components = components_of(specs, counts)
     if not components:
         raise errors.ProgramError(f'program {program.name!r} has no nodes to launch')
+    per_host = _steps_per_host(program, components, slurm)  # Refused before submitting.
     job = _get_job(program, components, slurm)
-    agents = []
+    agents, place_new, secret = [], None, checkpoint_cleanup.SeenSecret()
     try:
         launcher_ip = slurm.launcher_address or address_towards(job.node_list)
         log_dir = os.path.abspath(os.path.join(slurm.output_dir, f'{program.name}-{job.job_id}'))
         os.makedirs(log_dir, exist_ok=True)
         print(f'launchpad_py: program {program.name!r} runs as Slurm job {job.job_id} '
               f'(nodes {job.node_list}); node logs in {log_dir}', flush=True)
-        if _steps_per_host(program, components, slurm):
+        if per_host:
             placements, agents = host_steps.place_by_host(
                 program, job, specs, launcher_ip, lambda spec: _node_command(spec, _AGENT_MODULE))
         else:
-            placements = _placements(program, job, components, specs, launcher_ip)
+            room = growth.Room(job.job_id, components, slurm.elastic_room)
+            place = _step_placer(job, components, specs, launcher_ip, room, secret)
+            placements = {(label, node.index): place(label, node.index)
+                          for label, nodes in program.groups.items() for node in nodes}
+
+            def place_new(label: str, index: int) -> remote.Placement:
+                room.check(label, f'{label}/{index}')
+                return place(label, index)
 
         def finish() -> None:
             for agent in agents:
-                agent.close()
+                agent.close(program_over=program.name)
+            if not agents:
+                checkpoint_cleanup.remove_on_hosts(
+                    job, program.name, secret.value,
+                    _node_command(components[0].spec, _AGENT_MODULE))
             job.release()
 
         return remote.launch(program, options, 'slurm', placements, log_dir=log_dir,
-                             on_finish=finish)
+                             on_finish=finish, place_new=place_new)
     except BaseException:
         for agent in agents:
             agent.close()

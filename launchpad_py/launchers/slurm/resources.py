@@ -97,7 +97,9 @@ class SlurmOptions:
     pending job may wait before the launch gives up (0: no limit); ``steps``:
     ``'node'`` (a job step per node), ``'host'`` (a step per host, whose agent
     starts that host's nodes; see ``host_steps``) or ``'auto'`` (per host for
-    programs of more than 32 nodes that can, else per node).
+    programs of more than 32 nodes that can, else per node); ``elastic_room``:
+    how many nodes each elastic group may add beyond its size at launch (the job
+    holds their CPUs from the start: Slurm grows no allocation).
     """
 
     time: str | None = None
@@ -108,6 +110,7 @@ class SlurmOptions:
     launcher_address: str | None = None
     pending_timeout: float = 0.0
     steps: str = 'auto'
+    elastic_room: int = 0
 
     @classmethod
     def from_flags(cls, given: Mapping[str, Any] | None) -> 'SlurmOptions':
@@ -122,6 +125,7 @@ class SlurmOptions:
             'launcher_address': flags.value_or_default(flags.SLURM_LAUNCHER_ADDRESS) or None,
             'pending_timeout': flags.value_or_default(flags.SLURM_PENDING_TIMEOUT),
             'steps': 'auto',
+            'elastic_room': 0,
         }
         values.update({key: value for key, value in given.items() if value is not None})
         if isinstance(values['extra_args'], str):
@@ -142,6 +146,10 @@ class SlurmOptions:
         if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout < 0:
             raise errors.ResourcesError(f"slurm_options['pending_timeout'] must be seconds >= 0 "
                                         f'(got {timeout!r})')
+        room = values['elastic_room']
+        if isinstance(room, bool) or not isinstance(room, int) or room < 0:
+            raise errors.ResourcesError(f"slurm_options['elastic_room'] must be an int >= 0: "
+                                        f'nodes each elastic group may add (got {room!r})')
         if values['steps'] not in STEPS:
             raise errors.ResourcesError(f"slurm_options['steps'] must be one of {STEPS} "
                                         f"(got {values['steps']!r})")

@@ -101,7 +101,7 @@ def launch_ssh(program: Program, options: LaunchOptions) -> ProgramController:
 
     def close_agents() -> None:
         for agent in agents.values():
-            agent.close()
+            agent.close(program_over=program.name)
 
     placements = {(label, node.index): place(label, node.index)
                   for label in hosts for node in program.groups[label]}

@@ -1,0 +1,99 @@
+"""Failures that are not the node's fault: a lost host restarts its nodes, uncounted.
+
+Under ssh the launcher reaches each host through one session running its agent; when
+that session drops without the launcher ending it, the host was lost, not the node:
+an ``lp.Restart`` group restarts the node there (a new session) without counting the
+restart against ``max_restarts``, and the reason shows in statuses, the status table
+and Prometheus.
+"""
+
+from __future__ import annotations
+
+import subprocess
+
+import psutil
+
+import launchpad_py as lp
+from launchpad_py.cli import status as status_cli
+from launchpad_py.observability import prometheus
+from conftest import (SLURM_LOGS, launch, needs_slurm, needs_ssh_hosts, slurm_cluster, ssh_host,
+                      wait_for)
+from restart_nodes import Member
+from test_slurm import _job_of
+
+_ONE = lp.Restart(max_restarts=1, backoff=(0.05, 0.2))
+
+
+def _member(controller):
+    return next(s for s in controller.statuses() if s.label == 'member')
+
+
+def _drop_session_to(host: str) -> None:
+    """Kills the launcher's ssh session to ``host`` (as a network cut would end it)."""
+    sessions = [p for p in psutil.Process().children(recursive=True)
+                if p.name() == 'ssh' and host in p.cmdline()]
+    assert len(sessions) == 1, [p.cmdline() for p in sessions]
+    sessions[0].kill()
+
+
+def _back_after(controller, restarts: int):
+    wait_for(lambda: _member(controller).restarts == restarts
+             and _member(controller).state == lp.NodeState.RUNNING, timeout=60,
+             what=f'restart {restarts}')
+
+
+@needs_ssh_hosts
+def test_a_lost_host_restarts_its_node_without_counting_against_max_restarts():
+    """Two lost sessions with max_restarts=1: both restarts happen, neither is counted, and
+    a crash of the node's own after them is still allowed its one counted restart."""
+    program = lp.Program('lost_host')
+    handle = program.add_node(lp.CourierNode(Member), label='member')
+    with lp.launch(program, launch_type='ssh', resources={'member': ssh_host('h2')},
+                   failure_policy={'member': _ONE}) as controller:
+        client = handle.dereference()
+        for restarts in (1, 2):
+            _drop_session_to('h2')
+            _back_after(controller, restarts)
+        assert _member(controller).restart_reasons == {'host_lost': 2}
+        assert client.who()['pid'] == _member(controller).pid
+        psutil.Process(_member(controller).pid).kill()  # The node's own crash: counted.
+        _back_after(controller, 3)
+        assert _member(controller).restart_reasons == {'host_lost': 2, 'failed': 1}
+        assert controller.is_running
+        statistics = controller.statistics()
+        metrics = prometheus.exposition('lost_host', statistics)
+        assert ('lp_node_restarts_by_reason_total{program="lost_host",node="member/0",'
+                'reason="host_lost"} 2') in metrics
+        table = status_cli.format_table({'program': 'lost_host', 'launch_type': 'ssh',
+                                         'running': True,
+                                         'nodes': [n.to_dict() for n in statistics]})
+        assert '3 (host_lost 2)' in table
+
+
+def _agent_steps(job: str) -> dict[str, str]:
+    """The job's agent steps: host -> step id ('job.step')."""
+    listed = subprocess.run(['squeue', '-h', '-s', '-j', job, '-o', '%i %j'], capture_output=True,
+                            text=True, timeout=30).stdout.split('\n')
+    return {name.removeprefix('lp-agent-'): step for step, _, name in
+            (line.partition(' ') for line in listed if line.strip())
+            if name.startswith('lp-agent-')}
+
+
+@needs_slurm
+def test_under_slurm_a_host_step_ended_by_slurm_restarts_its_node_uncounted():
+    """steps='host': Slurm kills the agent's step of the member's host (the job still runs);
+    the member comes back through a new agent step on that host, the restart not counted."""
+    slurm_cluster()
+    program = lp.Program('lost_slurm_step')
+    handle = program.add_node(lp.CourierNode(Member), label='member')
+    with launch(program, 'slurm', slurm_options={'steps': 'host', 'output_dir': SLURM_LOGS},
+                failure_policy={'member': lp.Restart(max_restarts=0)}) as controller:
+        before = _member(controller)
+        job = _job_of(before.pid)
+        step = _agent_steps(job)[before.host]
+        subprocess.run(['scancel', '--signal=KILL', step], check=True, timeout=30)
+        _back_after(controller, 1)
+        after = _member(controller)
+        assert after.restart_reasons == {'host_lost': 1} and after.host == before.host
+        assert handle.dereference().who()['pid'] == after.pid != before.pid
+        assert _agent_steps(job)[after.host] != step
