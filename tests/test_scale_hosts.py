@@ -12,17 +12,19 @@ import os
 import pytest
 
 import launchpad_py as lp
-from conftest import SLURM_LOGS, needs_slurm, needs_ssh_hosts, slurm_cluster, ssh_host
+from conftest import (SLURM_LOGS, needs_slurm, needs_ssh_hosts, read_on_host, slurm_cluster,
+                      ssh_host)
 from scale_nodes import fan_out_program
 
 pytestmark = pytest.mark.skipif(os.environ.get('LP_SCALE_TESTS') != '1',
                                 reason='1,000-node run; set LP_SCALE_TESTS=1 to include it')
 
 
-def _answers(program: lp.Program, answers, **launch_args) -> str:
+def _answers(program: lp.Program, answers, host: str | None = None, **launch_args) -> str:
+    """What the caller wrote, read on its ``host`` (over ssh for a share-nothing one)."""
     controller = lp.launch(program, **launch_args)
     controller.wait(timeout=600)
-    return answers.read_text()
+    return read_on_host(host, str(answers)) if host else answers.read_text()
 
 
 @needs_ssh_hosts
@@ -31,7 +33,7 @@ def test_1000_nodes_over_three_ssh_hosts(tmp_path):
     answers = tmp_path / 'answers'
     program = fan_out_program(1000, str(answers))
     hosts = [ssh_host(name) for name in ('h1', 'h2', 'h3')]
-    assert _answers(program, answers, launch_type='ssh',
+    assert _answers(program, answers, hosts[0].host, launch_type='ssh',
                     resources={'counter': hosts, 'caller': hosts[0]}) == '1000\n'
 
 
