@@ -66,9 +66,11 @@ def test_benchmark_writes_csv_and_plot(tmp_path):
 
 
 @needs_ssh_hosts
-def test_replicated_servers_across_three_ssh_hosts():
+def test_replicated_servers_across_three_ssh_hosts(tmp_path, monkeypatch):
     """The replicated topology with its groups spread over h1, h2 and h3 under the ssh launcher;
     the meter's result comes back on its output line (no shared path)."""
+    # The servers' checkpoints go here, not to ~/.launchpad_py on the hosts, where they stay.
+    monkeypatch.setenv('LAUNCHPAD_PY_CHECKPOINT_DIR', str(tmp_path))
     program = make_program('replicated', 3, num_servers=2, param_size=1000, duration_s=1.0)
     hosts = [ssh_host(name) for name in SSH_HOST_NAMES]
     resources = {'server': hosts[1:], 'writer': hosts[0], 'requester': hosts, 'meter': hosts[2]}
