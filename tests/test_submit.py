@@ -354,10 +354,30 @@ def test_a_requeued_parameter_server_resumes_with_its_version_and_params():
              'the server to save its version inside the job')
     subprocess.run(['scontrol', 'requeue', program.record['job_id']], check=True, timeout=30)
     wait_for(lambda: program.state() == 'pending', 60, 'the job to be requeued')
+    _assert_resumes_from_its_last_save(program, at_least=300)
+
+
+@needs_slurm
+@slow
+@pytest.mark.timeout(600)
+def test_a_parameter_server_near_its_time_limit_resumes_with_its_version_and_params():
+    """signal_s before a one-minute limit: the controller requeues the job after the nodes'
+    checkpoints, and the server in the next allocation goes on from its last save."""
+    slurm_cluster()
+    program = lp.submit(SCRIPT, 'param_server', sbatch_args=['--ntasks=2', '--time=1'],
+                        name='param_server', requeue=True, signal_s=50)
+    wait_for(lambda: 'the time limit is 50 s away' in program.logs(), 120,
+             'the warning before the time limit')
+    _assert_resumes_from_its_last_save(program, at_least=1)
+
+
+def _assert_resumes_from_its_last_save(program, at_least: int) -> None:
+    """The server's first ``resumed from`` line names at least the last version it saved before
+    (``at_least`` or more), it saves a newer one after, and the program stops when asked."""
     lines = wait_for(lambda: _until_resumed(_server_lines(program)), 400,
                      'the server to start again in the requeued job')
     saved_before = max(n for what, n in lines if what == 'saved')
-    assert lines[-1][1] >= saved_before >= 300
+    assert lines[-1][1] >= saved_before >= at_least
     wait_for(lambda: _server_lines(program)[-1][1] > lines[-1][1], 120,
              'the resumed server to save a newer version')
     stopped = cli('stop', program.id)
