@@ -3,7 +3,10 @@
 ``ticker``: one node printing ``tick N`` every 0.2 s until the program is stopped
 (``lp.wait_for_stop``), in a program named ``ticker``; ``short``: a node that
 prints ``done`` and returns, so the program ends by itself; ``resumer``: a ticker that
-keeps its count in its checkpoint directory and says where it resumed from.
+keeps its count in its checkpoint directory and says where it resumed from;
+``param_server``: the parameter-server example's server and writer (no requesters,
+whose reads would spin for as long as the job runs), the server saving every 100
+updates (about once a second).
 """
 
 import os
@@ -35,9 +38,20 @@ def short() -> None:
     print('done', flush=True)
 
 
+def param_server_program() -> lp.Program:
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    from examples.parameter_server.program import add_servers
+    program = lp.Program('param_server')
+    add_servers(program, 1, 1000, checkpoint_every=100)
+    return program
+
+
 if __name__ == '__main__':
     kind = sys.argv[1]
-    program = lp.Program(kind)
-    body = {'ticker': tick, 'short': short, 'resumer': resume}[kind]
-    program.add_node(lp.PyNode(body), label='worker')
+    if kind == 'param_server':
+        program = param_server_program()
+    else:
+        program = lp.Program(kind)
+        body = {'ticker': tick, 'short': short, 'resumer': resume}[kind]
+        program.add_node(lp.PyNode(body), label='worker')
     lp.launch(program).wait()

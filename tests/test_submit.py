@@ -327,6 +327,63 @@ def test_a_job_near_its_time_limit_requeues_itself_and_resumes():
     assert cli('stop', program.id).returncode == 0
 
 
+def _server_lines(program) -> list[tuple[str, int]]:
+    """The parameter server's ``server: saved version N`` and ``server: resumed from version N``
+    lines, in order, as (``saved`` or ``resumed from``, N)."""
+    return [(what, int(n)) for what, n in re.findall(r'server: (saved|resumed from) version (\d+)',
+                                                     program.logs(node='server/0'))]
+
+
+def _until_resumed(lines: list[tuple[str, int]]) -> list[tuple[str, int]] | None:
+    """``lines`` up to the first ``resumed from`` one, None while there is none."""
+    ends = [i for i, (what, _) in enumerate(lines) if what == 'resumed from']
+    return lines[:ends[0] + 1] if ends else None
+
+
+@needs_slurm
+@slow
+@pytest.mark.timeout(600)
+def test_a_requeued_parameter_server_resumes_with_its_version_and_params():
+    """The parameter-server example in a requeueable job: scontrol requeue, and in the new
+    allocation the server starts from the last version it saved in the old one (its
+    checkpoint() runs on the SIGTERM too), then goes on counting from there."""
+    slurm_cluster()
+    program = lp.submit(SCRIPT, 'param_server', sbatch_args=['--ntasks=2'], name='param_server',
+                        requeue=True)
+    wait_for(lambda: len(_server_lines(program)) >= 3, 120,
+             'the server to save its version inside the job')
+    subprocess.run(['scontrol', 'requeue', program.record['job_id']], check=True, timeout=30)
+    wait_for(lambda: program.state() == 'pending', 60, 'the job to be requeued')
+    _assert_resumes_from_its_last_save(program, at_least=300)
+
+
+@needs_slurm
+@slow
+@pytest.mark.timeout(600)
+def test_a_parameter_server_near_its_time_limit_resumes_with_its_version_and_params():
+    """signal_s before a one-minute limit: the controller requeues the job after the nodes'
+    checkpoints, and the server in the next allocation goes on from its last save."""
+    slurm_cluster()
+    program = lp.submit(SCRIPT, 'param_server', sbatch_args=['--ntasks=2', '--time=1'],
+                        name='param_server', requeue=True, signal_s=50)
+    wait_for(lambda: 'the time limit is 50 s away' in program.logs(), 120,
+             'the warning before the time limit')
+    _assert_resumes_from_its_last_save(program, at_least=1)
+
+
+def _assert_resumes_from_its_last_save(program, at_least: int) -> None:
+    """The server's first ``resumed from`` line names at least the last version it saved before
+    (``at_least`` or more), it saves a newer one after, and the program stops when asked."""
+    lines = wait_for(lambda: _until_resumed(_server_lines(program)), 400,
+                     'the server to start again in the requeued job')
+    saved_before = max(n for what, n in lines if what == 'saved')
+    assert lines[-1][1] >= saved_before >= at_least
+    wait_for(lambda: _server_lines(program)[-1][1] > lines[-1][1], 120,
+             'the resumed server to save a newer version')
+    stopped = cli('stop', program.id)
+    assert stopped.returncode == 0, stopped
+
+
 def _ticking_in_slurm():
     """A ticker submitted with lp.submit, once it ticks; its job's processes."""
     slurm_cluster()

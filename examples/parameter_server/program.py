@@ -11,11 +11,16 @@ Requesters are courier nodes too: the meter asks all of them at once to read
 parameters as fast as they can for ``duration_s``, adds up their counts,
 prints the total queries per second, writes it to ``result_path`` (JSON) and
 ends the program.
+
+Each server keeps its version and parameters across restarts and requeues: it
+saves them in ``lp.checkpoint_dir()`` every ``checkpoint_every`` updates and
+before a planned stop, and starts from the last save when there is one.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import threading
 import time
 
@@ -28,12 +33,48 @@ TOPOLOGIES = ('single', 'replicated', 'cached')
 
 
 class ParamServer:
-    """Holds a parameter vector and its version; ``get_params`` is what requesters call."""
+    """Holds a parameter vector and its version; ``get_params`` is what requesters call.
 
-    def __init__(self, size: int, seed: int = 0):
+    It saves (version, params) in ``lp.checkpoint_dir()`` every ``checkpoint_every``
+    updates (0: only before a planned stop) and in ``checkpoint()``, which runs before a
+    planned stop, a preemption or a Slurm requeue; a server that starts where a save
+    exists goes on from it, so a restarted or requeued server keeps its version and its
+    parameters. Without a save it starts from ``seed`` as before.
+    """
+
+    def __init__(self, size: int, seed: int = 0, checkpoint_every: int = 1000):
+        if checkpoint_every < 0:
+            raise ValueError(f'checkpoint_every must be updates >= 0 (0: only before a stop) '
+                             f'(got {checkpoint_every!r} for ParamServer)')
         self._lock = threading.Lock()
+        self._saving = threading.Lock()  # One save at a time, each newer than the last.
         self._params = np.random.default_rng(seed).standard_normal(size).astype(np.float32)
         self._version = 0
+        self._checkpoint_every = checkpoint_every
+        self._checkpoint_path = os.path.join(lp.checkpoint_dir(), 'params.npz')
+        self._resume()
+
+    def _resume(self) -> None:
+        if not os.path.exists(self._checkpoint_path):
+            return
+        with np.load(self._checkpoint_path) as saved:
+            version, params = int(saved['version']), saved['params']
+        if params.shape != self._params.shape:
+            raise ValueError(f'the checkpoint {self._checkpoint_path} holds {params.shape[0]} '
+                             f'parameters but this ParamServer has size {self._params.size}: '
+                             f'remove it or start with the size it was saved with')
+        self._version, self._params = version, params
+        print(f'server: resumed from version {version}', flush=True)
+
+    def checkpoint(self) -> None:
+        """Saves (version, params) atomically: a crash mid-write keeps the last save."""
+        with self._saving:
+            version, params = self.get_params()
+            temporary = self._checkpoint_path + '.tmp'
+            with open(temporary, 'wb') as f:
+                np.savez(f, version=np.int64(version), params=params)
+            os.replace(temporary, self._checkpoint_path)
+        print(f'server: saved version {version}', flush=True)
 
     def get_params(self) -> tuple[int, np.ndarray]:
         with self._lock:  # Writes replace the array, so the one returned never changes.
@@ -43,7 +84,10 @@ class ParamServer:
         with self._lock:
             self._params = self._params + delta
             self._version += 1
-            return self._version
+            version = self._version
+        if self._checkpoint_every and version % self._checkpoint_every == 0:
+            self.checkpoint()  # Outside the lock: readers are not held up by the write.
+        return version
 
 
 class Writer:
@@ -106,18 +150,27 @@ def measure(requesters: list, duration_s: float, result_path: str | None = None)
     lp.stop()
 
 
+def add_servers(program: lp.Program, replicas: int, param_size: int, *,
+                checkpoint_every: int = 1000) -> list:
+    """Adds the ``server`` group (``replicas`` ParamServers) and the writer; the servers' handles."""
+    with program.group('server'):
+        servers = [program.add_node(lp.CourierNode(ParamServer, param_size,
+                                                   checkpoint_every=checkpoint_every))
+                   for _ in range(replicas)]
+    program.add_node(lp.PyClassNode(Writer, servers, param_size), label='writer')
+    return servers
+
+
 def make_program(topology: str = 'single', num_requesters: int = 4, *, num_servers: int = 2,
                  param_size: int = 10_000, duration_s: float = 2.0,
-                 refresh_interval_ms: int = 50, result_path: str | None = None) -> lp.Program:
+                 refresh_interval_ms: int = 50, result_path: str | None = None,
+                 checkpoint_every: int = 1000) -> lp.Program:
     """Builds one topology; see the module docstring."""
     if topology not in TOPOLOGIES:
         raise ValueError(f'topology must be one of {TOPOLOGIES} (got {topology!r})')
     program = lp.Program(f'parameter_server_{topology}')
-    replicas = num_servers if topology == 'replicated' else 1
-    with program.group('server'):
-        servers = [program.add_node(lp.CourierNode(ParamServer, param_size))
-                   for _ in range(replicas)]
-    program.add_node(lp.PyClassNode(Writer, servers, param_size), label='writer')
+    servers = add_servers(program, num_servers if topology == 'replicated' else 1, param_size,
+                          checkpoint_every=checkpoint_every)
     targets = servers
     if topology == 'cached':
         targets = [program.add_node(

@@ -4,14 +4,18 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 import re
+import signal
 import subprocess
 import sys
 
+import numpy as np
+import pytest
 
 import launchpad_py as lp
-from conftest import REPO, SSH_HOST_NAMES, host_name, needs_ssh_hosts, ssh_host
-from examples.parameter_server.program import make_program
+from conftest import REPO, SSH_HOST_NAMES, host_name, needs_ssh_hosts, ssh_host, wait_for
+from examples.parameter_server.program import ParamServer, make_program
 
 
 def _run(tmp_path, launch_type: str, topology: str, num_requesters: int) -> dict:
@@ -62,9 +66,11 @@ def test_benchmark_writes_csv_and_plot(tmp_path):
 
 
 @needs_ssh_hosts
-def test_replicated_servers_across_three_ssh_hosts():
+def test_replicated_servers_across_three_ssh_hosts(tmp_path, monkeypatch):
     """The replicated topology with its groups spread over h1, h2 and h3 under the ssh launcher;
     the meter's result comes back on its output line (no shared path)."""
+    # The servers' checkpoints go here, not to ~/.launchpad_py on the hosts, where they stay.
+    monkeypatch.setenv('LAUNCHPAD_PY_CHECKPOINT_DIR', str(tmp_path))
     program = make_program('replicated', 3, num_servers=2, param_size=1000, duration_s=1.0)
     hosts = [ssh_host(name) for name in SSH_HOST_NAMES]
     resources = {'server': hosts[1:], 'writer': hosts[0], 'requester': hosts, 'meter': hosts[2]}
@@ -77,3 +83,53 @@ def test_replicated_servers_across_three_ssh_hosts():
     requesters, queries, qps, version = map(int, line.groups())
     _assert_served({'num_requesters': requesters, 'queries': queries, 'qps': qps,
                     'newest_version': version}, 3)
+
+
+def _saved(path) -> tuple[int, np.ndarray] | None:
+    """(version, params) in a server's checkpoint file, None before its first save."""
+    try:
+        with np.load(path) as saved:
+            return int(saved['version']), saved['params']
+    except FileNotFoundError:
+        return None
+
+
+def test_server_restarted_after_sigkill_resumes_its_version_and_params(tmp_path, monkeypatch):
+    """The server saves every 5 updates; SIGKILLed under lp.Restart after its save at 20 (and 3
+    updates more, lost), the new process starts from the file: version 20, the saved params."""
+    monkeypatch.setenv('LAUNCHPAD_PY_CHECKPOINT_DIR', str(tmp_path))
+    program = lp.Program('param_server')
+    with program.group('server'):
+        handle = program.add_node(lp.CourierNode(ParamServer, 100, checkpoint_every=5))
+    path = tmp_path / 'param_server' / 'server' / '0' / 'params.npz'
+    with lp.launch(program, launch_type='local_mp', failure_policy={
+            'server': lp.Restart(max_restarts=1, backoff=(0.05, 0.2))}) as controller:
+        server = handle.dereference()  # The test is the writer: it knows every version.
+        seen = {}
+        for _ in range(23):
+            version = server.apply_update(np.full(100, 0.5, np.float32))
+            seen[version] = server.get_params()[1]
+        saved = wait_for(lambda: _saved(path), what='the server to save a checkpoint')
+        assert saved[0] == 20
+        np.testing.assert_array_equal(saved[1], seen[20])
+        os.kill(controller.statuses()[0].pid, signal.SIGKILL)
+        wait_for(lambda: controller.statuses()[0].restarts == 1
+                 and controller.statuses()[0].state == lp.NodeState.RUNNING,
+                 what='the restart of server/0')
+        version, params = server.get_params()
+        assert version == saved[0]
+        np.testing.assert_array_equal(params, saved[1])
+        assert server.apply_update(np.zeros(100, np.float32)) == 21
+
+
+def test_server_refuses_a_checkpoint_of_another_size(tmp_path, monkeypatch):
+    """A save of 5 parameters found by a server of 100 is a clear error, not a silent reshape."""
+    monkeypatch.setenv('LAUNCHPAD_PY_CHECKPOINT_DIR', str(tmp_path))
+    directory = tmp_path / 'param_server' / 'server' / '0'
+    directory.mkdir(parents=True)
+    np.savez(directory / 'params.npz', version=np.int64(7), params=np.zeros(5, np.float32))
+    program = lp.Program('param_server')
+    with program.group('server'):
+        program.add_node(lp.CourierNode(ParamServer, 100))
+    with pytest.raises(lp.NodeFailedError, match=r'holds 5 parameters but this ParamServer has size 100'):
+        lp.launch(program, launch_type='test_mt').wait(timeout=60)
