@@ -75,5 +75,7 @@ if __name__ == '__main__':  # A launcher to SIGKILL: prints its pods' names once
     controller = lp.launch(program, launch_type='kubernetes',
                            resources=image_for_every_group(program),
                            kubernetes_options=options(lease_seconds=int(sys.argv[1])))
-    print(json.dumps([s.host for s in controller.statuses()]), flush=True)
+    # One write: print() writes the line and its end apart, and a node's line can come between.
+    sys.stdout.write(json.dumps([s.host for s in controller.statuses()]) + '\n')
+    sys.stdout.flush()
     controller.wait()

@@ -59,6 +59,7 @@ class Directory:
         self._asked: set[str] = set()
         self._relocating: set[str] = set()  # Keys asked again after a failed call (node side).
         self._down: set[str] = set()  # Keys whose node is down: relocations wait for it.
+        self._final: set[str] = set()  # Keys of a stopping program: nothing moves any more.
         self._changed = threading.Condition()
         #: Set in a node process: sends a list of keys to its launcher, which answers
         #: through ``learn``/``give_up``.
@@ -92,6 +93,7 @@ class Directory:
         """Lookups of ``keys`` still unknown fail with ``why`` (the program stopped)."""
         with self._changed:
             for key in keys:
+                self._final.add(key)
                 if key not in self._values or key in self._down:
                     self._gone[key] = why
                     self._expected.discard(key)
@@ -106,6 +108,7 @@ class Directory:
                 self._expected.discard(key)
                 self._gone.pop(key, None)
                 self._down.discard(key)
+                self._final.discard(key)
             self._changed.notify_all()  # A relocation waiting for one of them gives up.
 
     def tracks(self, key: str) -> bool:
@@ -146,8 +149,8 @@ class Directory:
                         f'the server at {stale} is gone: {self._gone[key]}')
                 down = key in self._down
                 if value is not None and not down and (
-                        value != stale or time.monotonic() >= deadline):
-                    return value
+                        value != stale or key in self._final or time.monotonic() >= deadline):
+                    return value  # (A stopping program's nodes come back nowhere: no grace.)
                 if value is None and key not in self._expected:
                     raise errors.NotRunningError(f'the server at {stale} is not a node of a '
                                                  'running program')
