@@ -57,3 +57,23 @@ def test_futures_lose_one_call_then_follow_too():
             assert client.futures.name().result(timeout=30) == 'second'
         finally:
             gone()
+
+
+def test_a_future_that_fails_before_it_starts_makes_the_next_call_follow_too():
+    """With a secret, a gRPC future first asks the server who it is; at a gone address that
+    fails before any future exists, and the next call must still ask ``locate`` (found by
+    the Kubernetes fault runs: a CacherNode kept calling its restarted upstream's old pod)."""
+    secret = b'moved-server-test-secret-32bytes'
+    with courier.Server(Where('first'), secret=secret) as first, \
+            courier.Server(Where('second'), secret=secret) as second:
+        old = first.address
+        first.stop()
+        client = courier.Client(old, transport='grpc', secret=secret, timeout=30,
+                                locate=lambda stale: second.address)
+        gone = courier.fail_fast_on_unavailable([old])
+        try:
+            with pytest.raises(courier.CourierUnavailableError):
+                client.futures.name()
+            assert client.futures.name().result(timeout=30) == 'second'
+        finally:
+            gone()

@@ -170,7 +170,11 @@ class Client:
         if self._locate is None:
             return self._call_future((method, args, kwargs))
         self._follow()
-        future = self._last_future = self._call_future((method, args, kwargs))
+        try:
+            future = self._last_future = self._call_future((method, args, kwargs))
+        except CourierUnavailableError:  # Failed before it started (asking who the server is).
+            self._lost = True
+            raise
         future.add_done_callback(self._note_loss)
         return future
 
