@@ -36,6 +36,10 @@ class ProcessHandle:
         code = self._process.wait()
         return code if code >= 0 else 128 - code  # As a container reports a signal.
 
+    def pid(self) -> int:
+        """The container's main process, on this machine (what a fault test signals)."""
+        return self._process.pid
+
     def kill(self) -> None:
         """SIGKILL at once, as the kubelet ends a container under node pressure."""
         try:
@@ -127,6 +131,12 @@ class PodmanHandle:
         code = done.stdout.strip()
         self.remove()
         return int(code) if code.lstrip('-').isdigit() else 1
+
+    def pid(self) -> int | None:
+        """The container's main process as this machine sees it (None once it is gone)."""
+        found = podman('inspect', '--format', '{{.State.Pid}}', self._container, check=False)
+        pid = found.stdout.strip()
+        return int(pid) if pid.isdigit() and int(pid) > 0 else None
 
     def kill(self) -> None:
         podman('pod', 'kill', self.pod, check=False)
