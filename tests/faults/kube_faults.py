@@ -145,6 +145,7 @@ def kube_run(rng, workdir: str, runtime=None, image: str = IMAGE, path: str = PR
     """One fault run on a fresh fake cluster whose API server listens on the bridge (the
     launcher's route to it is then the pods' way back); ``runtime``: local processes by default;
     ``one_run``'s result plus ``objects_left`` and ``containers_left``."""
+    os.makedirs(workdir, exist_ok=True)
     with FakeCluster(workdir, hosts(), images=(image,), runtime=runtime or ProcessRuntime(),
                      api_host=LAUNCHER_IP) as cluster:
         run = one_run(rng, 'kubernetes', [], plan=plan, delay=delay, strike=PodFaults(cluster),
