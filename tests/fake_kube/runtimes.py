@@ -164,6 +164,8 @@ class PodmanRuntime:
         names = []
         volumes = {v['name']: v for v in pod['spec'].get('volumes') or ()}
         for mount in pod['spec']['containers'][0].get('volumeMounts') or ():
+            if 'secret' not in volumes[mount['name']]:
+                continue  # A hostPath volume (a test's shared directory): podman mounts it.
             name = volumes[mount['name']]['secret']['secretName']
             plain = {'apiVersion': 'v1', 'kind': 'Secret', 'metadata': {'name': name},
                      'data': {k: v.decode() for k, v in secrets[mount['mountPath']].items()}}

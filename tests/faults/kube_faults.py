@@ -144,11 +144,19 @@ def kube_run(rng, workdir: str, runtime=None, image: str = IMAGE, path: str = PR
              plan: tuple[str, str] | None = None, delay: float | None = None) -> dict:
     """One fault run on a fresh fake cluster whose API server listens on the bridge (the
     launcher's route to it is then the pods' way back); ``runtime``: local processes by default;
-    ``one_run``'s result plus ``objects_left`` and ``containers_left``."""
+    ``one_run``'s result plus ``objects_left``, ``containers_left`` and ``rescheduled``."""
     os.makedirs(workdir, exist_ok=True)
     with FakeCluster(workdir, hosts(), images=(image,), runtime=runtime or ProcessRuntime(),
                      api_host=LAUNCHER_IP) as cluster:
         run = one_run(rng, 'kubernetes', [], plan=plan, delay=delay, strike=PodFaults(cluster),
                       env={'KUBECONFIG': cluster.kubeconfig, IMAGE_ENV: image, PATH_ENV: path})
         run['objects_left'], run['containers_left'] = _left_in(cluster)
+    run['rescheduled'] = rescheduled(run['run_dir'])
     return run
+
+
+def rescheduled(run_dir: str) -> int:
+    """Pods the launcher started again without counting a restart (deleted or evicted ones),
+    as its log says."""
+    with open(os.path.join(run_dir, 'launcher.log'), errors='replace') as log:
+        return sum('not counted against max_restarts' in line for line in log)

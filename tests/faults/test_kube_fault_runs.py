@@ -53,6 +53,7 @@ def _kube_summary(runs: list[dict], planned: int) -> dict:
         totals.update(_kube_problems(run))
     return {**_summary(runs), 'planned_runs': planned, 'objects_left': totals['objects_left'],
             'containers_left': totals['containers_left'],
+            'rescheduled': sum(run.get('rescheduled', 0) for run in runs),
             'load_after': [round(x, 2) for x in os.getloadavg()]}
 
 
@@ -89,6 +90,7 @@ def test_random_pod_faults_end_as_the_policy_says(tmp_path):
 def test_random_pod_faults_under_podman_end_as_the_policy_says(tmp_path, monkeypatch):
     """PODMAN_RUNS launches with real pods under podman on the namespace hosts, one random
     pod fault each: every count is 0."""
+    from fake_kube.runtimes import podman
     from test_kubernetes_podman import _build_image
     conf = tmp_path / 'containers.conf'
     conf.write_text('[containers]\ndefault_ulimits = ["nofile=1024:1024", "nproc=4096:4096"]\n'
@@ -99,6 +101,11 @@ def test_random_pod_faults_under_podman_end_as_the_policy_says(tmp_path, monkeyp
     image = _build_image(str(context))
     result = _runs('podman', PODMAN_RUNS, tmp_path, runtime=SharedTmpPodman(), image=image,
                    path=PODMAN_PATH)
+    left = podman('pod', 'ps', '--filter', 'label=launchpad-py/program', '--format',
+                  '{{.Name}}').stdout.split()
+    result['summary'].update(image=image, podman_pods_left_at_end=len(left))
+    _record('podman', result)
+    assert not left, left
     _assert_clean(result)
 
 
@@ -108,6 +115,7 @@ def test_deleted_params_pod_comes_back_and_no_update_is_lost_or_doubled(tmp_path
     and no process, container or API object is left."""
     run = kube_run(random.Random(1), str(tmp_path), plan=('params', 'delete'), delay=3.0)
     assert run['fault']['kind'] == 'delete' and run['ended'] == 'finished', run
+    assert run['rescheduled'] >= 1 and run['restarts']['params/0'] == 0, run
     assert not any(_kube_problems(run).values()), _kube_problems(run)
 
 
