@@ -77,3 +77,20 @@ def test_a_future_that_fails_before_it_starts_makes_the_next_call_follow_too():
             assert client.futures.name().result(timeout=30) == 'second'
         finally:
             gone()
+
+
+def test_a_call_that_times_out_at_a_gone_address_makes_the_next_call_follow():
+    """Before the old address is declared gone, a dial there waits for the server until the
+    call's timeout; that call is lost too, and the next asks ``locate`` (found under podman: a
+    cache kept timing out on its upstream's deleted pod)."""
+    secret = b'moved-server-test-secret-32bytes'
+    with courier.Server(Where('first'), secret=secret) as first, \
+            courier.Server(Where('second'), secret=secret) as second:
+        old = first.address
+        first.stop()
+        client = courier.Client(old, transport='grpc', secret=secret, timeout=1,
+                                locate=lambda stale: second.address)
+        with pytest.raises(courier.CourierTimeoutError):
+            client.futures.name().result(timeout=30)
+        assert client.futures.name().result(timeout=30) == 'second'
+        assert client.name() == 'second'

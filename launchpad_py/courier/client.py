@@ -23,8 +23,10 @@ receiving process's.
 A server may come back at another address (a restarted pod). Its old
 address is then declared gone (``fail_fast_on_unavailable``), so calls
 waiting there fail with ``CourierUnavailableError``; given ``locate`` (a
-handle to such a node passes one), the next call first asks ``locate``
-where the server is now (which may wait until it is back), then goes there.
+handle to such a node passes one), the next call after one that failed
+unavailable or timed out (a dial waiting for a gone server times out) first
+asks ``locate`` where the server is now (which may wait until it is back),
+then goes there.
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ import functools
 from typing import Any, Callable
 
 from launchpad_py.courier import auth, frames, serialization
-from launchpad_py.courier.errors import CourierUnavailableError
+from launchpad_py.courier.errors import CourierTimeoutError, CourierUnavailableError
 from launchpad_py.courier.transports import grpc_chunks, grpc_client, interface, registry
 from launchpad_py.courier.transports.sockets import socket_channel
 from launchpad_py.courier.transports.tls import TlsCredentials
@@ -60,6 +62,10 @@ def decode_reply(frame: frames.Frame, device_arrays: bool = False) -> Any:
     if status == 'ok':
         return value
     raise value.rebuild()
+
+
+#: Failures after which a client with ``locate`` asks where its server is now.
+_LOST = (CourierUnavailableError, CourierTimeoutError)
 
 
 class Client:
@@ -130,7 +136,7 @@ class Client:
             self._connect(address)
 
     def _note_loss(self, future: concurrent.futures.Future) -> None:
-        if isinstance(future.exception(), CourierUnavailableError):
+        if isinstance(future.exception(), _LOST):
             self._lost = True
 
     @property
@@ -155,7 +161,7 @@ class Client:
         self._follow()
         try:
             return self._call((method, args, kwargs))
-        except CourierUnavailableError:
+        except _LOST:
             self._lost = True
             raise
 
@@ -172,7 +178,7 @@ class Client:
         self._follow()
         try:
             future = self._last_future = self._call_future((method, args, kwargs))
-        except CourierUnavailableError:  # Failed before it started (asking who the server is).
+        except _LOST:  # Failed before it started (asking who the server is).
             self._lost = True
             raise
         future.add_done_callback(self._note_loss)
