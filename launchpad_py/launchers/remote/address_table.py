@@ -8,15 +8,15 @@ answers with the node's address once its new run has reported it, so the
 client loses one call and then follows.
 
     table.learn({key: '10.1.2.3:4567'})   # a node reported (at launch, or after a restart)
-    table.moving([key])                   # its node ended and comes back elsewhere: its
-                                          # old addresses, which every process gives up
+    table.moving({key: '10.1.2.3:4567'})  # that run ended, the node comes back elsewhere:
+                                          # its old addresses, which every process gives up
     table.ask([key], answer)              # answer(values, gone), maybe later
 """
 
 from __future__ import annotations
 
 import threading
-from typing import Callable, Iterable
+from typing import Callable
 
 Answer = Callable[[dict[str, str], dict[str, str]], None]
 
@@ -43,11 +43,16 @@ class AddressTable:
 
     report = learn  # What ``relay_node_messages`` calls with a ready node's addresses.
 
-    def moving(self, keys: Iterable[str]) -> list[str]:
-        """The node of ``keys`` ended and will report new addresses: questions wait for them.
-        Returns the addresses it had."""
+    def moving(self, reported: dict[str, str]) -> list[str]:
+        """The run of a node that had reported ``reported`` (key -> address) ended, and the
+        node comes back elsewhere: questions wait for its next report, unless that came
+        first (a deleted pod is started again before its old run's channel closes; its new
+        addresses stay). Returns the addresses it had."""
         with self._lock:
-            return [old for old in (self._values.pop(key, None) for key in keys) if old]
+            for key, old in reported.items():
+                if self._values.get(key) == old:
+                    del self._values[key]
+        return [old for old in reported.values() if old]
 
     def ask(self, keys: list[str], answer: Answer) -> None:
         """Answers with the addresses known now, the rest once their nodes report."""

@@ -232,7 +232,8 @@ class RemoteWorker(MembersOverChannel, Worker):
         if failure is not None:
             self._failure = failure
         if not self._starter.keeps_addresses:  # Its clients' questions wait for its next run.
-            self._setup.moved(self._setup.table.moving(a.key for a in self.executable.addresses))
+            self._setup.moved(self._setup.table.moving(
+                {a.key: value for a, value in zip(self.executable.addresses, self.addresses)}))
         self._channel_closed.set()
 
     @property
