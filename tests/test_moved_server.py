@@ -8,6 +8,8 @@ the second serves elsewhere.
 
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 
 from launchpad_py import courier
@@ -59,17 +61,25 @@ def test_futures_lose_one_call_then_follow_too():
             gone()
 
 
-def test_a_future_that_fails_before_it_starts_makes_the_next_call_follow_too():
-    """With a secret, a gRPC future first asks the server who it is; at a gone address that
-    fails before any future exists, and the next call must still ask ``locate`` (found by
-    the Kubernetes fault runs: a CacherNode kept calling its restarted upstream's old pod)."""
+
+@contextlib.contextmanager
+def _gone_then_elsewhere(timeout: float):
+    """A gRPC client with a secret, of a server that stopped and serves at another address
+    now (``locate`` says where); yields (the client, its old address)."""
     secret = b'moved-server-test-secret-32bytes'
     with courier.Server(Where('first'), secret=secret) as first, \
             courier.Server(Where('second'), secret=secret) as second:
         old = first.address
         first.stop()
-        client = courier.Client(old, transport='grpc', secret=secret, timeout=30,
-                                locate=lambda stale: second.address)
+        yield courier.Client(old, transport='grpc', secret=secret, timeout=timeout,
+                             locate=lambda stale: second.address), old
+
+
+def test_a_future_that_fails_before_it_starts_makes_the_next_call_follow_too():
+    """With a secret, a gRPC future first asks the server who it is; at a gone address that
+    fails before any future exists, and the next call must still ask ``locate`` (found by
+    the Kubernetes fault runs: a CacherNode kept calling its restarted upstream's old pod)."""
+    with _gone_then_elsewhere(timeout=30) as (client, old):
         gone = courier.fail_fast_on_unavailable([old])
         try:
             with pytest.raises(courier.CourierUnavailableError):
@@ -83,13 +93,7 @@ def test_a_call_that_times_out_at_a_gone_address_makes_the_next_call_follow():
     """Before the old address is declared gone, a dial there waits for the server until the
     call's timeout; that call is lost too, and the next asks ``locate`` (found under podman: a
     cache kept timing out on its upstream's deleted pod)."""
-    secret = b'moved-server-test-secret-32bytes'
-    with courier.Server(Where('first'), secret=secret) as first, \
-            courier.Server(Where('second'), secret=secret) as second:
-        old = first.address
-        first.stop()
-        client = courier.Client(old, transport='grpc', secret=secret, timeout=1,
-                                locate=lambda stale: second.address)
+    with _gone_then_elsewhere(timeout=1) as (client, _):
         with pytest.raises(courier.CourierTimeoutError):
             client.futures.name().result(timeout=30)
         assert client.futures.name().result(timeout=30) == 'second'
