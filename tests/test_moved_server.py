@@ -8,6 +8,8 @@ the second serves elsewhere.
 
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 
 from launchpad_py import courier
@@ -54,6 +56,33 @@ def test_futures_lose_one_call_then_follow_too():
         try:
             with pytest.raises(courier.CourierUnavailableError):
                 client.futures.name().result(timeout=30)
+            assert client.futures.name().result(timeout=30) == 'second'
+        finally:
+            gone()
+
+
+@contextlib.contextmanager
+def _gone_then_elsewhere(timeout: float):
+    """A gRPC client with a secret, of a server that stopped and serves at another address
+    now (``relocate`` says where); yields (the client, its old address)."""
+    secret = b'moved-server-test-secret-32bytes'
+    with courier.Server(Where('first'), secret=secret) as first, \
+            courier.Server(Where('second'), secret=secret) as second:
+        old = first.address
+        first.stop()
+        yield courier.Client(old, transport='grpc', secret=secret, timeout=timeout,
+                             relocate=lambda stale: second.address), old
+
+
+def test_a_future_that_fails_before_it_starts_makes_the_next_call_follow_too():
+    """With a secret, a gRPC future first asks the server who it is; at a gone address that
+    fails before any future exists, and the next call must still ask ``relocate`` (found by
+    the Kubernetes fault runs: a CacherNode kept calling its restarted upstream's old pod)."""
+    with _gone_then_elsewhere(timeout=30) as (client, old):
+        gone = courier.fail_fast_on_unavailable([old])
+        try:
+            with pytest.raises(courier.CourierUnavailableError):
+                client.futures.name()
             assert client.futures.name().result(timeout=30) == 'second'
         finally:
             gone()

@@ -182,7 +182,11 @@ class Client:
     def call_future(self, method: str, *args, **kwargs) -> concurrent.futures.Future:
         if self._relocate is not None:
             self._check_stale()
-        future = self._start_future((method, args, kwargs))
+        try:
+            future = self._start_future((method, args, kwargs))
+        except errors.CourierUnavailableError:  # Failed before it started (asking who the
+            self._stale = self._relocate is not None  # server is, at a gone address).
+            raise
         if self._relocate is not None:
             self._last_future = future
             future.add_done_callback(self._note_failure)

@@ -101,13 +101,18 @@ class AddressBook:
                       self._versions[key])
 
     def withdraw(self, values: dict[str, str]) -> None:
-        """The node that reported ``values`` is down: relocations wait until it reports again."""
-        if not values:
-            return
+        """The node that reported ``values`` is down: relocations wait until it reports again.
+
+        Only addresses still at those values: a node's new run (a new pod) may report before
+        its old run's end is seen, and that late end must not hide the new address (clients
+        asking where the node went then waited for a report that had already come)."""
         with self._lock:
             if self._stopped:
                 return
-        address.directory.withdraw(values)
+            current = [key for key, value in values.items()
+                       if address.directory.known(key) == value]
+            if current:
+                address.directory.withdraw(current)
 
     def relocate(self, stale: dict[str, str], answer: Answer) -> None:
         """Where the servers of ``stale`` (key -> the value a call failed at) are now;

@@ -199,6 +199,17 @@ class Kubelet:
             return socket.create_connection(('127.0.0.1', port), timeout=10)
         return _connect_in(node.netns, port)
 
+    def container_pid(self, namespace: str, name: str) -> int | None:
+        """The pid of pod ``name``'s running container on this machine, or None."""
+        with self._lock:
+            handle, ended = self._handles.get((namespace, name)), self._ended.get((namespace, name))
+        return None if handle is None or ended.is_set() else handle.pid()
+
+    def running(self) -> list[str]:
+        """The names of the pods whose containers still run."""
+        with self._lock:
+            return sorted(key[1] for key, ended in self._ended.items() if not ended.is_set())
+
     def evict(self, namespace: str, name: str, reason: str = 'Evicted',
               message: str = 'The node was low on resource: memory.') -> None:
         """What a kubelet under node pressure does: fails the pod with ``reason`` and kills

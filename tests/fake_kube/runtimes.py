@@ -36,6 +36,10 @@ class ProcessHandle:
         code = self._process.wait()
         return code if code >= 0 else 128 - code  # As a container reports a signal.
 
+    def pid(self) -> int:
+        """The container's main process, on this machine (what a fault test signals)."""
+        return self._process.pid
+
     def kill(self) -> None:
         """SIGKILL at once, as the kubelet ends a container under node pressure."""
         try:
@@ -128,6 +132,12 @@ class PodmanHandle:
         self.remove()
         return int(code) if code.lstrip('-').isdigit() else 1
 
+    def pid(self) -> int | None:
+        """The container's main process as this machine sees it (None once it is gone)."""
+        found = podman('inspect', '--format', '{{.State.Pid}}', self._container, check=False)
+        pid = found.stdout.strip()
+        return int(pid) if pid.isdigit() and int(pid) > 0 else None
+
     def kill(self) -> None:
         podman('pod', 'kill', self.pod, check=False)
 
@@ -154,6 +164,8 @@ class PodmanRuntime:
         names = []
         volumes = {v['name']: v for v in pod['spec'].get('volumes') or ()}
         for mount in pod['spec']['containers'][0].get('volumeMounts') or ():
+            if 'secret' not in volumes[mount['name']]:
+                continue  # A hostPath volume (a test's shared directory): podman mounts it.
             name = volumes[mount['name']]['secret']['secretName']
             plain = {'apiVersion': 'v1', 'kind': 'Secret', 'metadata': {'name': name},
                      'data': {k: v.decode() for k, v in secrets[mount['mountPath']].items()}}

@@ -39,6 +39,9 @@ def record_pids(path: str, done: threading.Event) -> None:
 
 
 def _resources(launch_type: str, hosts: list[str]) -> dict | None:
+    if launch_type == 'kubernetes':  # Pods of the image kube_faults names (a fake cluster).
+        import kube_faults
+        return kube_faults.resources(fault_nodes.make_program(''))
     if launch_type != 'ssh':
         return None
     options = ['-F', os.path.join(os.environ.get('LP_SSH_DIR', '/tmp/lp-ssh'), 'ssh_config')]

@@ -147,7 +147,8 @@ def expected_end(fault: Fault, stop_requested_at: float | None) -> set[str]:
     """How the fault program's policies say the run ends (a set: a race allows either)."""
     if fault.victim == 'launcher':
         return {'gone'} if fault.kind == 'kill' else {'finished'}
-    ends_node = fault.kind in ('kill', 'reset-control', 'reset-ssh')
+    # A pod deleted or evicted ends its node as a kill does (lp.Restart brings it back).
+    ends_node = fault.kind in ('kill', 'reset-control', 'reset-ssh', 'delete', 'evict')
     if not (ends_node and fault.victim.startswith('coordinator/')):
         return {'finished'}  # Every other group restarts; pauses and lost calls are retried.
     if stop_requested_at is None or fault.at < stop_requested_at - 0.05:
@@ -182,14 +183,18 @@ def _wait_gone(token: str, seconds: float) -> int:
 
 
 def one_run(rng, launch_type: str, hosts: list[str], plan: tuple[str, str] | None = None,
-            delay: float | None = None) -> dict:
-    """Launches, strikes one fault, and returns what happened (see the module docstring)."""
+            delay: float | None = None, strike=inject, env: dict | None = None) -> dict:
+    """Launches, strikes one fault, and returns what happened (see the module docstring).
+
+    ``strike``: picks and strikes the fault, as ``inject`` (which it defaults to) does;
+    ``env``: more variables for the launcher (``kube_faults`` passes both)."""
     token = f'lp-faultrun-{uuid.uuid4().hex}'
     run_dir = tempfile.mkdtemp(prefix='lp_faultrun_')
     command = [sys.executable, os.path.join(_HERE, 'fault_launcher.py'),
                f'--lp_termination_notice_secs={GRACE_S}', launch_type, run_dir, *hosts]
     env = {**os.environ, 'LP_TEST_TOKEN': token,
-           'PYTHONPATH': os.pathsep.join([_HERE, os.path.join(REPO, 'tests'), REPO])}
+           'PYTHONPATH': os.pathsep.join([_HERE, os.path.join(REPO, 'tests'), REPO]),
+           **(env or {})}
     with open(os.path.join(run_dir, 'launcher.log'), 'wb') as log:
         launcher = subprocess.Popen(command, cwd=REPO, env=env, stdout=log,
                                     stderr=subprocess.STDOUT)
@@ -197,7 +202,7 @@ def one_run(rng, launch_type: str, hosts: list[str], plan: tuple[str, str] | Non
         launcher.wait(rng.uniform(0, LATEST_FAULT_S) if delay is None else delay)
     except subprocess.TimeoutExpired:
         pass
-    fault = inject(rng, launcher, run_dir, launch_type, plan)
+    fault = strike(rng, launcher, run_dir, launch_type, plan)
     try:
         launcher.wait(HANG_S)
         hang = False
