@@ -12,7 +12,8 @@ import pytest
 
 import launchpad_py as lp
 from checkpoint_nodes import Tally
-from conftest import SLURM_LOGS, launch, needs_slurm, needs_ssh_hosts, read_on_host, wait_for
+from conftest import (SLURM_LOGS, launch, needs_slurm, needs_ssh_hosts, read_on_host, ssh_host,
+                      wait_for)
 
 
 def _program(name='tallies'):
@@ -150,11 +151,15 @@ def test_remote_launch_removes_its_private_checkpoint_directory_at_the_end(
     monkeypatch.delenv('LAUNCHPAD_PY_CHECKPOINT_DIR', raising=False)
     program, handle = _program(f'remote_private_{launch_type}_{options.get("steps", "")}')
     kwargs = {'slurm_options': {**options, 'output_dir': SLURM_LOGS}} if options else {}
+    # The one group runs on h1 (ssh: p1 with LP_SSH_TEST_HOSTS=p, which shares nothing).
+    host = ssh_host('h1').host if launch_type == 'ssh' else 'here'
     with launch(program, launch_type, **kwargs):
         client = handle.dereference()
         client.add(2)
         node_dir = client.where()['dir']
-        assert _saved(node_dir)['count'] == 2
+        assert _saved(node_dir, host)['count'] == 2
     private_root = os.path.dirname(os.path.dirname(node_dir))
     assert os.path.basename(private_root).startswith(program.name + '-')
+    with pytest.raises(FileNotFoundError):
+        read_on_host(host, os.path.join(node_dir, 'tally.json'))
     assert not os.path.exists(private_root), os.listdir(private_root)

@@ -48,11 +48,12 @@ def test_a_lost_host_restarts_its_node_without_counting_against_max_restarts():
     a crash of the node's own after them is still allowed its one counted restart."""
     program = lp.Program('lost_host')
     handle = program.add_node(lp.CourierNode(Member), label='member')
-    with lp.launch(program, launch_type='ssh', resources={'member': ssh_host('h2')},
+    host = ssh_host('h2')  # (p2 with LP_SSH_TEST_HOSTS=p.)
+    with lp.launch(program, launch_type='ssh', resources={'member': host},
                    failure_policy={'member': _ONE}) as controller:
         client = handle.dereference()
         for restarts in (1, 2):
-            _drop_session_to('h2')
+            _drop_session_to(host.host)
             _back_after(controller, restarts)
         assert _member(controller).restart_reasons == {'host_lost': 2}
         assert client.who()['pid'] == _member(controller).pid
