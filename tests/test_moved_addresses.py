@@ -20,7 +20,7 @@ import launchpad_py as lp
 from launchpad_py import courier, errors
 from launchpad_py.program import address as address_module
 from launchpad_py.supervision import address_book, program_secret
-from conftest import needs_ssh_hosts, ssh_host, wait_for
+from conftest import launch, needs_ray, needs_ssh_hosts, ssh_host, wait_for
 from restart_nodes import Caller, Member
 
 # Backoff long enough to take the dead node's port before its restart binds it.
@@ -125,15 +125,25 @@ def _take_port_on_host(netns: str, value: str) -> subprocess.Popen:
     return wait_for(take, what=f'port {port} on {netns} to be free')
 
 
-@needs_ssh_hosts
-def test_under_ssh_a_restart_whose_port_was_taken_serves_on_another_and_is_found():
-    """ssh: the killed node's port on its host is taken; its restart binds another port of the
-    same host, and a client in another node follows it after one failed call."""
-    program = lp.Program('ssh_moves')
+def _on_hosts(launch_type: str) -> dict:
+    """Launch arguments putting the member on h2 and the caller on h1."""
+    if launch_type == 'ssh':
+        return {'resources': {'member': ssh_host('h2'), 'caller': ssh_host('h1')}}
+    return {'resources': {'member': lp.RayResources(resources={'h2': 1}),
+                          'caller': lp.RayResources(resources={'h1': 1})}}
+
+
+@pytest.mark.parametrize('launch_type', [pytest.param('ssh', marks=needs_ssh_hosts),
+                                         pytest.param('ray', marks=needs_ray)])
+def test_remotely_a_restart_whose_port_was_taken_serves_on_another_and_is_found(launch_type):
+    """ssh, ray: the killed node's port on its host is taken; its restart binds another port
+    of the same host (under ray in the same actor), and a client in another node follows it
+    after one failed call."""
+    program = lp.Program(f'{launch_type}_moves')
     member = program.add_node(lp.CourierNode(Member), label='member')
     caller = program.add_node(lp.CourierNode(Caller, member), label='caller')
-    with lp.launch(program, launch_type='ssh', failure_policy={'member': _SLOW},
-                   resources={'member': ssh_host('h2'), 'caller': ssh_host('h1')}) as controller:
+    with launch(program, launch_type, failure_policy={'member': _SLOW},
+                **_on_hosts(launch_type)) as controller:
         client = caller.dereference()
         pid = client.who()
         in_flight = client.futures.hold()
