@@ -76,6 +76,25 @@ def test_a_client_follows_a_restarted_node_to_its_new_port():
             assert client.address == handle.address.resolve() != old
 
 
+def test_a_client_made_from_the_address_string_follows_it_too():
+    """courier.Client('host:port') with a node's address, in the launching process (which
+    knows every node's address): the call in flight fails unavailable, the next reaches the
+    node at its new port."""
+    program = lp.Program('moves_string')
+    handle = program.add_node(lp.CourierNode(Member), label='member')
+    with lp.launch(program, launch_type='test_mp', failure_policy={'member': _SLOW}) as controller:
+        client = courier.Client(handle.address.resolve())
+        pid = client.who()['pid']
+        in_flight = client.futures.hold()
+        wait_for(lambda: client.holding() == 1, what='the held call to arrive')
+        old, taken = _kill_and_take_its_port(controller, handle, pid)
+        with taken:
+            with pytest.raises(courier.CourierUnavailableError):
+                in_flight.result(timeout=30)
+            assert client.who()['pid'] == _state(controller).pid != pid
+            assert client.address == handle.address.resolve() != old
+
+
 def test_a_client_in_another_node_follows_it_too():
     """From inside a node: one failed call, then the member answers from its new port."""
     program = lp.Program('moves_in_node')
