@@ -59,31 +59,16 @@ def _kill_and_take_its_port(controller, handle, pid):
     return old, taken
 
 
-def test_a_client_follows_a_restarted_node_to_its_new_port():
-    """The call in flight fails unavailable; the next one reaches the node at its new port."""
-    program = lp.Program('moves')
+@pytest.mark.parametrize('made_from', ['handle', 'string'])
+def test_a_client_follows_a_restarted_node_to_its_new_port(made_from):
+    """The call in flight fails unavailable; the next one reaches the node at its new port.
+    Also for courier.Client('host:port') made from the node's address: the launching process
+    knows every node's address, so that client follows too."""
+    program = lp.Program(f'moves_{made_from}')
     handle = program.add_node(lp.CourierNode(Member), label='member')
     with lp.launch(program, launch_type='test_mp', failure_policy={'member': _SLOW}) as controller:
-        client = handle.dereference()
-        pid = client.who()['pid']
-        in_flight = client.futures.hold()
-        wait_for(lambda: client.holding() == 1, what='the held call to arrive')
-        old, taken = _kill_and_take_its_port(controller, handle, pid)
-        with taken:
-            with pytest.raises(courier.CourierUnavailableError):
-                in_flight.result(timeout=30)
-            assert client.who()['pid'] == _state(controller).pid != pid
-            assert client.address == handle.address.resolve() != old
-
-
-def test_a_client_made_from_the_address_string_follows_it_too():
-    """courier.Client('host:port') with a node's address, in the launching process (which
-    knows every node's address): the call in flight fails unavailable, the next reaches the
-    node at its new port."""
-    program = lp.Program('moves_string')
-    handle = program.add_node(lp.CourierNode(Member), label='member')
-    with lp.launch(program, launch_type='test_mp', failure_policy={'member': _SLOW}) as controller:
-        client = courier.Client(handle.address.resolve())
+        client = (handle.dereference() if made_from == 'handle'
+                  else courier.Client(handle.address.resolve()))
         pid = client.who()['pid']
         in_flight = client.futures.hold()
         wait_for(lambda: client.holding() == 1, what='the held call to arrive')
