@@ -383,3 +383,19 @@ def test_a_lost_ray_host_restarts_its_node_elsewhere_uncounted(ray_cluster, how)
             assert handle.address.resolve().startswith(after + ':')
         finally:
             _bring_host_back(before, ray_command)
+
+
+@needs_ray
+def test_ray_death_causes_map_to_lost_reasons():
+    """Ray's own words for an actor's death become lost_by reasons (the memory monitor's
+    cannot be provoked on the shared test machine, so its text is checked here); an actor
+    someone ray.kill-ed is the node's failure, not the platform's."""
+    from ray import exceptions
+    from launchpad_py.launchers.ray.starter import lost_reason
+    oom = exceptions.RayActorError(error_msg='Task was killed due to the node running low on '
+                                             'memory. Memory on the node ...')
+    assert lost_reason(oom, True) == 'evicted'
+    assert lost_reason(exceptions.RayActorError(preempted=True), False) == 'preempted'
+    assert lost_reason(exceptions.RayActorError(error_msg='x'), False) == 'node_lost'
+    killed = exceptions.RayActorError(error_msg='The actor was killed by `ray.kill`.')
+    assert lost_reason(killed, True) is None and lost_reason(killed, None) is None
