@@ -71,6 +71,11 @@ class Starter(abc.ABC):
         cannot tell."""
         return None
 
+    def host_gone(self) -> bool:
+        """Whether the node's run ended with its host (a Ray node lost), so a restart serves
+        elsewhere though the starter keeps addresses where it can."""
+        return False
+
     #: Whether the node needs the launcher's heartbeat to notice a frozen launcher or a lost
     #: network; False where the starter watches for that itself (a host agent, per host).
     needs_heartbeat = True
@@ -236,13 +241,20 @@ class RemoteWorker(MembersOverChannel, Worker):
                                                       f' (on host {self.host})', self._setup.book)
         if failure is not None:
             self._failure = failure
-        if not self._starter.keeps_addresses and self.addresses:
+        if not self._starter.keeps_addresses:
             # A new run (a new pod) serves elsewhere, even after a clean end (a pod deleted
             # asks its node to stop): clients wait for its report and leave the old address.
+            self._leave_addresses()
+        self._channel_closed.set()
+
+    def _leave_addresses(self) -> None:
+        """The node's addresses are gone with its run: relocations wait for its next report,
+        and calls waiting there fail at once instead of waiting at an address that may
+        never answer."""
+        if self.addresses:
             self._setup.book.withdraw(dict(zip((a.key for a in self.executable.addresses),
                                                self.addresses)))
             self._setup.moved(list(self.addresses))
-        self._channel_closed.set()
 
     @property
     def can_restart(self) -> bool:
@@ -295,6 +307,8 @@ class RemoteWorker(MembersOverChannel, Worker):
                 text = f'the connection to {self.host} ended ({how})'
             failure = FailureReport(text, f'{text}\n--- output tail ---\n{self._sink.tail()}',
                                     lost_by=self._starter.lost_by())
+        if self._starter.keeps_addresses and self._starter.host_gone():
+            self._leave_addresses()  # Its restart comes back on another host.
         if self.removing:  # Left its elastic group: what held it goes now.
             self._starter.release()
         self.events.exited(self, code, failure)
