@@ -20,7 +20,8 @@ import yaml
 
 import launchpad_py as lp
 from conftest import REPO, wait_for
-from launchpad_py.submission import kubernetes_objects, records
+from launchpad_py.submission import records
+from launchpad_py.submission.platforms import kubernetes_objects
 from launchpad_py.submission.submitted import submitted_programs
 from test_submit import cli
 
@@ -149,7 +150,7 @@ def test_submitted_to_kubernetes_it_runs_on_is_listed_followed_and_stopped(clust
 
 def test_deleting_the_controllers_job_deletes_the_program(cluster):
     """The platform's kill (the Job deleted): every object goes, the node's pod included."""
-    from launchpad_py.submission import kubernetes
+    from launchpad_py.submission.platforms import kubernetes
     program = submit(SCRIPT, 'ticker')
     wait_for(lambda: ticks(program) >= 1, 120, 'the node pod to tick')
     assert len(pods(cluster, 'Running')) == 2

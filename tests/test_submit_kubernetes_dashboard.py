@@ -21,7 +21,7 @@ import pytest
 
 import launchpad_py as lp
 from conftest import wait_for
-from launchpad_py.submission import kubernetes
+from launchpad_py.submission.platforms import kubernetes
 from launchpad_py.submission.submitted import submitted_programs
 from test_submit import cli
 from test_submit_kubernetes import SCRIPT, cluster, pods, programs_dir, submit, ticks  # noqa: F401
