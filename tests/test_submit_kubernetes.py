@@ -225,8 +225,9 @@ def test_an_api_server_away_is_a_clear_error_and_list_goes_on(tmp_path, monkeypa
 
 
 def test_a_pending_controller_is_stopped_by_deleting_its_job(cluster):
-    """An image the cluster lacks keeps the controller pod pending: `list` says so, and `stop`
-    (no endpoint to ask) deletes the Job, and with it every object of the submission."""
+    """An image the cluster lacks keeps the controller pod pending: `list` and `dashboard` say
+    so, and `stop` (no endpoint to ask) deletes the Job, and with it every object of the
+    submission."""
     done = cli('submit', '--launch_type', 'kubernetes', '--image', 'registry.example/none:1',
                '--name', 'stuck', SCRIPT, 'ticker')
     assert done.returncode == 0, done.stderr
@@ -234,6 +235,8 @@ def test_a_pending_controller_is_stopped_by_deleting_its_job(cluster):
     wait_for(lambda: pods(cluster, 'Pending'), 60, 'the controller pod to be pending')
     assert program.state() == 'pending'
     assert len(cluster.objects()) == 6  # ServiceAccount, Role, RoleBinding, Secret, Job, Pod.
+    done = cli('dashboard', program.id)
+    assert done.returncode == 1 and 'the controller is pending' in done.stderr, done
     stopped = cli('stop', program.id, '--timeout', '5')
     assert stopped.returncode == 0 and stopped.stdout.strip() == f'{program.id}: lost', stopped
     assert cluster.objects() == []
