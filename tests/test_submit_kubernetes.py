@@ -119,7 +119,8 @@ def test_a_script_too_big_for_a_secret_is_refused(tmp_path):
 def test_submitted_to_kubernetes_it_runs_on_is_listed_followed_and_stopped(cluster):
     """The submitting process returns; the controller pod runs the program (its node a pod
     owned through the controller's Job); list, status, logs -f and stop work from other
-    processes; after stop no pod and no process is left."""
+    processes, and dashboard says how to get one (it was submitted without); after stop no
+    pod and no process is left."""
     program = submit(SCRIPT, 'ticker')
     assert program.launcher == 'kubernetes'
     wait_for(lambda: ticks(program) >= 3, 120, 'the node pod to tick')
@@ -135,6 +136,9 @@ def test_submitted_to_kubernetes_it_runs_on_is_listed_followed_and_stopped(clust
                and line.split()[6] == '1/1' for line in listed.stdout.splitlines()), listed
     status = cli('status', program.id)
     assert status.returncode == 0 and 'worker/0  running' in status.stdout, status
+    done = cli('dashboard', program.id)
+    assert done.returncode == 1 and '--lp_dashboard' in done.stderr, done
+    assert cli('dashboard', program.id, '--via', 'tunnel').returncode == 2
     follower = subprocess.Popen([sys.executable, '-m', 'launchpad_py', 'logs', program.id, '-f',
                                  '--node', 'worker/0'], stdout=subprocess.PIPE, text=True)
     assert follower.stdout.readline().startswith('[worker/0] tick ')

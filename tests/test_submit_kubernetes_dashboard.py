@@ -103,16 +103,6 @@ def test_the_dashboard_forward_ends_with_the_program(cluster):
     assert_closed(port_of(url))
 
 
-def test_a_program_without_a_dashboard_is_a_clear_error(cluster):
-    """No --lp_dashboard: the error says how to get one. (A pending controller's: in
-    test_submit_kubernetes.py's pending test, which has one.)"""
-    program = submit(SCRIPT, 'ticker', '60')
-    wait_for(lambda: ticks(program) >= 1, 120, 'the node pod to tick')
-    done = cli('dashboard', program.id)
-    assert done.returncode == 1 and '--lp_dashboard' in done.stderr, done
-    assert cli('dashboard', program.id, '--via', 'tunnel').returncode == 2
-
-
 @pytest.fixture
 def unrouted_cluster(tmp_path, monkeypatch):
     """A fake cluster whose pods report a pod IP this machine has no route to (TEST-NET-1)."""
