@@ -41,7 +41,8 @@ import traceback
 from typing import Callable
 
 from launchpad_py import courier
-from launchpad_py.node_side import node_metrics, runtime
+from launchpad_py.node_side import runtime
+from launchpad_py.node_side.reporting import node_metrics
 from launchpad_py.courier import open_files, serialization
 from launchpad_py.program import ExecutionContext, Executable, address, group_handle
 

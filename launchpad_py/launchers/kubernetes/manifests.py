@@ -31,7 +31,7 @@ BOOT_DIR = '/var/run/launchpad-py'
 BOOT_FILE = 'bootstrap.json'
 BOOT_ENV = 'LAUNCHPAD_PY_BOOTSTRAP'
 _NODE_MODULE = 'launchpad_py.node_side.remote_node_main'
-#: Set in a submitted program's controller pod (``submission/kubernetes``): the owner
+#: Set in a submitted program's controller pod (``submission/platforms/kubernetes``): the owner
 #: reference (JSON) of the controller's Job, which then owns each launch's root Job.
 OWNER_ENV = 'LAUNCHPAD_PY_K8S_OWNER'
 

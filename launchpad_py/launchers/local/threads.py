@@ -18,8 +18,8 @@ import concurrent.futures
 import logging
 import threading
 
-from launchpad_py.node_side import (checkpoints, labelled_output, node_logging, node_metrics,
-                                     runtime)
+from launchpad_py.node_side import checkpoints, runtime
+from launchpad_py.node_side.reporting import labelled_output, node_logging, node_metrics
 from launchpad_py.courier import serialization
 from launchpad_py.supervision import (address_book, program_secret, rundir, shipping,
                                       stuck_threads)
