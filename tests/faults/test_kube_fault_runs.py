@@ -98,9 +98,16 @@ def test_random_pod_faults_under_podman_end_as_the_policy_says(tmp_path, monkeyp
     monkeypatch.setenv('CONTAINERS_CONF', str(conf))
     context = tmp_path / 'context'
     context.mkdir()
-    image = _build_image(str(context))
-    result = _runs('podman', PODMAN_RUNS, tmp_path, runtime=SharedTmpPodman(), image=image,
-                   path=PODMAN_PATH)
+    built = _build_image(str(context))
+    # Under a name of its own: a build of the podman tests elsewhere meanwhile removes the
+    # older lp-k8s-test tags, and this run's next pods then had no image to start.
+    image = built.replace('lp-k8s-test', 'lp-k8s-faults')
+    podman('tag', built, image)
+    try:
+        result = _runs('podman', PODMAN_RUNS, tmp_path, runtime=SharedTmpPodman(), image=image,
+                       path=PODMAN_PATH)
+    finally:
+        podman('untag', image, image, check=False)
     left = podman('pod', 'ps', '--filter', 'label=launchpad-py/program', '--format',
                   '{{.Name}}').stdout.split()
     result['summary'].update(image=image, podman_pods_left_at_end=len(left))
