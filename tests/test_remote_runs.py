@@ -149,3 +149,22 @@ def test_a_run_dialing_back_after_its_pod_is_gone_is_refused(tmp_path):
     finally:
         connection.close()
         setup.finish()
+
+
+def test_killing_a_run_cuts_its_channel_at_once(tmp_path):
+    """A node that ignored its stop is killed after the grace: its control connection ends
+    at once (it then kills its own process group). Closing it alone, while the launcher's
+    thread waited in recv, told the node nothing until its heartbeat ran out."""
+    setup = _Setup(lp.Program('runs'), 'output_to_files', True, str(tmp_path), False)
+    worker = RemoteWorker(_Executable(), Placement([], 'h1', '127.0.0.1', starter=_NewPod()),
+                          setup, Events())
+    worker.start()
+    connection = _dial(worker._starter.boot)
+    try:
+        assert connection.poll(10)  # Taken: the launcher sends it its executable.
+        worker.kill()
+        assert _ends_within(connection, 1)
+    finally:
+        connection.close()
+        worker._starter.ended.set()
+        setup.finish()

@@ -337,6 +337,7 @@ class RemoteWorker(MembersOverChannel, Worker):
         """Cuts the node's connections; it then kills its own process group."""
         channel = self._channel
         if channel is not None:
+            channel.cut()  # (close alone: the node heard nothing while we waited in recv)
             channel.close()
         return self._starter.terminate()
 
