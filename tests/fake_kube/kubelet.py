@@ -162,7 +162,10 @@ class Kubelet:
         with self._lock:
             self._handles[key] = handle
             self._ended[key] = threading.Event()
-        self.store.update('pods', *key, lambda obj: obj['spec'].update(nodeName=node.name))
+        try:
+            self.store.update('pods', *key, lambda obj: obj['spec'].update(nodeName=node.name))
+        except ApiError:  # Deleted while its container started (a podman pod takes seconds).
+            threading.Thread(target=handle.terminate, args=(0,), daemon=True).start()
         self._set_status(pod, phase='Running', conditions=[{'type': 'PodScheduled',
                                                             'status': 'True'}],
                          **({'podIP': node.pod_ip} if node.pod_ip else {}),
