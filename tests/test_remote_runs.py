@@ -62,6 +62,15 @@ class _NewPod(Starter):
         return _NewPod()
 
 
+def _started(tmp_path) -> tuple[_Setup, RemoteWorker]:
+    """A launch's shared parts and one node's first run, started (nowhere)."""
+    setup = _Setup(lp.Program('runs'), 'output_to_files', True, str(tmp_path), False)
+    worker = RemoteWorker(_Executable(), Placement([], 'h1', '127.0.0.1', starter=_NewPod()),
+                          setup, Events())
+    worker.start()
+    return setup, worker
+
+
 def _dial(boot: dict) -> mpc.Connection:
     """Says hello as the node process of ``boot`` does (remote_node_main)."""
     connection = mpc.Client(tuple(boot['control']), family='AF_INET',
@@ -84,10 +93,7 @@ def test_a_node_s_earlier_run_dialing_back_late_is_refused_and_its_restart_is_no
     """The first run's process dials back only after the node was restarted: its hello is
     refused (the channel closed: it ends itself), and the restart's own is taken (it is
     sent its executable). Under one id per node the late first run passed for the restart."""
-    setup = _Setup(lp.Program('runs'), 'output_to_files', True, str(tmp_path), False)
-    first = RemoteWorker(_Executable(), Placement([], 'h1', '127.0.0.1', starter=_NewPod()),
-                         setup, Events())
-    first.start()
+    setup, first = _started(tmp_path)
     restart = first.restarted()
     restart.start()
     connections = []
@@ -119,10 +125,7 @@ def test_a_run_still_connected_when_its_pod_is_gone_is_cut_off(tmp_path):
     """The starter says the run ended (its pod deleted), yet its node is still connected
     (the container not stopped yet): within the wait for its last words (5 s) the launcher
     cuts its channel, so it ends itself instead of serving beside its restart."""
-    setup = _Setup(lp.Program('runs'), 'output_to_files', True, str(tmp_path), False)
-    worker = RemoteWorker(_Executable(), Placement([], 'h1', '127.0.0.1', starter=_NewPod()),
-                          setup, Events())
-    worker.start()
+    setup, worker = _started(tmp_path)
     connection = _dial(worker._starter.boot)
     try:
         assert connection.poll(10)  # Taken: the launcher sends it its executable.
@@ -137,10 +140,7 @@ def test_a_run_dialing_back_after_its_pod_is_gone_is_refused(tmp_path):
     """Its pod deleted before its node dialed back (the starter ended): the node's late
     hello is refused, before the restart even began; taken, it was sent its executable
     and served beside its restart."""
-    setup = _Setup(lp.Program('runs'), 'output_to_files', True, str(tmp_path), False)
-    worker = RemoteWorker(_Executable(), Placement([], 'h1', '127.0.0.1', starter=_NewPod()),
-                          setup, Events())
-    worker.start()
+    setup, worker = _started(tmp_path)
     worker._starter.ended.set()
     assert isinstance(worker.events.queue.get(timeout=10), Exited)  # Its end is reported.
     connection = _dial(worker._starter.boot)
@@ -155,10 +155,7 @@ def test_killing_a_run_cuts_its_channel_at_once(tmp_path):
     """A node that ignored its stop is killed after the grace: its control connection ends
     at once (it then kills its own process group). Closing it alone, while the launcher's
     thread waited in recv, told the node nothing until its heartbeat ran out."""
-    setup = _Setup(lp.Program('runs'), 'output_to_files', True, str(tmp_path), False)
-    worker = RemoteWorker(_Executable(), Placement([], 'h1', '127.0.0.1', starter=_NewPod()),
-                          setup, Events())
-    worker.start()
+    setup, worker = _started(tmp_path)
     connection = _dial(worker._starter.boot)
     try:
         assert connection.poll(10)  # Taken: the launcher sends it its executable.
