@@ -1,0 +1,66 @@
+"""A courier server's listeners start their threads on their first connection, not before.
+
+grpc's Python server thread wakes five times a second even when idle; at 1,000 local
+nodes that, with grpc's own threads, was ≈0.75 of a core (docs/performance.md, Scale);
+the socket listeners' accept threads cost a thread (a pid) each per node.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+
+import pytest
+
+from launchpad_py import courier
+from courier_test_nodes import Echo
+
+
+def _grpc_serving_threads() -> list[str]:
+    # grpc names its serving thread after its target, grpc._server._serve.
+    return [t.name for t in threading.enumerate() if t.name.endswith('(_serve)')]
+
+
+def _accept_threads() -> list[str]:
+    return sorted(t.name for t in threading.enumerate() if t.name.startswith('courier-idle-'))
+
+
+def test_an_idle_server_runs_no_listener_thread():
+    """A started server nobody called holds no accept or serving thread."""
+    before = _grpc_serving_threads()
+    with courier.Server(Echo(), label='idle'):
+        assert _accept_threads() == []
+        assert _grpc_serving_threads() == before
+
+
+def test_a_server_called_over_the_unix_socket_runs_no_grpc_serving_thread():
+    """Called only over the Unix socket, a server starts that listener's thread alone."""
+    before = _grpc_serving_threads()
+    with courier.Server(Echo(), label='idle') as server:
+        assert courier.Client(server.address).echo(3) == 3
+        assert _grpc_serving_threads() == before
+        assert 'courier-idle-tcp' not in _accept_threads()
+
+
+@pytest.mark.parametrize('transport', ['grpc', 'tcp'])
+def test_the_first_grpc_connection_is_answered(transport):
+    """A client that dials the address's port (gRPC, or raw TCP, which asks gRPC for its
+    port) is answered: the serving thread starts when its connection arrives."""
+    with courier.Server(Echo()) as server:
+        assert courier.Client(server.address, transport=transport).echo('hi') == 'hi'
+
+
+def test_a_server_stopped_before_any_connection_releases_its_port():
+    """Stopped while still waiting for its first connection, a server frees its port."""
+    server = courier.Server(Echo()).start()
+    port = server.port
+    server.stop()
+    with pytest.raises(ConnectionRefusedError):
+        socket.create_connection(('127.0.0.1', port), timeout=5).close()
+
+
+def test_a_server_bound_to_a_name_serves_at_once():
+    """Bound to a host name (which gRPC may bind once per address), the server does not wait."""
+    with courier.Server(Echo(), host='localhost') as server:
+        assert len(_grpc_serving_threads()) >= 1
+        assert courier.Client(server.address, transport='grpc').echo(1) == 1
