@@ -7,12 +7,14 @@ the socket listeners' accept threads cost a thread (a pid) each per node.
 
 from __future__ import annotations
 
+import os
 import socket
 import threading
 
 import pytest
 
 from launchpad_py import courier
+from launchpad_py.courier.transports.sockets import first_connection
 from courier_test_nodes import Echo
 
 
@@ -64,3 +66,25 @@ def test_a_server_bound_to_a_name_serves_at_once():
     with courier.Server(Echo(), host='localhost') as server:
         assert len(_grpc_serving_threads()) >= 1
         assert courier.Client(server.address, transport='grpc').echo(1) == 1
+
+
+def test_finding_the_listening_socket_leaves_no_descriptor_open():
+    """Looking through the process's descriptors for a listening socket (pipes, epoll and
+    files among them) leaves none of its duplicates behind: before, each non-socket it
+    looked at stayed open, and local_mt launches of 300 nodes ran out of descriptors."""
+    def open_descriptors() -> int:
+        return len(os.listdir('/proc/self/fd'))
+
+    pipes = [os.pipe() for _ in range(10)]  # Non-sockets in the search's way.
+    listener = socket.create_server(('127.0.0.1', 0))
+    try:
+        before = open_descriptors()
+        found = first_connection.listening_socket(listener.getsockname()[1], since=pipes[0][0])
+        assert found is not None and found.getsockname() == listener.getsockname()
+        found.close()
+        assert open_descriptors() == before
+    finally:
+        listener.close()
+        for read, write in pipes:
+            os.close(read)
+            os.close(write)

@@ -66,8 +66,13 @@ def listening_socket(port: int, since: int) -> socket.socket | None:
 
 def _listening_on(fd: int, port: int) -> socket.socket | None:
     try:
-        sock = socket.socket(fileno=os.dup(fd))
-    except OSError:  # Closed, or not a socket.
+        copy = os.dup(fd)
+    except OSError:  # Closed.
+        return None
+    try:
+        sock = socket.socket(fileno=copy)
+    except OSError:  # Not a socket.
+        os.close(copy)
         return None
     try:
         name = sock.getsockname()
