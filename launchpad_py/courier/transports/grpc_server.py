@@ -68,11 +68,12 @@ class GrpcListener:
         self._lock = threading.Lock()
         self._started = self._stopped = False
         self._with: list[Callable[[], None]] = []  # Started along with gRPC's serving.
-        free = first_connection.lowest_free_descriptor()
-        self.port = self._bind(f'{serving.host}:{serving.port}')
-        # The listening socket, watched until the first connection (None: start at once).
-        self._waiting = (first_connection.listening_socket(self.port, free)
-                         if first_connection.can_wait(serving.host) else None)
+        with first_connection.binding:
+            free = first_connection.lowest_free_descriptor()
+            self.port = self._bind(f'{serving.host}:{serving.port}')
+            # The listening socket, watched until the first connection (None: start at once).
+            self._waiting = (first_connection.listening_socket(self.port, free)
+                             if first_connection.can_wait(serving.host) else None)
 
     def _bind(self, target: str) -> int:
         tls = self._serving.options.tls

@@ -26,9 +26,13 @@ import socket
 import threading
 from typing import Callable
 
-# gRPC opens a few descriptors of its own when it binds (more on its first use in a
-# process): the listening socket is looked for in this many numbers from the lowest free one.
-_WINDOW = 32
+# The listening socket is looked for in this many numbers from the lowest free one before
+# the bind: gRPC opens a few descriptors of its own when it binds (more on its first use in
+# a process), and other threads (local_mt's nodes start at once) open theirs meanwhile.
+_WINDOW = 4096
+#: Held around "lowest free descriptor, bind, find": binds of one process one at a time
+#: keep the listening socket close to where the search starts.
+binding = threading.Lock()
 
 
 def lowest_free_descriptor() -> int:
@@ -53,7 +57,7 @@ def listening_socket(port: int, since: int) -> socket.socket | None:
 
     Looked for from descriptor ``since`` on, then among all of the process's.
     """
-    for fd in range(since, since + _WINDOW):
+    for fd in range(since, since + _WINDOW):  # Upwards: new descriptors are numbered so.
         found = _listening_on(fd, port)
         if found is not None:
             return found
