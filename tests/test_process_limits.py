@@ -8,8 +8,10 @@ local_mp nodes need: it needs root and a writable cgroup file system.
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
+import time
 import uuid
 
 import pytest
@@ -18,6 +20,7 @@ from launchpad_py import process_limits
 
 LAUNCH = '''
 import sys
+import time
 import launchpad_py as lp
 sys.path.insert(0, sys.argv[1])
 from scale_nodes import Counter
@@ -49,6 +52,33 @@ def _pids_cgroup(limit: int) -> str | None:
     return None
 
 
+def _empty_and_remove(cgroup: str, timeout: float = 30.0) -> list[str]:
+    """Removes ``cgroup`` once its processes are gone; those still there after ``timeout``
+    (killed then) are returned."""
+    procs = os.path.join(cgroup, 'cgroup.procs')
+    deadline = time.monotonic() + timeout
+    while True:
+        with open(procs) as f:
+            left = f.read().split()
+        if not left or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)  # Polling the kernel's list: nothing to wait on.
+    for pid in left:
+        try:
+            os.kill(int(pid), signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            os.rmdir(cgroup)
+            return left
+        except OSError:  # Busy until the killed ones are reaped.
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
+
+
 def test_a_launch_out_of_threads_names_the_limit():
     """40 local_mp nodes under a cgroup's pids.max of 120: a LaunchError that names
     pids.max and its value, well within the timeout (no hang)."""
@@ -64,10 +94,11 @@ def test_a_launch_out_of_threads_names_the_limit():
             [sys.executable, '-c', LAUNCH, os.path.dirname(__file__)], capture_output=True,
             text=True, timeout=120, preexec_fn=enter_cgroup)
     finally:
-        os.rmdir(cgroup)
+        left = _empty_and_remove(cgroup)
     assert 'LaunchError:' in done.stdout, done.stdout[-2000:] + done.stderr[-2000:]
     assert 'out of threads or processes' in done.stdout
     assert 'pids.max 120' in done.stdout
+    assert not left, f'processes of the failed launch still running: {left}'
 
 
 def test_exhaustion_is_told_from_other_errors():
