@@ -66,8 +66,7 @@ class GrpcListener:
                 'Endpoints': grpc.stream_unary_rpc_method_handler(self._handle_endpoints),
             })])
         self._lock = threading.Lock()
-        self._started = self._stopped = False
-        self._with: list[Callable[[], None]] = []  # Started along with gRPC's serving.
+        self._started = False
         with first_connection.binding:
             free = first_connection.lowest_free_descriptor()
             self.port = self._bind(f'{serving.host}:{serving.port}')
@@ -90,10 +89,6 @@ class GrpcListener:
                 'the port is in use or the host is not local') from cause
         return port
 
-    def start_with(self, start: Callable[[], None]) -> None:
-        """Runs ``start`` (another listener's) when this one starts serving; before ``start``."""
-        self._with.append(start)
-
     def start(self) -> None:
         if self._waiting is None:
             self._start_serving()
@@ -105,16 +100,11 @@ class GrpcListener:
             if self._started:
                 return
             self._started = True
-            if not self._stopped:
-                for start in self._with:
-                    start()
             self._server.start()
 
     def stop(self, grace: float | None = None) -> None:
         if self._waiting is not None:
             first_connection.forget(self._waiting)
-        with self._lock:
-            self._stopped = True
         # A gRPC server never started keeps its port bound after stop(): start it first.
         self._start_serving()
         self._server.stop(grace).wait()
