@@ -79,12 +79,33 @@ def test_finding_the_listening_socket_leaves_no_descriptor_open():
     listener = socket.create_server(('127.0.0.1', 0))
     try:
         before = open_descriptors()
-        found = first_connection.listening_socket(listener.getsockname()[1], since=pipes[0][0])
-        assert found is not None and found.getsockname() == listener.getsockname()
-        found.close()
+        found = first_connection.listening_descriptor(listener.getsockname()[1],
+                                                      since=pipes[0][0])
+        assert found == listener.fileno()
         assert open_descriptors() == before
     finally:
         listener.close()
         for read, write in pipes:
             os.close(read)
             os.close(write)
+
+
+def test_waiting_servers_hold_no_extra_descriptors():
+    """A server waiting for its first connection holds no descriptor beyond its listening
+    sockets (watched as they are): with a duplicate of each, 2,000 local_mt nodes in one
+    process passed an open-file limit of 20,000."""
+    def open_descriptors() -> int:
+        return len(os.listdir('/proc/self/fd'))
+
+    with courier.Server(Echo()):  # gRPC's own descriptors, opened once per process.
+        pass
+    before = open_descriptors()
+    servers = [courier.Server(Echo()).start() for _ in range(10)]
+    try:
+        per_server = (open_descriptors() - before) / 10
+        # Listening sockets and gRPC's own (its poller and wake-up sockets): 6.2 per server
+        # before servers waited for connections, 8.9 with a duplicate of each watched one.
+        assert per_server <= 6.5
+    finally:
+        for server in servers:
+            server.stop()

@@ -70,8 +70,8 @@ class GrpcListener:
         with first_connection.binding:
             free = first_connection.lowest_free_descriptor()
             self.port = self._bind(f'{serving.host}:{serving.port}')
-            # The listening socket, watched until the first connection (None: start at once).
-            self._waiting = (first_connection.listening_socket(self.port, free)
+            # gRPC's listening socket, watched until the first connection (None: start now).
+            self._waiting = (first_connection.listening_descriptor(self.port, free)
                              if first_connection.can_wait(serving.host) else None)
 
     def _bind(self, target: str) -> int:

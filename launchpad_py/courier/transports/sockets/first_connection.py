@@ -13,8 +13,12 @@ backlog. One thread per process watches every such listening socket (epoll, no
 timeout: it sleeps until a connection arrives) and starts its listener, which then
 accepts the waiting connection as usual.
 
-    sock = listening_socket(port, since=lowest_free_descriptor_before_binding)
-    watch(sock, server.start)      # runs server.start() on the first connection
+    fd = listening_descriptor(port, since=lowest_free_descriptor_before_binding)
+    watch(fd, server.start)        # runs server.start() on the first connection
+    forget(fd)                     # before the socket closes, if it never came
+
+Descriptors are watched as they are, not duplicated: 2,000 local_mt nodes in one
+process already hold ≈20,000 (their listeners, and both ends of each connection).
 """
 
 from __future__ import annotations
@@ -52,41 +56,38 @@ def can_wait(host: str) -> bool:
     return not address.is_unspecified
 
 
-def listening_socket(port: int, since: int) -> socket.socket | None:
-    """A duplicate of this process's listening TCP socket on ``port``, or None.
+def listening_descriptor(port: int, since: int) -> int | None:
+    """The descriptor of this process's listening TCP socket on ``port``, or None.
 
     Looked for from descriptor ``since`` on, then among all of the process's.
     """
     for fd in range(since, since + _WINDOW):  # Upwards: new descriptors are numbered so.
-        found = _listening_on(fd, port)
-        if found is not None:
-            return found
+        if _listening_on(fd, port):
+            return fd
     for name in os.listdir('/proc/self/fd'):
-        found = _listening_on(int(name), port)
-        if found is not None:
-            return found
+        if _listening_on(int(name), port):
+            return int(name)
     return None
 
 
-def _listening_on(fd: int, port: int) -> socket.socket | None:
+def _listening_on(fd: int, port: int) -> bool:
     try:
-        copy = os.dup(fd)
+        copy = os.dup(fd)  # A socket object of its own to ask, closed again below.
     except OSError:  # Closed.
-        return None
+        return False
     try:
         sock = socket.socket(fileno=copy)
     except OSError:  # Not a socket.
         os.close(copy)
-        return None
-    try:
-        name = sock.getsockname()
-        if (sock.type == socket.SOCK_STREAM and isinstance(name, tuple) and name[1] == port
-                and sock.getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN)):
-            return sock
-    except OSError:
-        pass
-    sock.close()
-    return None
+        return False
+    with sock:
+        try:
+            name = sock.getsockname()
+            return bool(sock.type == socket.SOCK_STREAM and isinstance(name, tuple)
+                        and name[1] == port
+                        and sock.getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN))
+        except OSError:
+            return False
 
 
 class _Watcher:
@@ -97,26 +98,25 @@ class _Watcher:
         self._epoll = select.epoll()
         self._wake = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
         self._epoll.register(self._wake, select.EPOLLIN)
-        self._waiting: dict[int, tuple[socket.socket, Callable[[], None]]] = {}
+        self._waiting: dict[int, Callable[[], None]] = {}
         self._lock = threading.Lock()
         self._running = False
 
-    def watch(self, sock: socket.socket, start: Callable[[], None]) -> None:
+    def watch(self, fd: int, start: Callable[[], None]) -> None:
         with self._lock:
-            self._waiting[sock.fileno()] = sock, start
-            self._epoll.register(sock.fileno(), select.EPOLLIN)
+            self._waiting[fd] = start
+            self._epoll.register(fd, select.EPOLLIN)
             if not self._running:
                 self._running = True
                 threading.Thread(target=self._run, name='courier-grpc-first-connection',
                                  daemon=True).start()
 
-    def forget(self, sock: socket.socket) -> None:
+    def forget(self, fd: int) -> None:
         with self._lock:
-            if self._waiting.pop(sock.fileno(), None) is not None:
-                self._epoll.unregister(sock.fileno())
+            if self._waiting.pop(fd, None) is not None:
+                self._epoll.unregister(fd)
                 if not self._waiting:
                     os.eventfd_write(self._wake, 1)  # The thread ends.
-        sock.close()
 
     def _run(self) -> None:
         running = True
@@ -134,13 +134,10 @@ class _Watcher:
                         arrived.append(self._waiting.pop(fd))
                         self._epoll.unregister(fd)
                 running = self._running = bool(self._waiting)
-            for sock, start in arrived:
-                sock.close()
+            for start in arrived:
                 start()
 
     def close_in_child(self) -> None:
-        for sock, _ in self._waiting.values():
-            sock.close()
         self._epoll.close()
         os.close(self._wake)
 
@@ -149,27 +146,24 @@ _watcher: _Watcher | None = None
 _watcher_lock = threading.Lock()
 
 
-def watch(sock: socket.socket, start: Callable[[], None]) -> None:
-    """Calls ``start()`` once ``sock`` (a listening socket) has a connection waiting;
-    ``sock`` is closed then (it is a duplicate: the server's own stays open)."""
+def watch(fd: int, start: Callable[[], None]) -> None:
+    """Calls ``start()`` once the listening socket ``fd`` has a connection waiting; the
+    caller must ``forget(fd)`` before it closes the socket."""
     global _watcher
     with _watcher_lock:
         if _watcher is None:
             _watcher = _Watcher()
-    _watcher.watch(sock, start)
+    _watcher.watch(fd, start)
 
 
-def forget(sock: socket.socket) -> None:
-    """Stops watching ``sock`` (its server starts no more on a connection) and closes it."""
+def forget(fd: int) -> None:
+    """Stops watching ``fd`` (its listener starts no more on a connection)."""
     if _watcher is not None:
-        _watcher.forget(sock)
-    else:
-        sock.close()
+        _watcher.forget(fd)
 
 
 def _after_fork_in_child() -> None:
-    # The watcher's thread does not survive a fork; a child that serves gets its own, and
-    # closes the parent's duplicates (they would keep the parent's ports bound).
+    # The watcher's thread does not survive a fork; a child that serves gets its own.
     global _watcher, _watcher_lock
     if _watcher is not None:
         _watcher.close_in_child()

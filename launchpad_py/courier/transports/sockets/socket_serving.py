@@ -50,7 +50,7 @@ class SocketServing:
         self._closed = False
         self._listener: socket.socket | None = None
         self._accepting = False
-        self._waiting: socket.socket | None = None  # Watched until the first connection.
+        self._waiting: int | None = None  # The listener's descriptor, watched until then.
 
     def _accept_from_first_connection(self, accept: Callable[[], None]) -> None:
         """Runs ``accept`` (the accept loop) on a thread once a connection arrives: an idle
@@ -62,7 +62,7 @@ class SocketServing:
                 self._accepting = True
             self._spawn(accept)
 
-        self._waiting = self._listener.dup()
+        self._waiting = self._listener.fileno()
         first_connection.watch(self._waiting, begin)
 
     def _spawn(self, target, *args) -> None:
