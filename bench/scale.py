@@ -24,7 +24,19 @@ For each launch type and node count, ``--reps`` launches of issue 25's program
 
 Then once per point, fan-in: one counter and N client nodes making
 ``--fan_in_calls`` sync calls each; calls/s is the server's, between its
-first and its last call. The machine is noted in the JSON, shared or not.
+first and its last call. Each point records the machine's load average
+(``os.getloadavg()``) when it started and when it ended, and the ready time per
+node in milliseconds.
+
+One invocation can measure every launcher (the slurm points read
+``SLURM_CONF``, /tmp/lp-slurm/slurm.conf when unset):
+
+    python -m bench.scale --launch_types local_mp,local_mt,ssh,slurm \
+        --nodes 10,100,300,1000,2000 --reps 20 --reps_remote 2 --max_remote_nodes 1000 \
+        --json bench/scale_all.json
+
+``--reps_remote`` is the launches per point on ssh and slurm (default ``--reps``);
+``--max_remote_nodes`` skips their points above that many nodes.
 
 ``--fresh_process`` runs each launch from a launching process of its own, as
 separate runs of a script would (a long-lived launching process keeps every
@@ -178,8 +190,39 @@ def summarize(runs: list[dict]) -> dict:
         if values:
             row[f'{key}_median'] = statistics.median(values)
             row[f'{key}_max'] = max(values)
+    if 'ready_s_median' in row:
+        row['ready_ms_per_node_median'] = 1000 * row['ready_s_median'] / runs[0]['nodes']
     row['errors'] = [r['error'] for r in runs if 'error' in r]
     return row
+
+
+REMOTE = ('ssh', 'slurm')
+
+
+def load_average() -> list[float]:
+    """The machine's 1, 5 and 15 minute load averages, rounded."""
+    return [round(load, 2) for load in os.getloadavg()]
+
+
+def measure_point(launch_type: str, nodes: int, reps: int, args, scratch: str) -> dict:
+    """``reps`` launches of the fan-out program, then one fan-in launch, with the load
+    average before and after."""
+    load_at_start = load_average()
+    runs = []
+    once = fan_out_in_new_process if args.fresh_process else fan_out_once
+    for _ in range(reps):
+        try:
+            runs.append({'nodes': nodes, **once(launch_type, nodes, scratch)})
+        except Exception as exc:  # Counted as a failed launch, and reported.
+            runs.append({'nodes': nodes, 'error': f'{type(exc).__name__}: {exc}'[-3000:]})
+    point = {'launch_type': launch_type, 'nodes': nodes, **summarize(runs), 'runs': runs}
+    if not args.no_fan_in and nodes <= args.fan_in_max_nodes:
+        try:
+            point['fan_in'] = fan_in_once(launch_type, nodes, args.fan_in_calls)
+        except Exception as exc:
+            point['fan_in'] = {'error': f'{type(exc).__name__}: {exc}'[:500]}
+    point['load_average'] = {'start': load_at_start, 'end': load_average()}
+    return point
 
 
 def main() -> None:
@@ -194,34 +237,30 @@ def main() -> None:
                              'need more memory than a shared 23 GiB machine has)')
     parser.add_argument('--fresh_process', action='store_true',
                         help='each launch from a new launching process')
+    parser.add_argument('--reps_remote', type=int, default=None,
+                        help='launches per ssh and slurm point (default: --reps)')
+    parser.add_argument('--max_remote_nodes', type=int, default=None,
+                        help='no ssh or slurm point above this many nodes')
     parser.add_argument('--json', help='also write the results to this file')
     args = parser.parse_args()
+    os.environ.setdefault('SLURM_CONF', '/tmp/lp-slurm/slurm.conf')
     points = []
     with tempfile.TemporaryDirectory() as scratch:
         for nodes in [int(n) for n in args.nodes.split(',')]:
             for launch_type in args.launch_types.split(','):
-                runs = []
-                once = fan_out_in_new_process if args.fresh_process else fan_out_once
-                for _ in range(args.reps):
-                    try:
-                        runs.append({'nodes': nodes, **once(launch_type, nodes, scratch)})
-                    except Exception as exc:  # Counted as a failed launch, and reported.
-                        runs.append({'nodes': nodes, 'error': f'{type(exc).__name__}: {exc}'[-3000:]})
-                point = {'launch_type': launch_type, 'nodes': nodes, **summarize(runs),
-                         'runs': runs}
-                if not args.no_fan_in and nodes <= args.fan_in_max_nodes:
-                    try:
-                        point['fan_in'] = fan_in_once(launch_type, nodes, args.fan_in_calls)
-                    except Exception as exc:
-                        point['fan_in'] = {'error': f'{type(exc).__name__}: {exc}'[:500]}
+                reps = args.reps
+                if launch_type in REMOTE:
+                    if args.max_remote_nodes is not None and nodes > args.max_remote_nodes:
+                        continue
+                    reps = args.reps if args.reps_remote is None else args.reps_remote
+                point = measure_point(launch_type, nodes, reps, args, scratch)
                 points.append(point)
                 print(json.dumps({k: v for k, v in point.items() if k != 'runs'}),
                       file=sys.stderr, flush=True)
     if args.json:
         with open(args.json, 'w') as f:
             json.dump({'machine': {'cpus': os.cpu_count(), 'python': platform.python_version(),
-                                   'memory_gib': psutil.virtual_memory().total / 2**30,
-                                   'shared': 'shared with 4 other engineers running tests'},
+                                   'memory_gib': psutil.virtual_memory().total / 2**30},
                        'grace_s': lp.launchers.options.LaunchOptions().grace,
                        'fresh_process': args.fresh_process,
                        'points': points}, f, indent=2)

@@ -6,7 +6,7 @@ import atexit
 import threading
 from typing import Any, Mapping, Sequence
 
-from launchpad_py import errors, flags
+from launchpad_py import errors, flags, process_limits
 from launchpad_py.supervision import controller
 from launchpad_py.launchers import registry, signals
 from launchpad_py.launchers.options import LaunchOptions
@@ -72,7 +72,7 @@ def launch(programs: Program | Sequence[Program], launch_type=None, xm_resources
     _register_exit_hook()
     controllers = []
     for program in program_list:
-        running = launcher(program, options)
+        running = _start(launcher, program, options)
         if options.dashboard:
             port = options.dashboard_port + len(controllers) if options.dashboard_port else 0
             running.open_dashboard(program_graph.structure(program), port)
@@ -80,6 +80,17 @@ def launch(programs: Program | Sequence[Program], launch_type=None, xm_resources
             test_case.addCleanup(_stop_and_raise, running)
         controllers.append(running)
     return controllers if many else controllers[0]
+
+
+def _start(launcher, program: Program, options: LaunchOptions) -> controller.ProgramController:
+    """``launcher(program, options)``; running out of threads or processes names the limits."""
+    try:
+        return launcher(program, options)
+    except (RuntimeError, OSError) as exc:
+        if not process_limits.is_exhausted(exc):
+            raise
+        raise errors.LaunchError(process_limits.exhausted(
+            f'launching program {program.name!r} ({len(program.get_all_nodes())} nodes)')) from exc
 
 
 def _stop_and_raise(running: controller.ProgramController) -> None:

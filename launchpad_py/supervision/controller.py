@@ -19,7 +19,7 @@ import threading
 import time
 from typing import Callable
 
-from launchpad_py import errors
+from launchpad_py import errors, process_limits
 from launchpad_py.node_side import runtime
 from launchpad_py.observability.dashboard import Dashboard
 from launchpad_py.observability.statistics import NodeStatistics
@@ -104,9 +104,11 @@ class ProgramController:
         details = (f'--- output tail of {worker.name} ---\n{tail}'
                    if worker.failure.traceback.strip() in tail else
                    f'{worker.failure.traceback}\n--- output tail of {worker.name} ---\n{tail}')
+        limits = (process_limits.exhausted(f'{worker.name} could not start a thread or process')
+                  + '\n' if process_limits.mentions_exhaustion(details) else '')
         return errors.LaunchError(
             f'node {worker.label!r} (index {worker.index}, {worker.description}) of program '
-            f'{self.name!r} failed to start: {worker.failure.summary}\n{details}')
+            f'{self.name!r} failed to start: {worker.failure.summary}\n{limits}{details}')
 
     def _tails(self, names: list[str]) -> str:
         return '\n'.join(f'--- {w.name} ---\n{w.output_tail()}'

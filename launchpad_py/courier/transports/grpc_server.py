@@ -8,17 +8,24 @@ this server and this request body before the request is read, let alone
 decoded (see ``grpc_tokens.py``); ``Endpoints`` reads no request and answers
 with a proof. Connections that stay idle, or do not finish their handshake,
 are closed, and their number is capped, as on the raw-TCP port.
+
+Bound to an address literal, the listener starts gRPC's serving thread only when
+the first connection arrives (``sockets/first_connection.py``): an idle node that
+only same-host peers call (over the Unix socket) costs no thread and no wake-ups
+for it.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 from typing import Callable
 
 import grpc
 
 from launchpad_py.courier import auth, errors, frames, messages
 from launchpad_py.courier.transports import grpc_chunks, grpc_tokens, interface, tcp
+from launchpad_py.courier.transports.sockets import first_connection
 
 _log = logging.getLogger('launchpad_py.courier')
 
@@ -58,7 +65,14 @@ class GrpcListener:
                 # Answered from its metadata alone: the request is never read (see _Guard).
                 'Endpoints': grpc.stream_unary_rpc_method_handler(self._handle_endpoints),
             })])
-        self.port = self._bind(f'{serving.host}:{serving.port}')
+        self._lock = threading.Lock()
+        self._started = False
+        with first_connection.binding:
+            free = first_connection.lowest_free_descriptor()
+            self.port = self._bind(f'{serving.host}:{serving.port}')
+            # gRPC's listening socket, watched until the first connection (None: start now).
+            self._waiting = (first_connection.listening_descriptor(self.port, free)
+                             if first_connection.can_wait(serving.host) else None)
 
     def _bind(self, target: str) -> int:
         tls = self._serving.options.tls
@@ -76,9 +90,23 @@ class GrpcListener:
         return port
 
     def start(self) -> None:
-        self._server.start()
+        if self._waiting is None:
+            self._start_serving()
+        else:
+            first_connection.watch(self._waiting, self._start_serving)
+
+    def _start_serving(self) -> None:
+        with self._lock:
+            if self._started:
+                return
+            self._started = True
+            self._server.start()
 
     def stop(self, grace: float | None = None) -> None:
+        if self._waiting is not None:
+            first_connection.forget(self._waiting)
+        # A gRPC server never started keeps its port bound after stop(): start it first.
+        self._start_serving()
         self._server.stop(grace).wait()
 
     def _handle_call(self, request: bytes, context: grpc.ServicerContext) -> bytes:

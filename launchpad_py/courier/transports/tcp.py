@@ -183,7 +183,7 @@ class TcpListener(socket_serving.SocketServing):
     def start(self) -> None:
         self._gate = tcp_handshakes.Gate(self._listener, self._identity, self._name, self._admit,
                                          self._tls, self._handshake_timeout, MAX_PENDING)
-        self._spawn(self._gate.run)
+        self._accept_from_first_connection(self._gate.run)
 
     def _admit(self, sock: socket.socket, peer) -> None:
         _tune(sock)

@@ -64,7 +64,7 @@ class LocalListener(socket_serving.SocketServing):
         return True
 
     def start(self) -> None:
-        self._spawn(self._accept_loop)
+        self._accept_from_first_connection(self._accept_loop)
 
     def _accept_loop(self) -> None:
         told = False

@@ -23,7 +23,7 @@ import time
 from typing import Callable
 
 from launchpad_py.courier import frames, stats as stats_module
-from launchpad_py.courier.transports.sockets import reader_handover
+from launchpad_py.courier.transports.sockets import first_connection, reader_handover
 
 SYNC_REQUEST, FUTURE_REQUEST = 1, 3
 
@@ -49,6 +49,21 @@ class SocketServing:
         self._lock = threading.Lock()
         self._closed = False
         self._listener: socket.socket | None = None
+        self._accepting = False
+        self._waiting: int | None = None  # The listener's descriptor, watched until then.
+
+    def _accept_from_first_connection(self, accept: Callable[[], None]) -> None:
+        """Runs ``accept`` (the accept loop) on a thread once a connection arrives: an idle
+        listener holds no thread (see ``first_connection.py``)."""
+        def begin() -> None:
+            with self._lock:
+                if self._closed or self._accepting:
+                    return
+                self._accepting = True
+            self._spawn(accept)
+
+        self._waiting = self._listener.fileno()
+        first_connection.watch(self._waiting, begin)
 
     def _spawn(self, target, *args) -> None:
         def run() -> None:
@@ -140,6 +155,8 @@ class SocketServing:
     def stop(self, grace: float | None = None) -> None:
         """Closes the listener and its connections; ``grace`` is not used (see below)."""
         del grace
+        if self._waiting is not None:
+            first_connection.forget(self._waiting)
         with self._lock:
             self._closed = True
             connections = list(self._connections)
