@@ -51,6 +51,7 @@ class Connection(Protocol):
 
     sock: socket.socket
     reader: 'Reader'
+    outbox: 'Outbox'
 
     def send(self, call_id: int, kind: int, obj: Any, counts=None, hold: bool = False) -> None:
         """Sends a frame; ``hold``: a small one may wait for the next send or ``flush``."""
