@@ -14,7 +14,6 @@ import threading
 import pytest
 
 from launchpad_py import courier
-from launchpad_py.courier import frames
 from launchpad_py.courier.transports.sockets import reader_handover
 
 TRANSPORTS = ['auto', 'tcp']
@@ -187,56 +186,3 @@ def test_a_stuck_reader_is_handed_over_within_ticks():
         assert turn.detours == 0  # ... and its detour is over.
     finally:
         watchdog.stop()
-
-
-def _client_writes(monkeypatch) -> list[str]:
-    """Records the thread name of every frame write this process makes from now on."""
-    writes: list[str] = []
-    for name in ('send_small', 'send'):
-        original = getattr(frames, name)
-
-        def counted(*args, _original=original, **kwargs):
-            writes.append(threading.current_thread().name)
-            return _original(*args, **kwargs)
-
-        monkeypatch.setattr(frames, name, counted)
-    return writes
-
-
-def test_requests_submitted_while_others_are_in_flight_leave_together(gate_client, monkeypatch):
-    """Eight requests submitted behind a call in flight go out in fewer writes than eight (one,
-    unless the background thread's tick fell among the submissions), and all are answered."""
-    gate, client = gate_client
-    futures = client.futures
-    waiting = futures.wait_open()
-    writes = _client_writes(monkeypatch)
-    try:
-        echoes = [futures.echo(i) for i in range(8)]
-        assert [f.result(timeout=30) for f in echoes] == list(range(8))
-        by_client = [name for name in writes if not name.startswith('courier-')]
-        assert 1 <= len(by_client) < 8
-    finally:
-        gate.opened.set()
-    assert waiting.result(timeout=30) is True
-
-
-def test_a_held_request_leaves_though_nobody_waits_for_it(gate_client):
-    """A request held behind a call in flight reaches the server with no caller waiting for
-    either (the connection's background thread sends it at its next tick)."""
-    gate, client = gate_client
-    waiting = client.futures.wait_open()
-    opening = client.futures.open()
-    assert gate.opened.wait(timeout=30)
-    assert opening.result(timeout=30) == 'opened' and waiting.result(timeout=30) is True
-
-
-def test_a_request_is_not_held_behind_a_reader_blocked_for_a_callback(gate_client):
-    """With a reader blocked on behalf of a callback, a new request leaves at once (none is
-    held where no flush would come before the blocked call's reply)."""
-    gate, client = gate_client
-    waiting = client.futures.wait_open()
-    done = threading.Event()
-    waiting.add_done_callback(lambda _: done.set())
-    opening = client.futures.open()
-    assert done.wait(timeout=30)
-    assert opening.result(timeout=30) == 'opened'

@@ -13,13 +13,6 @@ observed otherwise (``add_done_callback``, ``concurrent.futures.wait`` and
 ``as_completed``, ``done()``), and after ``IDLE_READ`` seconds without
 progress for futures nobody looks at, so the server's replies never pile up.
 It sleeps while no call is pending.
-
-Requests submitted while earlier ones are still in flight and nobody is
-reading may be held back (``Outbox``) and leave together, in one write: when
-a caller waits for a future, before anyone blocks reading, with a request
-that is not held, or at the background thread's next tick (``IDLE_READ``)
-at the latest. A pipelining caller then costs the server one wake-up per batch
-of requests instead of one per request.
 """
 
 from __future__ import annotations
@@ -76,16 +69,13 @@ class FuturesConnection:
                 future.set_exception(self._unavailable(request[0], 'connection closed'))
                 return future
             self._pending[call_id] = (future, request[0], decode)
-            # Held only where a reply is still to come and no reader is blocked (it
-            # flushes before blocking, a waiter before waiting, the thread at its tick).
-            hold = len(self._pending) > 1 and self._reader in (None, threading.get_ident())
         if timeout:  # Registered first, so a fast reply always finds it to discard.
             self._timed = True
             deadlines.add(future._deadline, self, call_id)
         if self._asleep:
             self._nudge()
         try:
-            self._connection.send(call_id, socket_serving.FUTURE_REQUEST, request, None, hold)
+            self._connection.send(call_id, socket_serving.FUTURE_REQUEST, request)
         except OSError as exc:
             with self._lock:
                 self._pending.pop(call_id, None)
@@ -124,8 +114,6 @@ class FuturesConnection:
         """Returns once ``future`` is done or ``timeout`` passed, reading replies meanwhile."""
         until = None if timeout is None else time.monotonic() + timeout
         me = threading.get_ident()
-        if self._connection.outbox.held:  # This caller's own requests held back, maybe.
-            self._flush()
         while future._state == call_future.PENDING:
             if self._reader == me:  # From a done-callback this thread runs while reading.
                 self._read_until(future, until)
@@ -172,8 +160,6 @@ class FuturesConnection:
         to its end: its sender is writing the rest)."""
         if self._connection.reader.buffered:
             return True
-        if self._connection.outbox.held:
-            self._flush()
         sock = self._connection.sock
         if isinstance(sock, ssl.SSLSocket) and sock.pending():
             return True
@@ -186,11 +172,8 @@ class FuturesConnection:
 
     def _read_one(self) -> None:
         """Reads one reply and completes its future; on a broken connection fails them all."""
-        connection = self._connection
-        if connection.outbox.held and not connection.reader.has_small_frame():
-            self._flush()  # Before a read that may block.
         try:
-            frame = connection.read()
+            frame = self._connection.read()
         except (EOFError, OSError) as exc:
             self._shut(exc)
             return
@@ -209,13 +192,6 @@ class FuturesConnection:
             call_future.settle(future, exc, failed=True)
         else:
             future.deliver(value)
-
-    def _flush(self) -> None:
-        """Sends the requests held back; a broken connection is for its next read to report."""
-        try:
-            self._connection.flush()
-        except OSError:
-            pass
 
     def _leave(self) -> None:
         """Gives up the reading role, offering it to a caller still waiting, else the thread."""
@@ -273,8 +249,6 @@ class FuturesConnection:
                         self._watched or self._progress == seen):
                     return True
                 self._asleep = True  # Before looking: a call submitted now wakes us.
-                if self._connection.outbox.held:  # Nobody waited for them this tick.
-                    self._flush()
                 if self._pending:
                     self._asleep = False
                     seen = self._progress
