@@ -11,7 +11,8 @@ of ``ping()`` (then only the server, and one caller, are sampled).
 Starts one peer of ``bench.run`` (``launchpad``, ``launchpad_tcp``,
 ``floor_unix``, ``floor_tcp``), calls ``echo(1)`` in a loop on a thread of
 this process, and has ``py-spy record --format raw`` sample this process and
-the server process at once (``--native`` adds C frames).  Prints the top
+the server process at once (``--native`` adds C frames; ``--gil`` samples only
+threads holding the GIL, so a thread waiting in a system call is left out).  Prints the top
 functions by own samples on each side.  Needs ``pip install py-spy`` and
 ptrace rights (root, or ``kernel.yama.ptrace_scope=0``).
 """
@@ -31,12 +32,14 @@ from .harness import Budget
 from .peer import FaninPool
 
 
-def _spy(pid: int, seconds: float, path: str, native: bool) -> subprocess.Popen:
+def _spy(pid: int, seconds: float, path: str, native: bool, gil: bool = False) -> subprocess.Popen:
     exe = shutil.which("py-spy") or os.path.join(os.path.dirname(sys.executable), "py-spy")
     cmd = [exe, "record", "-p", str(pid), "-d", str(int(seconds)), "-r", "997", "-f", "raw",
            "-o", path, "--nonblocking", "--threads"]
     if native:
         cmd.append("--native")
+    if gil:  # Only threads holding the GIL: Python's own CPU, no thread waiting in a syscall.
+        cmd.append("--gil")
     return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
@@ -61,6 +64,8 @@ def main(argv=None) -> int:
     ap.add_argument("--seconds", type=float, default=5.0)
     ap.add_argument("--out", default="/tmp/lp_profile")
     ap.add_argument("--native", action="store_true")
+    ap.add_argument("--gil", action="store_true",
+                    help="sample only threads holding the GIL (Python CPU, not system calls)")
     ap.add_argument("--mode", default="tiny", choices=("tiny", "inflight8", "fanin4"))
     args = ap.parse_args(argv)
     os.makedirs(args.out, exist_ok=True)
@@ -87,7 +92,8 @@ def main(argv=None) -> int:
             sides["caller"] = pool.procs[0].pid
         t = threading.Thread(target=loop, name="caller")
         t.start()
-        spies = {s: _spy(pid, args.seconds, f"{args.out}/{args.peer}_{s}.txt", args.native)
+        spies = {s: _spy(pid, args.seconds, f"{args.out}/{args.peer}_{s}.txt", args.native,
+                      args.gil)
                  for s, pid in sides.items()}
         for p in spies.values():
             p.wait()

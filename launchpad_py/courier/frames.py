@@ -21,6 +21,7 @@ import socket
 import ssl
 import struct
 import sys
+import threading
 from typing import Any, Protocol
 
 from launchpad_py.courier import frame_loop, serialization, shm
@@ -50,6 +51,7 @@ class Connection(Protocol):
 
     sock: socket.socket
     reader: 'Reader'
+    outbox: 'Outbox'
 
     def send(self, call_id: int, kind: int, obj: Any, counts=None, hold: bool = False) -> None:
         """Sends a frame; ``hold``: a small one may wait for the next send or ``flush``."""
@@ -195,25 +197,59 @@ def send_small(sock: socket.socket, loop, call_id: int, kind: int, pickled: byte
     sock.sendall(memoryview(frame)[sent:] if sent else frame)  # Would block: it has a timeout.
 
 
-def send_or_hold(sock: socket.socket, loop, held: list, call_id: int, kind: int,
-                 pickled: bytes, hold: bool) -> None:
-    """``send_small`` that may keep frames back: ``hold`` adds this one to ``held`` (more
-    replies are about to follow); otherwise the held frames leave with it in one write, so
-    a batch of quick replies costs the peer one wake-up instead of one each."""
-    if not (hold or held):
-        send_small(sock, loop, call_id, kind, pickled)
-        return
-    held.append(HEADER.pack(call_id, kind, 0, 0, len(pickled), 0, 0) + pickled)
-    if not hold:
-        flush(sock, held)
+class Outbox:
+    """A connection's writing side: the lock its sends take and the small frames held back.
 
+    Both socket connections (``uds``, ``tcp``) send through one, so holding and flushing
+    work the same on both::
 
-def flush(sock: socket.socket, held: list) -> None:
-    """Writes the frames ``held`` back (see ``send_or_hold``), if any, and empties it."""
-    if held:
-        parts = held[:]
-        held.clear()
-        send(sock, parts, None)
+        outbox.small(call_id, REPLY, pickled, counts, hold=True)  # may wait for the next
+        outbox.frame(parts, fd, counts)  # the held frames first, then this one
+    """
+
+    __slots__ = ('sock', 'loop', 'lock', 'held')
+
+    def __init__(self, sock: socket.socket, loop):
+        self.sock, self.loop = sock, loop
+        self.lock = threading.Lock()
+        self.held: list[bytes] = []
+
+    def small(self, call_id: int, kind: int, pickled: bytes, counts, hold: bool) -> None:
+        """Sends a frame without buffers; ``hold`` keeps it for the next write (more frames are
+        about to follow), otherwise the held frames leave with it in one write, so a batch
+        of quick frames costs the peer one wake-up instead of one each. ``counts``: its
+        ``bytes_out`` grows by the frame's size, if given."""
+        if counts is not None:
+            counts.bytes_out += _HEADER_SIZE + len(pickled)
+        with self.lock:
+            held = self.held
+            if not (hold or held):
+                send_small(self.sock, self.loop, call_id, kind, pickled)
+                return
+            held.append(HEADER.pack(call_id, kind, 0, 0, len(pickled), 0, 0) + pickled)
+            if not hold:
+                self._write_held()
+
+    def frame(self, parts: list, fd: int | None, counts=None) -> None:
+        """Sends an encoded frame (``encode_parts``), after the frames held back."""
+        if counts is not None:
+            counts.bytes_out += encoded_size(parts)
+        with self.lock:
+            self._write_held()
+            send(self.sock, parts, fd)
+
+    def flush(self) -> None:
+        """Writes the frames held back, if any."""
+        if self.held:
+            with self.lock:
+                self._write_held()
+
+    def _write_held(self) -> None:
+        held = self.held
+        if held:
+            parts = held[:]
+            held.clear()
+            send(self.sock, parts, None)
 
 
 def _advance(views: list[memoryview], sent: int) -> list[memoryview]:
@@ -257,6 +293,8 @@ class Reader:
         self._sock = sock
         #: The compiled frame loop this reader and its connection's sends use, or None.
         self.loop = None if isinstance(sock, ssl.SSLSocket) else frame_loop.compiled()
+        if self.loop is not None:  # Each frame then costs one Python call less.
+            self.read = self._read_compiled
         self._descriptors = descriptors
         self._limit = max_frame_bytes
         # Frames read whole by the small-frame paths; a larger pickle takes the checked path.
@@ -324,8 +362,7 @@ class Reader:
             have += self._recv(target[have:])
 
     def read(self) -> Frame:
-        if self.loop is not None:
-            return self._read_compiled()
+        """The next frame (a compiled reader's ``read`` is ``_read_compiled``)."""
         frame = self._small_frame()
         if frame is not None:
             return frame

@@ -17,7 +17,6 @@ import select
 import socket
 import ssl
 import struct
-import threading
 from typing import Callable
 
 from launchpad_py.courier import auth, errors, frames, serialization
@@ -49,31 +48,19 @@ class Connection:
         self.sock = sock
         self.reader = frames.Reader(sock, None, descriptors=False,
                                     max_frame_bytes=max_frame_bytes)
-        self._send_lock = threading.Lock()
-        self._held: list[bytes] = []  # Small frames kept back for the next write (see send).
+        self.outbox = frames.Outbox(sock, self.reader.loop)
+        self.read = self.reader.read  # Nothing to add to it here (see uds.Connection.read).
 
     def send(self, call_id: int, kind: int, obj, counts=None, hold: bool = False) -> None:
         pickled, buffers = serialization.encode(obj)
         if not buffers:  # The small call: one write.
-            if counts is not None:
-                counts.bytes_out += frames.HEADER.size + len(pickled)
-            with self._send_lock:
-                frames.send_or_hold(self.sock, self.reader.loop, self._held, call_id, kind,
-                                    pickled, hold)
+            self.outbox.small(call_id, kind, pickled, counts, hold)
             return
         parts, _ = frames.encode_parts(call_id, kind, pickled, buffers)
-        if counts is not None:
-            counts.bytes_out += frames.encoded_size(parts)
-        with self._send_lock:
-            frames.flush(self.sock, self._held)
-            frames.send(self.sock, parts, None)
+        self.outbox.frame(parts, None, counts)
 
     def flush(self) -> None:
-        with self._send_lock:
-            frames.flush(self.sock, self._held)
-
-    def read(self) -> frames.Frame:
-        return self.reader.read()
+        self.outbox.flush()
 
     def peer_gone(self) -> bool:
         """Whether an idle connection was closed by its server (e.g. it restarted since).

@@ -30,7 +30,6 @@ import os
 import socket
 import stat
 import struct
-import threading
 
 from launchpad_py.courier import errors, frames, open_files, serialization, shm
 from launchpad_py.courier.transports import interface
@@ -194,8 +193,7 @@ class Connection:
         self.released = shm.ReleaseQueue()  # Segments the peer sent us that we dropped.
         self.pool = shm.SegmentPool()  # Segments we write into.
         self.reader = frames.Reader(sock, self.released)
-        self._send_lock = threading.Lock()
-        self._held: list[bytes] = []  # Small frames kept back for the next write (see send).
+        self.outbox = frames.Outbox(sock, self.reader.loop)
 
     def send(self, call_id: int, kind: int, obj, counts=None, hold: bool = False) -> None:
         """Sends ``obj``; its size is added to ``counts.bytes_out`` (if given) before it leaves.
@@ -203,23 +201,14 @@ class Connection:
         pickled, buffers = serialization.encode(obj)
         released = self.released.drain()
         if not buffers and not released:  # The small call: one write.
-            if counts is not None:
-                counts.bytes_out += frames.HEADER.size + len(pickled)
-            with self._send_lock:
-                frames.send_or_hold(self.sock, self.reader.loop, self._held, call_id, kind,
-                                    pickled, hold)
+            self.outbox.small(call_id, kind, pickled, counts, hold)
             return
         parts, fd = frames.encode_parts(call_id, kind, pickled, buffers, self.pool, released,
                                         SHM_MIN_BYTES)
-        if counts is not None:
-            counts.bytes_out += frames.encoded_size(parts)
-        with self._send_lock:
-            frames.flush(self.sock, self._held)
-            frames.send(self.sock, parts, fd)
+        self.outbox.frame(parts, fd, counts)
 
     def flush(self) -> None:
-        with self._send_lock:
-            frames.flush(self.sock, self._held)
+        self.outbox.flush()
 
     def read(self) -> frames.Frame:
         frame = self.reader.read()

@@ -36,7 +36,7 @@ class CallFuture(concurrent.futures.Future):
     def deliver(self, value) -> None:
         """``set_result`` for the reader: skips the notifying nobody needs (no waiter, no callback)."""
         condition = self._condition
-        with condition:
+        with condition._lock:  # Condition.__enter__ is Python code around this same lock.
             if self._state != PENDING:
                 return  # Cancelled by the user.
             self._result = value
