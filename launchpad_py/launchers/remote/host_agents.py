@@ -44,10 +44,15 @@ CODE_TIMEOUT_S = 300.0
 
 class HostAgent:
     """One host's agent process, started by the local command ``argv`` on first use;
-    ``code``: the pack its nodes run from (None: they run from the host's own files)."""
+    ``code``: the pack its nodes run from (None: they run from the host's own files);
+    ``open_session``: where no local command reaches the agent (a packed pod dials back),
+    makes its session instead: an object with a ``subprocess.Popen``'s ``stdin``,
+    ``stdout``, ``stderr``, ``wait`` and ``kill``."""
 
-    def __init__(self, argv: list[str], host: str, code: code_pack.CodePack | None = None):
+    def __init__(self, argv: list[str], host: str, code: code_pack.CodePack | None = None,
+                 open_session: Callable[[], subprocess.Popen] | None = None):
         self.argv, self.host, self.code = argv, host, code
+        self._open_session = open_session
         self.code_bytes_sent = 0
         self._code_answer: str | None = None
         self._code_settled = threading.Event()
@@ -111,8 +116,12 @@ class HostAgent:
     def _open(self) -> None:
         # A session of its own: Ctrl-C in the terminal goes to the launcher, which stops the
         # nodes gracefully, instead of cutting the host's session.
-        self._process = subprocess.Popen(self.argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                         stderr=subprocess.PIPE, start_new_session=True)
+        if self._open_session is not None:
+            self._process = self._open_session()
+        else:
+            self._process = subprocess.Popen(self.argv, stdin=subprocess.PIPE,
+                                             stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                             start_new_session=True)
         for target, name in ((self._read, 'read'), (self._read_errors, 'errors'),
                              (self._ping, 'ping')):
             thread = threading.Thread(target=target, name=f'lp-agent-{name}-{self.host}',
