@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
 
 import pytest
 import yaml
 
 import launchpad_py as lp
-from conftest import needs_ssh_hosts, wait_for
+from conftest import REPO, launcher_report, needs_ssh_hosts, wait_for
 from fake_kube import IMAGE
 from kubernetes_nodes import Movable, options
 
@@ -137,6 +139,28 @@ def test_elastic_packed_group_grows_into_a_new_pod_and_shrinks_out_of_it(kuberne
                  and f'{first.host}-boot' not in {n for _, n in kubernetes_cluster.objects()},
                  timeout=30, what='the emptied pod and its Secret deleted')
         assert [h.dereference().who()['name'] for h in handles] == ['worker/0', 'worker/1']
+
+
+@needs_ssh_hosts
+def test_launcher_killed_leaves_no_packed_pod_node_or_object(kubernetes_cluster):
+    """SIGKILL the launcher of packed pods: each pod agent sees its connection end, kills its
+    nodes and exits; the lease runs out and the GC deletes every object."""
+    import psutil
+    launcher = subprocess.Popen(
+        [sys.executable, os.path.join(REPO, 'tests', 'kubernetes_nodes.py'), '3', '3'],
+        cwd=REPO, stdout=subprocess.PIPE, text=True,
+        env={**os.environ, 'PYTHONPATH': os.path.join(REPO, 'tests')})
+    hosts = launcher_report(launcher.stdout)
+    assert len(hosts) == 4 and len(set(hosts)) == 2 and len(_pods(kubernetes_cluster)) == 2
+    agents = [p for p in psutil.process_iter(['cmdline'])
+              if 'launchpad_py.node_side.pod_agent' in (p.info['cmdline'] or [])]
+    assert len(agents) >= 6  # 2 agents and their 4 nodes (forks: the same command line).
+    launcher.send_signal(signal.SIGKILL)
+    launcher.wait(timeout=10)
+    launcher.stdout.close()
+    wait_for(lambda: not any(p.is_running() and p.status() != psutil.STATUS_ZOMBIE
+                             for p in agents), timeout=20, what='every agent and node to end')
+    wait_for(lambda: kubernetes_cluster.objects() == [], timeout=30, what='the lease to run out')
 
 
 @pytest.mark.parametrize('bad', [0, -2, 2.5, '4', True])
