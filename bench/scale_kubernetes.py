@@ -23,7 +23,7 @@ pod agent per pod forks its nodes, see ``launchers/kubernetes/packing.py``), and
 - API requests by kind: pod creates, pod listings, watches, log follows, and
   gets of a single pod (per-pod polling would show there: it is 0);
 - peak RSS and PSS: the largest sums of resident memory over this process and
-  every process below it (the pods), sampled every 2 s. RSS counts shared
+  every process below it (the pods), sampled every 2 s by a process of its own. RSS counts shared
   pages in each process (an upper bound, far too high for packed pods, whose
   nodes are forks of one agent); PSS splits them among their sharers.
 
@@ -58,18 +58,25 @@ from fake_kube.runtimes import ProcessRuntime  # noqa: E402
 from nodes_for_tests import serve_forever  # noqa: E402
 
 
-def _peak_memory(stop: threading.Event, peak: list[int]) -> None:
-    """``peak``: [largest RSS sum, largest PSS sum] over this process and all below it."""
-    me = psutil.Process()
-    while not stop.wait(2):
+def sample_memory(root: int) -> None:
+    """``--sample_memory PID``, in a process of its own (reading a thousand processes' page
+    maps in the launcher would take CPU from its heartbeat): every 2 s, the RSS and PSS sums
+    over PID and every process below it, until stdin closes; then prints the peaks."""
+    peak, ended = [0, 0], threading.Event()
+    threading.Thread(target=lambda: (sys.stdin.read(), ended.set()), daemon=True).start()
+    me, top = psutil.Process(), psutil.Process(root)
+    while not ended.wait(2):
         rss = pss = 0
-        for process in [me, *me.children(recursive=True)]:
+        for process in [top, *top.children(recursive=True)]:
+            if process.pid == me.pid:
+                continue
             try:
                 memory = process.memory_full_info()
             except psutil.Error:
                 continue
             rss, pss = rss + memory.rss, pss + memory.pss
-        peak[:] = [max(peak[0], rss), max(peak[1], pss)]
+        peak = [max(peak[0], rss), max(peak[1], pss)]
+    print(json.dumps(peak), flush=True)
 
 
 def _requests(calls: list[tuple]) -> dict[str, int]:
@@ -123,8 +130,9 @@ def run_point(nodes: int, concurrency: int, workdir: str, per_pod: int = 1) -> d
         with program.group('node'):
             for _ in range(nodes):
                 program.add_node(lp.PyNode(serve_forever))
-        peak, sampling = [0, 0], threading.Event()
-        threading.Thread(target=_peak_memory, args=(sampling, peak), daemon=True).start()
+        sampler = subprocess.Popen([sys.executable, '-m', 'bench.scale_kubernetes',
+                                    '--sample_memory', str(os.getpid())], stdin=subprocess.PIPE,
+                                   stdout=subprocess.PIPE, text=True, cwd=os.path.dirname(TESTS))
         start = time.time()
         controller = lp.launch(program, launch_type='kubernetes',
                                resources={'node': lp.KubernetesResources(
@@ -136,7 +144,7 @@ def run_point(nodes: int, concurrency: int, workdir: str, per_pod: int = 1) -> d
         controller.stop()
         controller.wait(timeout=600)
         stop = time.time() - stopping
-        sampling.set()
+        peak = json.loads(sampler.communicate('', timeout=120)[0])
     finally:
         out, _ = fake.communicate('', timeout=120)
     seen = json.loads(out.strip().splitlines()[-1])
@@ -158,9 +166,12 @@ def main() -> None:
     parser.add_argument('--merge', metavar='JSON', help='add the points to this file, each '
                         'replacing one of the same nodes, nodes_per_pod and create_concurrency')
     parser.add_argument('--serve_fake', metavar='WORKDIR', help=argparse.SUPPRESS)
+    parser.add_argument('--sample_memory', metavar='PID', type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve_fake:
         return serve_fake(args.serve_fake)
+    if args.sample_memory:
+        return sample_memory(args.sample_memory)
     results = {'machine': {'cpus': os.cpu_count(), 'python': platform.python_version(),
                            'load_at_start': [round(x, 2) for x in os.getloadavg()],
                            'memory_gib': round(psutil.virtual_memory().total / 2**30, 1)},
