@@ -64,6 +64,7 @@ def sample_memory(root: int) -> None:
     over PID and every process below it, until stdin closes; then prints the peaks."""
     peak, ended = [0, 0], threading.Event()
     threading.Thread(target=lambda: (sys.stdin.read(), ended.set()), daemon=True).start()
+    os.nice(19)  # Measures; never competes with the launcher for a core.
     me, top = psutil.Process(), psutil.Process(root)
     while not ended.wait(2):
         rss = pss = 0

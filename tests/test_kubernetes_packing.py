@@ -76,7 +76,8 @@ def test_twelve_nodes_four_per_pod_run_in_three_pods_answer_and_stop_clean(kuber
             assert len({a.rpartition(':')[0] for a in addresses[first:first + 4]}) == 1
     wait_for(lambda: kubernetes_cluster.objects() == [], timeout=30, what='every object deleted')
     wait_for(lambda: all(_gone(pid) for pid in pids), timeout=15, what='every node process gone')
-    assert kubernetes_cluster.kubelet.running() == []
+    wait_for(lambda: kubernetes_cluster.kubelet.running() == [], timeout=15,
+             what='every pod agent ended')  # The kubelet reaps a container asynchronously.
 
 
 @needs_ssh_hosts

@@ -23,6 +23,7 @@ N at a time; a pod whose nodes have all left its group is deleted.
 from __future__ import annotations
 
 import concurrent.futures
+import threading
 
 from launchpad_py.launchers.kubernetes import pods
 from launchpad_py.launchers.kubernetes.pod_sessions import AgentListener, PodSession
@@ -40,7 +41,6 @@ class PackedPod:
         self.agent = HostAgent([], self.name(0), open_session=self._open)
         self.session: PodSession | None = None
         self._incarnation = -1
-        self.secret: str | None = None  # The program's, from its nodes' bootstraps.
         self.current: dict[int, PackedStarter] = {}  # index -> the starter of its run now
         self.closed = False
 
@@ -79,7 +79,7 @@ class PackedPod:
             deployment.cluster.delete_pod(old.pod_name)
             deployment.cluster.delete_secret(f'{old.pod_name}-boot')
         boot = {'launcher': list(packing.listener.address), 'key': packing.listener.key.hex(),
-                'pod': session.pod_name, 'secret': self.secret}
+                'pod': session.pod_name, 'secret': packing.secret}
         secret, pod = packing.render(self.label, self.number, self.indices, deployment.owner,
                                      boot, incarnation)
         try:
@@ -130,7 +130,7 @@ class PackedStarter(AgentStarter):
         """Asks the pod's agent to start the node; the program secret stays out of the
         request (the pod has it from its Secret)."""
         self._sink = sink
-        self.packed.secret = boot['secret']
+        self.packed._packing.open_all(boot['secret'])
         super().start({k: v for k, v in boot.items() if k != 'secret'}, sink)
         self._session = self.packed.session
 
@@ -171,11 +171,26 @@ class Packing:
         self._pods: dict[tuple[str, int], PackedPod] = {}  # (label, index) -> its pod
         self._numbers: dict[str, int] = {}
         self._growing: dict[str, PackedPod] = {}  # label -> the pod that takes added nodes
+        self.secret: str | None = None  # The program's, from the first node's bootstrap.
+        self._lock = threading.Lock()
         for (label, number), indices in layout.items():
             pod = PackedPod(self, label, number, indices)
             self._numbers[label] = max(self._numbers.get(label, 0), number + 1)
             for index in indices:
                 self._pods[label, index] = pod
+
+    def open_all(self, secret: str) -> None:
+        """At the first node's start (the program secret is known then): every pod of the
+        launch is queued for creation at once, not each as its first node's turn comes (the
+        launcher starts a thousand nodes one after the other, while the first pods' nodes
+        already dial in)."""
+        with self._lock:
+            if self.secret is not None:
+                return
+            self.secret = secret
+            pods = {id(pod): pod for pod in self._pods.values()}.values()
+        for pod in pods:
+            pod.agent.open()
 
     def packs(self, label: str) -> bool:
         return label in self._per_pod

@@ -73,19 +73,29 @@ class HostAgent:
         for the nodes restarted there.
         """
         with self._lock:
-            if self._closed.is_set():
-                raise OSError(f'the agent on {self.host} has ended (closed)')
-            if self._ended is not None:
-                self._process, self._ended, self._threads = None, None, []
-            if self._process is None:
-                self._open()
-                self._send({'timeout': AGENT_TIMEOUT_S})
-                if self.code is not None:
-                    self._ship_code()
+            self._ensure_session()
             node_id = next(self._ids)
             self._nodes[node_id] = starter
         self._send({'start': node_id, 'boot': boot})
         return node_id
+
+    def open(self) -> None:
+        """Opens the session now rather than on the first start (a packed pod's agent: all
+        pods of a launch are then created at once, not as their first nodes' turns come)."""
+        with self._lock:
+            self._ensure_session()
+
+    def _ensure_session(self) -> None:
+        """Under ``_lock``: the session, opened (again, after a loss) where it is not."""
+        if self._closed.is_set():
+            raise OSError(f'the agent on {self.host} has ended (closed)')
+        if self._ended is not None:
+            self._process, self._ended, self._threads = None, None, []
+        if self._process is None:
+            self._open()
+            self._send({'timeout': AGENT_TIMEOUT_S})
+            if self.code is not None:
+                self._ship_code()
 
     def _ship_code(self) -> None:
         """Asks whether the host holds the code; sends it if not; waits until it is in use."""
