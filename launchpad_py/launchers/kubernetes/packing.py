@@ -37,7 +37,7 @@ class PackedPod:
 
     def __init__(self, packing: 'Packing', label: str, number: int, indices: list[int]):
         self.label, self.number, self.indices = label, number, list(indices)
-        self._packing = packing
+        self.packing = packing
         self.agent = HostAgent([], self.name(0), open_session=self._open)
         self.session: PodSession | None = None
         self._incarnation = -1
@@ -45,7 +45,7 @@ class PackedPod:
         self.closed = False
 
     def name(self, incarnation: int) -> str:
-        return self._packing.names.packed_pod(self.label, self.number, incarnation)
+        return self.packing.names.packed_pod(self.label, self.number, incarnation)
 
     def shown_as(self) -> str:
         """The pod its nodes run in, or will run in next (``-r1`` after the pod was lost)."""
@@ -60,7 +60,7 @@ class PackedPod:
 
     def _open(self) -> PodSession:
         """A run of the pod (the agent's first start, or one after the pod was lost)."""
-        packing, deployment = self._packing, self._packing.deployment
+        packing, deployment = self.packing, self.packing.deployment
         old, self._incarnation = self.session, self._incarnation + 1
         session = PodSession(self.name(self._incarnation), deployment.cluster,
                              lambda: deployment.finished, self.note)
@@ -74,7 +74,7 @@ class PackedPod:
         return session
 
     def _create(self, session: PodSession, incarnation: int, old: PodSession | None) -> None:
-        deployment, packing = self._packing.deployment, self._packing
+        deployment, packing = self.packing.deployment, self.packing
         if old is not None and old.created:  # The lost run's Secret (and pod, if left).
             deployment.cluster.delete_pod(old.pod_name)
             deployment.cluster.delete_secret(f'{old.pod_name}-boot')
@@ -97,13 +97,13 @@ class PackedPod:
         if self.current.get(starter.index) is not starter:
             return
         del self.current[starter.index]
-        if self.current or self._packing.deployment.finished:
+        if self.current or self.packing.deployment.finished:
             return
         self.closed = True
         self.agent.close()
         session = self.session
         if session is not None and session.created:
-            cluster = self._packing.deployment.cluster
+            cluster = self.packing.deployment.cluster
             cluster.delete_pod(session.pod_name)
             cluster.delete_secret(f'{session.pod_name}-boot')
 
@@ -130,7 +130,7 @@ class PackedStarter(AgentStarter):
         """Asks the pod's agent to start the node; the program secret stays out of the
         request (the pod has it from its Secret)."""
         self._sink = sink
-        self.packed._packing.open_all(boot['secret'])
+        self.packed.packing.open_all(boot['secret'])
         super().start({k: v for k, v in boot.items() if k != 'secret'}, sink)
         self._session = self.packed.session
 
@@ -140,7 +140,7 @@ class PackedStarter(AgentStarter):
 
     def again(self, host: str | None) -> 'PackedStarter | None':
         del host
-        if self.packed._packing.deployment.finished or self.packed.closed:
+        if self.packed.packing.deployment.finished or self.packed.closed:
             return None
         return PackedStarter(self.packed, self.index)
 
