@@ -5,6 +5,8 @@
 # filesystem, so every Ray process runs from this checkout's .venv.
 #   bash scripts/ray_cluster.sh up      (root; idempotent: a running cluster stays)
 #   bash scripts/ray_cluster.sh down    (ends the processes of this cluster only)
+#   bash scripts/ray_cluster.sh worker 2   (root; starts h2's worker again after a test took
+#                                          that host down; the rest of the cluster stays)
 # Kept small for a shared 2-core machine: no dashboard, 80 MB object stores, no prestarted
 # workers. The head has no CPUs, so nodes land on h1..h3. Each host declares 16 logical CPUs
 # (a 30-node program fits, as on the Slurm test cluster), a resource named after it
@@ -16,7 +18,7 @@ cd "$(dirname "$0")/.."
 S=${LP_RAY_DIR:-/tmp/lp-ray}
 PORT=${LP_RAY_PORT:-6390}
 HEAD=10.250.0.1
-RAY=$PWD/.venv/bin/ray
+RAY=${LP_RAY_BIN:-$PWD/.venv/bin/ray}  # A worker joining later uses the cluster's own Ray.
 # No idle workers started ahead of use, no usage reporting, no metrics exporter threads to spare.
 export RAY_enable_worker_prestart=0 RAY_prestart_worker_first_driver=0 RAY_USAGE_STATS_ENABLED=0
 # Ray turns token auth on for a head when ~/.ray/auth_token exists, yet not for its workers:
@@ -32,6 +34,19 @@ ours() {  # This cluster's processes: those naming its directory or head, and th
     pgrep -P "$pid" || true
   done
 }
+
+worker() {  # Worker host h$1 joins the head.
+  local gpus=0
+  [ "$1" = 3 ] && gpus=2  # Declared only: Ray hands them out and sets CUDA_VISIBLE_DEVICES.
+  ip netns exec "lp-h$1" "$RAY" start --address=$HEAD:$PORT --node-ip-address=10.250.0.1$1 \
+    --num-cpus=16 --num-gpus=$gpus --resources="{\"h$1\": 100}" --labels "lp-host=h$1" \
+    --disable-usage-stats --object-store-memory=$((80 * 1024 * 1024)) >>"$S/h$1.log" 2>&1
+}
+
+if [ "${1:-up}" = worker ]; then
+  worker "$2"
+  exit 0
+fi
 
 if [ "${1:-up}" = down ]; then
   rm -f "$S/address"
@@ -67,12 +82,7 @@ small=(--disable-usage-stats --object-store-memory=$((80 * 1024 * 1024)))
 "$RAY" start --head --node-ip-address=$HEAD --port=$PORT --num-cpus=0 --temp-dir="$S" \
   --labels lp-host=head --include-dashboard=false "${small[@]}" >"$S/head.log" 2>&1
 for i in 1 2 3; do
-  gpus=0
-  [ $i = 3 ] && gpus=2  # Declared only: Ray hands them out and sets CUDA_VISIBLE_DEVICES.
-  ip netns exec "lp-h$i" "$RAY" start --address=$HEAD:$PORT --node-ip-address=10.250.0.1$i \
-    --num-cpus=16 --num-gpus=$gpus --resources="{\"h$i\": 100}" --labels "lp-host=h$i" \
-    "${small[@]}" \
-    >"$S/h$i.log" 2>&1
+  worker $i
 done
 echo "$HEAD:$PORT" >"$S/address"
 echo "ray_cluster.sh: head $HEAD:$PORT, workers h1 h2 h3"

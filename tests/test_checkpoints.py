@@ -12,8 +12,8 @@ import pytest
 
 import launchpad_py as lp
 from checkpoint_nodes import Tally
-from conftest import (SLURM_LOGS, launch, needs_slurm, needs_ssh_hosts, read_on_host, ssh_host,
-                      wait_for)
+from conftest import (SLURM_LOGS, launch, needs_ray, needs_slurm, needs_ssh_hosts, read_on_host,
+                      ssh_host, wait_for)
 
 
 def _program(name='tallies'):
@@ -142,12 +142,14 @@ def test_actor_learner_learner_resumes_after_sigkill_with_its_step_and_return(
     pytest.param('ssh', {}, marks=needs_ssh_hosts, id='ssh'),
     pytest.param('slurm', {'steps': 'node'}, marks=needs_slurm, id='slurm-step-per-node'),
     pytest.param('slurm', {'steps': 'host'}, marks=needs_slurm, id='slurm-step-per-host'),
+    pytest.param('ray', {}, marks=needs_ray, id='ray'),
 ])
 def test_remote_launch_removes_its_private_checkpoint_directory_at_the_end(
         launch_type, options, monkeypatch):
     """Without the variable, the launch's private directory on a remote host goes when the
     program ends (ssh: the host's agent removes it; slurm: the host's agent step, or one last
-    step per host), and it was there, with the node's save, while the program ran."""
+    step per host; ray: a Ray task on each Ray node it used), and it was there, with the
+    node's save, while the program ran."""
     monkeypatch.delenv('LAUNCHPAD_PY_CHECKPOINT_DIR', raising=False)
     program, handle = _program(f'remote_private_{launch_type}_{options.get("steps", "")}')
     kwargs = {'slurm_options': {**options, 'output_dir': SLURM_LOGS}} if options else {}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
 
 import pytest
 
@@ -155,14 +156,6 @@ def test_bad_requests_name_the_group_and_the_value(call, match):
         assert _live(controller) == [0, 1]
 
 
-def test_elastic_groups_are_refused_where_nodes_are_threads():
-    """test_mt cannot stop one thread node alone, so an elastic group fails the launch."""
-    program, _, _ = _program()
-    with pytest.raises(lp.ProgramError, match=r"test_mt cannot add or remove nodes .* groups "
-                                              r"\['member'\] cannot be elastic"):
-        lp.launch(program, launch_type='test_mt')
-
-
 def test_setup_errors_name_the_group():
     """A group handle on a missing group, or an elastic group without nodes, is refused."""
     program = lp.Program('setup_errors')
@@ -192,3 +185,66 @@ def test_nodes_join_and_leave_across_hosts():
         controller.remove_nodes('member', 1)
         assert watcher.dereference().wait_for_change(version, 30) == version + 1
         assert watcher.dereference().members()['answers'] == ['member/0', 'member/1']
+
+
+class _Saver(Member):
+    """A Member whose checkpoint hook and stop handler record that they ran, by node name."""
+
+    def __init__(self):
+        super().__init__()
+        name = self.who()['name']  # Handlers run on other threads: no node context there.
+        self.checkpoint = lambda: _SAVED.append(name)
+        lp.register_stop_handler(lambda: _STOPPED.append(name))
+
+
+_SAVED: list[str] = []    # Under test_mt the nodes share this process: these lists too.
+_STOPPED: list[str] = []
+_RELEASE = threading.Event()
+
+
+def _stubborn():
+    """Ignores its stop until the test releases it."""
+    lp.wait_for_stop()
+    _RELEASE.wait(60)
+
+
+def test_under_test_mt_a_removed_node_stops_alone_and_the_others_run_on():
+    """Threads: add_nodes starts new node threads that serve; remove_nodes stops the newest
+    alone (its checkpoint hook and stop handler run, its thread returns, STOPPED, exit 0),
+    out of the group handle, while the other members keep serving."""
+    program = lp.Program('elastic_mt')
+    with program.group('member', elastic=True):
+        program.add_node(lp.CourierNode(_Saver))
+    members = program.group_handle('member')
+    with lp.launch(program, launch_type='test_mt') as controller:
+        added = controller.add_nodes('member', 2)
+        assert [(s.index, s.state) for s in added] == [(1, lp.NodeState.RUNNING),
+                                                      (2, lp.NodeState.RUNNING)]
+        assert [c.who()['name'] for c in members.dereference().clients()] == [
+            'member/0', 'member/1', 'member/2']
+        (gone,) = controller.remove_nodes('member', 1, timeout=30)
+        assert (gone.index, gone.state, gone.exit_code) == (2, lp.NodeState.STOPPED, 0)
+        assert _SAVED == ['member/2'] and _STOPPED == ['member/2']
+        assert [c.who()['name'] for c in members.dereference().clients()] == [
+            'member/0', 'member/1']
+        assert _live(controller) == [0, 1] and controller.is_running
+    assert sorted(_STOPPED) == ['member/0', 'member/1', 'member/2']  # The program's stop.
+
+
+def test_under_test_mt_a_removed_node_that_ignores_its_stop_is_reported_and_counted_gone(caplog):
+    """Threads cannot be killed: a removed node still running after the grace period is
+    named in a warning with its stack and counted as gone; the removal completes."""
+    program = lp.Program('stubborn_mt')
+    with program.group('member', elastic=True):
+        program.add_node(lp.PyNode(_stubborn))
+    try:
+        with lp.launch(program, launch_type='test_mt') as controller:
+            controller.add_nodes('member', 1)
+            (gone,) = controller.remove_nodes('member', 1, grace=0.5, timeout=30)
+            assert gone.index == 1 and gone.state == lp.NodeState.STOPPED
+            assert 'node member/1 did not return within the grace period' in caplog.text
+            assert '_stubborn' in caplog.text  # Its stack.
+            assert controller.is_running
+            _RELEASE.set()
+    finally:
+        _RELEASE.set()

@@ -134,11 +134,11 @@ def test_pending_pod_is_reported_with_the_reason(cluster, fields, reason):
     program = lp.Program('pending')
     program.add_node(lp.PyNode(serve_forever), label='learner')
     spec = lp.KubernetesResources(**{'image': IMAGE, **fields})
-    launch_options = LaunchOptions(local_resources={'learner': spec}, ready_timeout=3, grace=1,
+    launch_options = LaunchOptions(local_resources={'learner': spec}, ready_timeout=2, grace=1,
                                    launcher_options=options())
     with pytest.raises(lp.LaunchError) as info:
         launch_kubernetes(program, launch_options)
-    assert "nodes ['learner/0'] did not become ready within 3s" in str(info.value)
+    assert "nodes ['learner/0'] did not become ready within 2s" in str(info.value)
     assert reason in str(info.value)
     wait_for(lambda: cluster.objects() == [], timeout=15, what='every object to be deleted')
 

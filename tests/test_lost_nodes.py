@@ -14,7 +14,9 @@ import subprocess
 import psutil
 
 import launchpad_py as lp
+from launchpad_py import courier
 from launchpad_py.cli import status as status_cli
+from launchpad_py.launchers.slurm import host_steps
 from launchpad_py.observability import prometheus
 from conftest import (SLURM_LOGS, launch, needs_slurm, needs_ssh_hosts, slurm_cluster, ssh_host,
                       wait_for)
@@ -98,3 +100,48 @@ def test_under_slurm_a_host_step_ended_by_slurm_restarts_its_node_uncounted():
         assert after.restart_reasons == {'host_lost': 1} and after.host == before.host
         assert handle.dereference().who()['pid'] == after.pid != before.pid
         assert _agent_steps(job)[after.host] != step
+
+
+def _set_host_state(host: str, state: str) -> None:
+    """scontrol's node state; 'resume' also when the host came back by itself already (the
+    test cluster's ReturnToService=2 returns a host whose slurmd answers), then checked."""
+    subprocess.run(['scontrol', 'update', f'nodename={host}', f'state={state}',
+                    *(['reason=launchpad_py test'] if state == 'down' else [])],
+                   check=state == 'down', timeout=30, capture_output=True)
+    if state == 'resume':
+        wait_for(lambda: not host_steps.node_failed(host), what=f'{host} to be up again')
+
+
+@needs_slurm
+def test_under_slurm_a_failed_host_restarts_its_node_on_another_host_uncounted():
+    """steps='host': Slurm marks the host of one of two members down; the job goes on without
+    it (the launcher's salloc asks --no-kill), and the member comes back on the job's other
+    host, restart_reasons node_failure, uncounted; a client follows it there."""
+    slurm_cluster()
+    program = lp.Program('failed_slurm_host')
+    handles = [program.add_node(lp.CourierNode(Member), label='member') for _ in range(2)]
+    # 12 CPUs each: two of the 16-CPU hosts.
+    with launch(program, 'slurm', resources={'member': lp.SlurmResources(cpus=12)},
+                slurm_options={'steps': 'host', 'output_dir': SLURM_LOGS},
+                failure_policy={'member': lp.Restart(max_restarts=0)}) as controller:
+        status = lambda: next(s for s in controller.statuses() if s.index == 1)
+        before = status()
+        others = {s.host for s in controller.statuses()} - {before.host}
+        assert len(others) == 1, controller.statuses()
+        old_address = handles[1].address.resolve()
+        _set_host_state(before.host, 'down')
+        try:
+            wait_for(lambda: status().restart_reasons == {'node_failure': 1}
+                     and status().state == lp.NodeState.RUNNING, timeout=120,
+                     what=f'member/1 to come back after {before.host} failed')
+            after = status()
+            assert after.host in others
+            client = handles[1].dereference()
+            try:
+                seen = client.who()['pid']
+            except courier.CourierUnavailableError:  # The one failed call; then it follows.
+                seen = client.who()['pid']
+            assert seen == after.pid != before.pid
+            assert handles[1].address.resolve().split(':')[0] != old_address.split(':')[0]
+        finally:
+            _set_host_state(before.host, 'resume')

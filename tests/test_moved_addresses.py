@@ -20,7 +20,7 @@ import launchpad_py as lp
 from launchpad_py import courier, errors
 from launchpad_py.program import address as address_module
 from launchpad_py.supervision import address_book, program_secret
-from conftest import needs_ssh_hosts, ssh_host, wait_for
+from conftest import launch, needs_ray, needs_ssh_hosts, ssh_host, wait_for
 from restart_nodes import Caller, Member
 
 # Backoff long enough to take the dead node's port before its restart binds it.
@@ -59,12 +59,16 @@ def _kill_and_take_its_port(controller, handle, pid):
     return old, taken
 
 
-def test_a_client_follows_a_restarted_node_to_its_new_port():
-    """The call in flight fails unavailable; the next one reaches the node at its new port."""
-    program = lp.Program('moves')
+@pytest.mark.parametrize('made_from', ['handle', 'string'])
+def test_a_client_follows_a_restarted_node_to_its_new_port(made_from):
+    """The call in flight fails unavailable; the next one reaches the node at its new port.
+    Also for courier.Client('host:port') made from the node's address: the launching process
+    knows every node's address, so that client follows too."""
+    program = lp.Program(f'moves_{made_from}')
     handle = program.add_node(lp.CourierNode(Member), label='member')
     with lp.launch(program, launch_type='test_mp', failure_policy={'member': _SLOW}) as controller:
-        client = handle.dereference()
+        client = (handle.dereference() if made_from == 'handle'
+                  else courier.Client(handle.address.resolve()))
         pid = client.who()['pid']
         in_flight = client.futures.hold()
         wait_for(lambda: client.holding() == 1, what='the held call to arrive')
@@ -125,15 +129,25 @@ def _take_port_on_host(netns: str, value: str) -> subprocess.Popen:
     return wait_for(take, what=f'port {port} on {netns} to be free')
 
 
-@needs_ssh_hosts
-def test_under_ssh_a_restart_whose_port_was_taken_serves_on_another_and_is_found():
-    """ssh: the killed node's port on its host is taken; its restart binds another port of the
-    same host, and a client in another node follows it after one failed call."""
-    program = lp.Program('ssh_moves')
+def _on_hosts(launch_type: str) -> dict:
+    """Launch arguments putting the member on h2 and the caller on h1."""
+    if launch_type == 'ssh':
+        return {'resources': {'member': ssh_host('h2'), 'caller': ssh_host('h1')}}
+    return {'resources': {'member': lp.RayResources(resources={'h2': 1}),
+                          'caller': lp.RayResources(resources={'h1': 1})}}
+
+
+@pytest.mark.parametrize('launch_type', [pytest.param('ssh', marks=needs_ssh_hosts),
+                                         pytest.param('ray', marks=needs_ray)])
+def test_remotely_a_restart_whose_port_was_taken_serves_on_another_and_is_found(launch_type):
+    """ssh, ray: the killed node's port on its host is taken; its restart binds another port
+    of the same host (under ray in the same actor), and a client in another node follows it
+    after one failed call."""
+    program = lp.Program(f'{launch_type}_moves')
     member = program.add_node(lp.CourierNode(Member), label='member')
     caller = program.add_node(lp.CourierNode(Caller, member), label='caller')
-    with lp.launch(program, launch_type='ssh', failure_policy={'member': _SLOW},
-                   resources={'member': ssh_host('h2'), 'caller': ssh_host('h1')}) as controller:
+    with launch(program, launch_type, failure_policy={'member': _SLOW},
+                **_on_hosts(launch_type)) as controller:
         client = caller.dereference()
         pid = client.who()
         in_flight = client.futures.hold()

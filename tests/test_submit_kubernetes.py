@@ -20,7 +20,8 @@ import yaml
 
 import launchpad_py as lp
 from conftest import REPO, wait_for
-from launchpad_py.submission import kubernetes_objects, records
+from launchpad_py.submission import records
+from launchpad_py.submission.platforms import kubernetes_objects
 from launchpad_py.submission.submitted import submitted_programs
 from test_submit import cli
 
@@ -118,7 +119,8 @@ def test_a_script_too_big_for_a_secret_is_refused(tmp_path):
 def test_submitted_to_kubernetes_it_runs_on_is_listed_followed_and_stopped(cluster):
     """The submitting process returns; the controller pod runs the program (its node a pod
     owned through the controller's Job); list, status, logs -f and stop work from other
-    processes; after stop no pod and no process is left."""
+    processes, and dashboard says how to get one (it was submitted without); after stop no
+    pod and no process is left."""
     program = submit(SCRIPT, 'ticker')
     assert program.launcher == 'kubernetes'
     wait_for(lambda: ticks(program) >= 3, 120, 'the node pod to tick')
@@ -134,6 +136,9 @@ def test_submitted_to_kubernetes_it_runs_on_is_listed_followed_and_stopped(clust
                and line.split()[6] == '1/1' for line in listed.stdout.splitlines()), listed
     status = cli('status', program.id)
     assert status.returncode == 0 and 'worker/0  running' in status.stdout, status
+    done = cli('dashboard', program.id)
+    assert done.returncode == 1 and '--lp_dashboard' in done.stderr, done
+    assert cli('dashboard', program.id, '--via', 'tunnel').returncode == 2
     follower = subprocess.Popen([sys.executable, '-m', 'launchpad_py', 'logs', program.id, '-f',
                                  '--node', 'worker/0'], stdout=subprocess.PIPE, text=True)
     assert follower.stdout.readline().startswith('[worker/0] tick ')
@@ -149,7 +154,7 @@ def test_submitted_to_kubernetes_it_runs_on_is_listed_followed_and_stopped(clust
 
 def test_deleting_the_controllers_job_deletes_the_program(cluster):
     """The platform's kill (the Job deleted): every object goes, the node's pod included."""
-    from launchpad_py.submission import kubernetes
+    from launchpad_py.submission.platforms import kubernetes
     program = submit(SCRIPT, 'ticker')
     wait_for(lambda: ticks(program) >= 1, 120, 'the node pod to tick')
     assert len(pods(cluster, 'Running')) == 2
@@ -224,8 +229,9 @@ def test_an_api_server_away_is_a_clear_error_and_list_goes_on(tmp_path, monkeypa
 
 
 def test_a_pending_controller_is_stopped_by_deleting_its_job(cluster):
-    """An image the cluster lacks keeps the controller pod pending: `list` says so, and `stop`
-    (no endpoint to ask) deletes the Job, and with it every object of the submission."""
+    """An image the cluster lacks keeps the controller pod pending: `list` and `dashboard` say
+    so, and `stop` (no endpoint to ask) deletes the Job, and with it every object of the
+    submission."""
     done = cli('submit', '--launch_type', 'kubernetes', '--image', 'registry.example/none:1',
                '--name', 'stuck', SCRIPT, 'ticker')
     assert done.returncode == 0, done.stderr
@@ -233,6 +239,8 @@ def test_a_pending_controller_is_stopped_by_deleting_its_job(cluster):
     wait_for(lambda: pods(cluster, 'Pending'), 60, 'the controller pod to be pending')
     assert program.state() == 'pending'
     assert len(cluster.objects()) == 6  # ServiceAccount, Role, RoleBinding, Secret, Job, Pod.
+    done = cli('dashboard', program.id)
+    assert done.returncode == 1 and 'the controller is pending' in done.stderr, done
     stopped = cli('stop', program.id, '--timeout', '5')
     assert stopped.returncode == 0 and stopped.stdout.strip() == f'{program.id}: lost', stopped
     assert cluster.objects() == []

@@ -23,7 +23,10 @@ receiving process's.
 A server may come back elsewhere (a restarted node on another port or host):
 ``relocate`` (given the failed address, returns the current one) is asked
 before the call that follows a ``CourierUnavailableError``, so the caller sees
-that one failed call and the next goes to the new address.
+that one failed call and the next goes to the new address. A client made from
+a string that this process knows as a node's address (the launching process:
+every node's; a node: those of its handles) gets that node's ``relocate`` from
+the program layer (``follow_known_addresses``); any other string never moves.
 """
 
 from __future__ import annotations
@@ -58,6 +61,17 @@ def decode_reply(frame: frames.Frame, device_arrays: bool = False) -> Any:
     if status == 'ok':
         return value
     raise value.rebuild()
+
+
+#: Set by the program layer: for a ``host:port`` this process knows as a node's address,
+#: the ``relocate`` that follows that node; None for any other. Courier knows no programs.
+_known_address_follower: Callable[[str], Callable[[str], str] | None] | None = None
+
+
+def follow_known_addresses(follower: Callable[[str], Callable[[str], str] | None]) -> None:
+    """Clients made from a string ``follower`` recognizes follow that server's moves."""
+    global _known_address_follower
+    _known_address_follower = follower
 
 
 class Client:
@@ -100,6 +114,8 @@ class Client:
         self._expected = server_identity
         if server_identity is not None:
             auth.check_name(server_identity, 'server_identity')
+        if relocate is None and _known_address_follower is not None:
+            relocate = _known_address_follower(address)
         self._relocate = relocate
         self._stale = False  # A call failed unavailable: ask ``relocate`` before the next.
         self._last_future: concurrent.futures.Future | None = None

@@ -124,10 +124,10 @@ def _load(target: str | Any) -> Any:
 _LOCAL = 'launchpad_py.launchers.local'
 _BUILTIN = {backend.name: backend for backend in [
     Backend('local_mt', f'{_LOCAL}.threads:launch_local',
-            capabilities=Capabilities(restarts=True),
+            capabilities=Capabilities(restarts=True, elastic_groups=True),
             why_no_resources='runs every node in this process and'),
     Backend('test_mt', f'{_LOCAL}.threads:launch_test', for_tests=True,
-            capabilities=Capabilities(restarts=True),
+            capabilities=Capabilities(restarts=True, elastic_groups=True),
             why_no_resources='runs every node in this process and'),
     Backend('local_mp', f'{_LOCAL}.processes:launch_local', f'{_LOCAL}.resources:PythonProcess',
             capabilities=Capabilities(restarts=True, elastic_groups=True, gpus=True,

@@ -2,7 +2,7 @@
 
 Holds the node's context and stop scope (``runtime``, ``program_stop``: ``lp.stop()``
 and friends), running one executable in a process (``node_process``), its log lines
-and counters (``node_logging``, ``node_metrics``), the launcher's flags and GPUs as the
+and counters (``reporting/``), the launcher's flags and GPUs as the
 node sees them (``flag_transfer``, ``devices``), the control channel it shares with its
 launcher (``control_channel``), and the entry points a launcher starts:
 ``local_node_main`` (a local process), ``remote_node_main`` (a process on another host),

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from absl import flags
 
-from launchpad_py.node_side import node_logging
+from launchpad_py.node_side.reporting import node_logging
 from launchpad_py.courier import serialization
 
 FLAGS = flags.FLAGS

@@ -31,7 +31,8 @@ def main(spec_path: str, control_fd: int | None = None, die_with_parent: bool = 
     ``die_with_parent``: also ask the kernel to end us with the launcher when it
     is our parent (not so for a node forked by ``process_starter``).
     """
-    from launchpad_py.node_side import flag_transfer, node_logging, node_process
+    from launchpad_py.node_side import flag_transfer, node_process
+    from launchpad_py.node_side.reporting import node_logging
     from launchpad_py.courier import serialization
     from launchpad_py.node_side import control_channel
 

@@ -35,13 +35,15 @@ import importlib
 import multiprocessing.connection as mpc
 import os
 import signal
+import socket
 import sys
 import threading
 import traceback
 from typing import Callable
 
 from launchpad_py import courier
-from launchpad_py.node_side import node_metrics, runtime
+from launchpad_py.node_side import runtime
+from launchpad_py.node_side.reporting import node_metrics
 from launchpad_py.courier import open_files, serialization
 from launchpad_py.program import ExecutionContext, Executable, address, group_handle
 
@@ -73,6 +75,15 @@ class Channel:
 
     def close(self) -> None:
         self._connection.close()
+
+    def cut(self) -> None:
+        """Ends the connection both ways now, also while a thread waits in ``recv``: ``close``
+        alone wakes neither that thread nor the peer until the wait ends."""
+        try:
+            with socket.socket(fileno=os.dup(self._connection.fileno())) as sock:
+                sock.shutdown(socket.SHUT_RDWR)
+        except OSError:  # Closed already.
+            pass
 
 
 def die_with_parent(parent_pid: int) -> None:

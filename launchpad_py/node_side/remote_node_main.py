@@ -34,7 +34,8 @@ import socket
 import sys
 import threading
 
-from launchpad_py.node_side import flag_transfer, node_logging, node_process
+from launchpad_py.node_side import flag_transfer, node_process
+from launchpad_py.node_side.reporting import node_logging
 from launchpad_py.courier import serialization
 from launchpad_py.program import group_handle
 

@@ -101,6 +101,27 @@ class ProgramScope:
                 raise ValueError(f'{handler!r} is not a registered stop handler') from None
 
 
+def node_scope(program: ProgramScope) -> ProgramScope:
+    """A scope of its own for one node thread of ``program``, so that node can be stopped
+    alone (a node leaving an elastic group under ``local_mt``): its stop handlers,
+    checkpoint hooks and stop event are its own. The program's stop reaches it (it is one of
+    the program's stop handlers), and its ``lp.stop()`` stops the program.
+    ``end_node_scope`` detaches it once its node is over."""
+    scope = ProgramScope(program.name, program.request_program_stop)
+    scope.secret = program.secret
+    scope.servers = []  # Calls fail fast at the program's stop (its scope's rule), not here.
+    program.register_stop_handler(scope.handle_stop)
+    return scope
+
+
+def end_node_scope(program: ProgramScope, scope: ProgramScope) -> None:
+    """``scope``'s node is over: the program's stop no longer reaches for it."""
+    try:
+        program.unregister_stop_handler(scope.handle_stop)
+    except ValueError:  # The program's stop has run it already.
+        pass
+
+
 #: How long a node whose call found its peer gone waits for the stop that explains it.
 STOP_NOTICE_SECONDS = 5.0
 

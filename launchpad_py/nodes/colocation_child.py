@@ -19,7 +19,8 @@ import sys
 
 
 def main(fd: int) -> int:
-    from launchpad_py.node_side import flag_transfer, node_logging, node_process
+    from launchpad_py.node_side import flag_transfer, node_process
+    from launchpad_py.node_side.reporting import node_logging
     from launchpad_py.courier import serialization
 
     channel = node_process.Channel(mpc.Connection(fd))

@@ -17,6 +17,7 @@ launcher for what it lacks (late binding; see ``launchers/local``).
 from __future__ import annotations
 
 import abc
+import functools
 import os
 import threading
 import time
@@ -25,6 +26,7 @@ from typing import Callable, Iterable
 import portpicker
 
 from launchpad_py import errors
+from launchpad_py.courier import client as courier_client
 
 
 class AbstractAddressBuilder(abc.ABC):
@@ -53,6 +55,7 @@ class Directory:
 
     def __init__(self):
         self._values: dict[str, str] = {}
+        self._keys_of: dict[str, str] = {}  # Every value a key had -> the key.
         self._expected: set[str] = set()
         self._gone: dict[str, str] = {}  # Key -> why it will never be known.
         self._held: set[str] = set()     # Keys of unresolved addresses unpickled here.
@@ -71,12 +74,18 @@ class Directory:
     def learn(self, values: dict[str, str]) -> None:
         with self._changed:
             self._values.update(values)
+            self._keys_of.update((value, key) for key, value in values.items())
             self._relocating.difference_update(values)
             self._down.difference_update(values)
             self._changed.notify_all()
 
     def known(self, key: str) -> str | None:
         return self._values.get(key)
+
+    def key_of(self, value: str) -> str | None:
+        """The key of the address that is, or was, ``value`` (a string a client was made
+        from); None if no program here had it."""
+        return self._keys_of.get(value)
 
     def __len__(self) -> int:
         """How many addresses this process knows."""
@@ -103,7 +112,9 @@ class Directory:
     def forget(self, keys: Iterable[str]) -> None:
         """The program is over: its addresses mean nothing any more."""
         with self._changed:
-            for key in keys:
+            forgotten = set(keys)
+            self._keys_of = {v: k for v, k in self._keys_of.items() if k not in forgotten}
+            for key in forgotten:
                 self._values.pop(key, None)
                 self._expected.discard(key)
                 self._gone.pop(key, None)
@@ -204,6 +215,21 @@ class Directory:
 
 #: This process's directory.
 directory = Directory()
+
+
+def _relocate_key(key: str, stale: str) -> str:
+    """``relocate`` for a client made from a string that was address ``key``'s value."""
+    if directory.ask_again is None and not directory.tracks(key):
+        return stale  # Its program is over, or was never launched here: nothing to follow.
+    return directory.relocate(key, stale)
+
+
+def _follower(value: str) -> Callable[[str], str] | None:
+    key = directory.key_of(value)
+    return functools.partial(_relocate_key, key) if key is not None else None
+
+
+courier_client.follow_known_addresses(_follower)
 
 
 class Address:

@@ -2,9 +2,8 @@
 
 ``submit`` (``lp.submit``) records the program for the user (``records``: a
 private directory, 0600 files, the program's secret) and starts its controller
-on the platform (``slurm``: an sbatch job; ``ssh``: a detached session on a
-host; ``kubernetes``: the pod of a Job, whose objects ``kubernetes_objects``
-renders), where ``controller_main`` runs the script and opens ``endpoint``.
+on the platform (``platforms/``: an sbatch job, a detached ssh session on a
+host, or the pod of a Kubernetes Job), where ``controller_main`` runs the script and opens ``endpoint``.
 ``submitted`` (``lp.attach``) finds it again from any process: state, node
 table, ``logs`` (each line timed by ``stamps``), stop, and the dashboard
 through ``forward`` (an ssh port forward); ``client`` is how it talks to the

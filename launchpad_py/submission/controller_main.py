@@ -197,7 +197,7 @@ def in_pod() -> int:
     import tempfile
 
     from launchpad_py.launchers.kubernetes import manifests
-    from launchpad_py.submission import kubernetes_objects as objects
+    from launchpad_py.submission.platforms import kubernetes_objects as objects
     mounted = os.environ[objects.MOUNT_ENV]
     directory = tempfile.mkdtemp(prefix='launchpad-py-controller-')  # 0700, ours.
     for name in os.listdir(mounted):

@@ -23,7 +23,8 @@ import threading
 from typing import Callable
 
 from launchpad_py import errors
-from launchpad_py.submission import client, kubernetes, records, splice
+from launchpad_py.submission import client, records, splice
+from launchpad_py.submission.platforms import kubernetes
 
 _RELAY_TIMEOUT_S = 30.0
 

@@ -28,7 +28,8 @@ import cloudpickle
 
 from launchpad_py import errors
 from launchpad_py.program import Program
-from launchpad_py.submission import kubernetes, kubernetes_objects, records, slurm, ssh
+from launchpad_py.submission import records
+from launchpad_py.submission.platforms import kubernetes, kubernetes_objects, slurm, ssh
 from launchpad_py.submission.submitted import PLATFORMS, SubmittedProgram
 
 _DEFAULT_PROGRAM_LAUNCH_TYPE = {'slurm': 'slurm', 'kubernetes': 'kubernetes'}

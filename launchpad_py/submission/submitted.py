@@ -21,8 +21,8 @@ from typing import Iterator
 
 from launchpad_py import errors
 from launchpad_py.launchers.ssh.host import SshHost
-from launchpad_py.submission import (client, dashboard_relay, forward, kubernetes, logs,
-                                     records, slurm, ssh)
+from launchpad_py.submission import client, dashboard_relay, forward, logs, records
+from launchpad_py.submission.platforms import kubernetes, slurm, ssh
 
 PLATFORMS = {'slurm': slurm, 'ssh': ssh, 'kubernetes': kubernetes}
 _POLL_S = 1.0

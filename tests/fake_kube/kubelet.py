@@ -71,6 +71,7 @@ class Kubelet:
         #: Runs containers: ``runtimes.ProcessRuntime()`` or ``runtimes.PodmanRuntime()``.
         self.runtime = runtime
         self._handles: dict[tuple[str, str], object] = {}
+        self._reapers: list[threading.Thread] = []  # Each reports its pod's end, then cleans up.
         self._ended: dict[tuple[str, str], threading.Event] = {}
         self._lock = threading.Lock()
         self._closing = threading.Event()
@@ -161,14 +162,19 @@ class Kubelet:
         with self._lock:
             self._handles[key] = handle
             self._ended[key] = threading.Event()
-        self.store.update('pods', *key, lambda obj: obj['spec'].update(nodeName=node.name))
+        try:
+            self.store.update('pods', *key, lambda obj: obj['spec'].update(nodeName=node.name))
+        except ApiError:  # Deleted while its container started (a podman pod takes seconds).
+            threading.Thread(target=handle.terminate, args=(0,), daemon=True).start()
         self._set_status(pod, phase='Running', conditions=[{'type': 'PodScheduled',
                                                             'status': 'True'}],
                          **({'podIP': node.pod_ip} if node.pod_ip else {}),
                          containerStatuses=self._container(pod, {
                              'running': {'startedAt': now()}}))
-        threading.Thread(target=self._reap, args=(pod, key, handle),
-                         name=f'fake-kube-{meta["name"]}', daemon=True).start()
+        reaper = threading.Thread(target=self._reap, args=(pod, key, handle),
+                                  name=f'fake-kube-{meta["name"]}', daemon=True)
+        reaper.start()
+        self._reapers.append(reaper)
 
     def _reap(self, pod: dict, key, handle) -> None:
         code = handle.wait()
@@ -176,6 +182,9 @@ class Kubelet:
         self._set_status(pod, phase='Succeeded' if code == 0 else 'Failed',
                          containerStatuses=self._container(pod, {'terminated': {
                              'exitCode': code, 'reason': 'Completed' if code == 0 else 'Error'}}))
+        # Reported first, cleaned up after, as a kubelet does: removing a podman pod takes
+        # seconds under load, and the launcher heard of a node's end only after that.
+        getattr(handle, 'remove', lambda: None)()
 
     def log_source(self, namespace: str, name: str) -> LogSource:
         pod = self.store.get('pods', namespace, name)
@@ -292,6 +301,8 @@ class Kubelet:
             running = [h for key, h in self._handles.items() if not self._ended[key].is_set()]
         for handle in running:
             handle.terminate(0)
+        for reaper in self._reapers:  # Their clean-up done: no podman pod outlives the cluster.
+            reaper.join(60)
 
 
 def _seconds_since(timestamp: str) -> float:

@@ -129,7 +129,6 @@ class PodmanHandle:
             self._logs.kill()
             self._logs.wait()
         code = done.stdout.strip()
-        self.remove()
         return int(code) if code.lstrip('-').isdigit() else 1
 
     def pid(self) -> int | None:

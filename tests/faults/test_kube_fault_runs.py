@@ -16,6 +16,7 @@ import collections
 import json
 import os
 import random
+import time
 
 import pytest
 
@@ -36,12 +37,15 @@ def _kube_problems(run: dict) -> dict[str, int]:
 def _runs(key: str, count: int, tmp_path, **cluster) -> dict:
     """``count`` random runs; prints each and records the runs so far under ``key`` after each
     (a run cut short still leaves its count), and returns the summary and the runs."""
-    rng = random.Random(int(os.environ.get('LP_FAULT_SEED', '14')))
+    seed = int(os.environ.get('LP_FAULT_SEED', '14'))
+    rng = random.Random(seed)
     runs = []
+    started = {'seed': seed, 'load_at_start': [round(x, 2) for x in os.getloadavg()],
+               'started_at': time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}
     for index in range(count):
         runs.append(kube_run(rng, str(tmp_path / f'run{index}'), **cluster))
         print(_line(index, runs[-1]), flush=True)
-        result = {'summary': _kube_summary(runs, count), 'runs': runs}
+        result = {'summary': {**started, **_kube_summary(runs, count)}, 'runs': runs}
         _record(key, result)
     print(json.dumps(result['summary'], indent=1))
     return result
@@ -54,7 +58,8 @@ def _kube_summary(runs: list[dict], planned: int) -> dict:
     return {**_summary(runs), 'planned_runs': planned, 'objects_left': totals['objects_left'],
             'containers_left': totals['containers_left'],
             'rescheduled': sum(run.get('rescheduled', 0) for run in runs),
-            'load_after': [round(x, 2) for x in os.getloadavg()]}
+            'load_after': [round(x, 2) for x in os.getloadavg()],
+            'ended_at': time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}
 
 
 def _record(key: str, result: dict) -> None:
@@ -98,11 +103,19 @@ def test_random_pod_faults_under_podman_end_as_the_policy_says(tmp_path, monkeyp
     monkeypatch.setenv('CONTAINERS_CONF', str(conf))
     context = tmp_path / 'context'
     context.mkdir()
-    image = _build_image(str(context))
-    result = _runs('podman', PODMAN_RUNS, tmp_path, runtime=SharedTmpPodman(), image=image,
-                   path=PODMAN_PATH)
-    left = podman('pod', 'ps', '--filter', 'label=launchpad-py/program', '--format',
-                  '{{.Name}}').stdout.split()
+    built = _build_image(str(context))
+    # Under a name of its own: a build of the podman tests elsewhere meanwhile removes the
+    # older lp-k8s-test tags, and this run's next pods then had no image to start.
+    image = built.replace('lp-k8s-test', 'lp-k8s-faults')
+    podman('tag', built, image)
+    try:
+        result = _runs('podman', PODMAN_RUNS, tmp_path, runtime=SharedTmpPodman(), image=image,
+                       path=PODMAN_PATH)
+    finally:
+        podman('untag', image, image, check=False)
+    left = [name for name in podman('pod', 'ps', '--filter', 'label=launchpad-py/program',
+                                    '--format', '{{.Name}}').stdout.split()
+            if name.startswith('fault-run-')]  # Not other tests' pods, running meanwhile.
     result['summary'].update(image=image, podman_pods_left_at_end=len(left))
     _record('podman', result)
     assert not left, left

@@ -38,7 +38,7 @@ _AGENT_MODULE = 'launchpad_py.node_side.pod_agent'
 AGENT_BOOT_ENV = 'LAUNCHPAD_PY_POD_AGENT_BOOTSTRAP'
 #: On a packed pod: the nodes it runs (``label/0,label/1,...``).
 NODES_ANNOTATION = 'launchpad-py/node-names'
-#: Set in a submitted program's controller pod (``submission/kubernetes``): the owner
+#: Set in a submitted program's controller pod (``submission/platforms/kubernetes``): the owner
 #: reference (JSON) of the controller's Job, which then owns each launch's root Job.
 OWNER_ENV = 'LAUNCHPAD_PY_K8S_OWNER'
 

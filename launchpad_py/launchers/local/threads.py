@@ -4,17 +4,22 @@ Node threads share one ``ProgramScope``, so a stop reaches all of them at
 once and each stop handler runs once. Threads cannot be killed: when a node
 ignores the stop for the grace period, ``local_mt`` ends the launching
 process with the stuck nodes' stacks and ``test_mt`` raises (see ``stuck_threads``).
-A node that raised can be restarted (a new thread runs a fresh copy of it);
-one cannot be stopped alone, so groups here are not elastic.
+A node that raised can be restarted (a new thread runs a fresh copy of it).
+A node of an elastic group has a scope of its own inside the program's
+(``runtime.node_scope``), so ``remove_nodes`` stops it alone: its stop handlers and
+checkpoint hooks run, its stop event is set, its server stops and its thread returns.
+One that has not returned within the grace period is reported with its stack and
+counted as gone (a thread cannot be killed); the removal completes for the program.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
+import logging
 import threading
 
-from launchpad_py.node_side import (checkpoints, labelled_output, node_logging, node_metrics,
-                                     runtime)
+from launchpad_py.node_side import checkpoints, runtime
+from launchpad_py.node_side.reporting import labelled_output, node_logging, node_metrics
 from launchpad_py.courier import serialization
 from launchpad_py.supervision import (address_book, program_secret, rundir, shipping,
                                       stuck_threads)
@@ -25,19 +30,31 @@ from launchpad_py.launchers.options import LaunchOptions
 from launchpad_py.supervision.worker import Events, FailureReport, Worker
 from launchpad_py.program import ExecutionContext, Executable, Program
 
+_log = logging.getLogger('launchpad_py.supervision.controller')
+
 
 class ThreadWorker(Worker):
+    """One node in a thread. ``alone``: the node can be stopped alone (an elastic group's),
+    in a scope of its own inside the program's ``scope``."""
+
     can_restart = True
-    can_stop_alone = False
 
     def __init__(self, executable: Executable, scope: runtime.ProgramScope, events: Events,
-                 book: address_book.AddressBook | None = None, data: bytes | None = None):
+                 book: address_book.AddressBook | None = None, data: bytes | None = None,
+                 alone: bool = False):
         super().__init__(executable.label, executable.index, executable.description, events)
         self._executable = executable
         self._data = data  # The pickle it came from, so a restart runs a fresh copy.
-        self._scope = scope
+        self._program_scope = scope
+        self._scope = runtime.node_scope(scope) if alone else scope
         self._book = book
+        self._ended = False  # Its end reported (by its thread, or by ``kill`` given up on).
+        self._lock = threading.Lock()
         self._thread = threading.Thread(target=self._run, name=f'lp-node-{self.name}', daemon=True)
+
+    @property
+    def can_stop_alone(self) -> bool:
+        return self._scope is not self._program_scope
 
     def start(self) -> None:
         self._thread.start()
@@ -51,11 +68,21 @@ class ThreadWorker(Worker):
             self._executable.main(context)
         except BaseException as exc:  # Reported to the supervisor, which decides...
             if runtime.ended_by_stop(exc, self._scope):  # ...but a call cut by the stop is none.
-                self.events.exited(self, 0, None)
+                self._exited(0, None)
             else:
-                self.events.exited(self, 1, FailureReport.from_exception(exc))
+                self._exited(1, FailureReport.from_exception(exc))
         else:
-            self.events.exited(self, 0, None)
+            self._exited(0, None)
+
+    def _exited(self, code: int | None, failure: FailureReport | None) -> None:
+        """Reports the node's end once (``kill`` may have reported a stuck one already)."""
+        with self._lock:
+            if self._ended:
+                return
+            self._ended = True
+        if self.can_stop_alone:
+            runtime.end_node_scope(self._program_scope, self._scope)
+        self.events.exited(self, code, failure)
 
     def _report_ready(self) -> None:
         # Its servers bound in this process, so the directory knows where they listen.
@@ -65,16 +92,29 @@ class ThreadWorker(Worker):
 
     def restarted(self) -> 'ThreadWorker':
         executable = self._executable if self._data is None else serialization.loads(self._data)
-        return ThreadWorker(executable, self._scope, self.events, self._book, self._data)
+        return ThreadWorker(executable, self._program_scope, self.events, self._book, self._data,
+                            alone=self.can_stop_alone)
 
     def request_stop(self) -> None:
-        """Nothing to do: the controller stops the scope this thread shares with it."""
+        """A node of its own scope stops alone (its handlers may block: not on the caller's
+        thread); the others share the program's scope, which the controller stops."""
+        if self.can_stop_alone:
+            threading.Thread(target=self._scope.handle_stop, name=f'lp-stop-{self.name}',
+                             daemon=True).start()
 
     def stack(self) -> str:
         return stuck_threads.thread_stack(self._thread)
 
     def kill(self) -> bool:
-        return False
+        """A thread cannot be killed. A node removed alone that ignored its stop for the grace
+        period is reported, with its stack, and counted as gone; its thread runs on unseen."""
+        if not (self.can_stop_alone and self.removing) or not self._thread.is_alive():
+            return False
+        _log.warning('node %s did not return within the grace period after its removal; it '
+                     'is counted as gone, but its thread runs on (threads cannot be killed):\n%s',
+                     self.name, self.stack())
+        self._exited(None, None)
+        return True
 
     def request_metrics(self) -> concurrent.futures.Future:
         # Threads share the process: only this node's servers, but the process's RSS and CPU.
@@ -101,6 +141,7 @@ class _ThreadLaunch(start_program.Launch):
             labelled_output.install()
         rundir.sweep()  # Sockets a killed launcher's nodes left; ours are made after this.
         self._program = program.name
+        self._elastic = set(program.elastic_groups)
         self._issued = program_secret.issue()
         self._servers: list[str] = []  # Filled as nodes report where they listen.
         self._book = address_book.AddressBook(program.name, self._issued, self._servers)
@@ -114,7 +155,8 @@ class _ThreadLaunch(start_program.Launch):
         scope.register_stop_handler(self._book.stop)
 
     def new_worker(self, executable: Executable, data: bytes, events: Events) -> ThreadWorker:
-        return ThreadWorker(executable, self._scope, events, self._book, data)
+        return ThreadWorker(executable, self._scope, events, self._book, data,
+                            alone=executable.label in self._elastic)
 
     def log_line(self, worker: Worker) -> str:
         return f'{worker.name}: this terminal'  # Never asked: threads write no log files.
@@ -135,10 +177,9 @@ def _launch(program: Program, options: LaunchOptions, launch_type: str, test: bo
     executables = [executable for executable, _ in prepared]
     # Every node's listeners, and both ends of every connection between nodes, live here.
     check_open_files(program.name, launch_type, len(executables), 8)
-    # A node cannot be stopped alone here, so no group grows (grows=False).
     return start_program.start(program, options, launch_type, prepared,
                                lambda: _ThreadLaunch(program, executables, test),
-                               keep_process_alive=not test, grows=False)
+                               keep_process_alive=not test)
 
 
 def launch_local(program: Program, options: LaunchOptions) -> ProgramController:

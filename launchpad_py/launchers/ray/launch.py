@@ -18,7 +18,7 @@ import threading
 
 from launchpad_py import errors
 from launchpad_py.launchers.options import LaunchOptions
-from launchpad_py.launchers.ray import cluster
+from launchpad_py.launchers.ray import checkpoint_cleanup, cluster
 from launchpad_py.launchers.ray.node_host import HOST_ENV, NodeHost
 from launchpad_py.launchers.ray.resources import RayOptions, RayResources, resources_of_groups
 from launchpad_py.launchers.ray.shared_actor import SharedActor
@@ -109,6 +109,7 @@ def launch_ray(program: Program, options: LaunchOptions) -> ProgramController:
     actors = _Actors(ray, program, specs, ray_options, group,
                      {share: i for i, share in enumerate(shares)} if group is not None else None)
     env = remote.node_environment()
+    visits = checkpoint_cleanup.Visits()
 
     def place(label: str, index: int) -> remote.Placement:
         spec = specs[label]
@@ -116,7 +117,12 @@ def launch_ray(program: Program, options: LaunchOptions) -> ProgramController:
         share, slot = actors.place(label, index)
         return remote.Placement(argv=[], host='ray', launcher_ip=launcher_ip, host_env=HOST_ENV,
                                 starter=RayStarter(share, f'{label}/{index}', slot, spec_env,
-                                                   asks=spec.bundle(spec.nodes_per_actor)))
+                                                   asks=spec.bundle(spec.nodes_per_actor),
+                                                   visits=visits))
+
+    def finish() -> None:
+        checkpoint_cleanup.remove_on_nodes(ray, visits, program.name)
+        release()
 
     def release() -> None:
         if group is not None:
@@ -127,7 +133,7 @@ def launch_ray(program: Program, options: LaunchOptions) -> ProgramController:
 
     try:
         return remote.launch(program, options, 'ray', {node: place(*node) for node in nodes},
-                             place_new=place, on_finish=release)
+                             place_new=place, on_finish=finish)
     except BaseException:
         release()
         raise

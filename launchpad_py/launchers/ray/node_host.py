@@ -107,3 +107,10 @@ class NodeHost:
                 node.process.stdin.close()
             except OSError:
                 pass
+
+
+def remove_private_checkpoints(program_name: str, secret: bytes) -> None:
+    """A Ray task on a host the program's nodes ran on, once it is over: removes the launch's
+    private checkpoint directory there (``launchers/ray/checkpoint_cleanup.py``)."""
+    from launchpad_py.node_side import checkpoints
+    checkpoints.remove_private_root(program_name, secret)

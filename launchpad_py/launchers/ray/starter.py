@@ -4,6 +4,10 @@ The actor (``node_host.NodeHost``) says where Ray placed it, then hands over the
 node's output in batches and finally its exit code; a call failing because the actor
 died (killed, its host lost) is how the launcher learns of a death it did not ask for,
 within Ray's own failure detection (the raylet sees its worker process exit at once).
+Ray also says why an actor died, which tells the node's own failures from the cluster's
+(``lost_reason``): its Ray node died or was preempted, or Ray's memory monitor killed it
+because its host ran low on memory. Those restart under ``lp.Restart`` without counting,
+in a new actor wherever Ray places it (the old host may be gone).
 """
 
 from __future__ import annotations
@@ -13,9 +17,11 @@ import itertools
 import json
 import logging
 import threading
+import time
 from typing import Any, Callable
 
 from launchpad_py import errors
+from launchpad_py.launchers.ray.checkpoint_cleanup import Visits
 from launchpad_py.launchers.ray.shared_actor import SharedActor
 from launchpad_py.launchers.remote.worker import Starter
 from launchpad_py.node_side import node_process
@@ -24,6 +30,9 @@ from launchpad_py.node_side import node_process
 PENDING_NOTE_S = 10.0
 #: How long one call for a node's output waits for a line (it returns at once when one comes).
 OUTPUT_WAIT_S = 30.0
+#: How long to wait before asking again for the output of an actor Ray calls unavailable
+#: (unreachable, not yet declared dead: its host's raylet may be gone).
+UNAVAILABLE_RETRY_S = 0.5
 _log = logging.getLogger(__name__)
 _STARTS = itertools.count(1)
 
@@ -31,11 +40,14 @@ _STARTS = itertools.count(1)
 class RayStarter(Starter):
     """One node in a Ray actor it may share with other nodes of its group (``share``), in
     ``slot`` of the actor's ``share.slots``. ``pin``: a Ray node id a new actor must land
-    on, for a restart that keeps the node's address."""
+    on, for a restart that keeps the node's address. ``visits``: where the launch's nodes
+    ran, for the clean-up at its end."""
 
     def __init__(self, share: SharedActor, name: str, slot: int, env: dict[str, str],
-                 pin: str | None = None, asks: dict[str, float] | None = None):
+                 pin: str | None = None, asks: dict[str, float] | None = None,
+                 visits: Visits | None = None):
         self._share, self._name, self._slot = share, name, slot
+        self._visits = visits or Visits()
         self._env, self._pin, self._asks = env, pin, asks or {}
         self._key = f'{name}#{next(_STARTS)}'  # Unique per start: a restart's output is its own.
         self._actor = None
@@ -45,6 +57,7 @@ class RayStarter(Starter):
         self.placed: dict | None = None  # node_id, host, gpus: where Ray put it.
         self._code: int | None = None
         self._death: str | None = None
+        self._lost: str | None = None  # ``lost_reason`` of the death, if not the node's fault.
         self._terminating = False
         self._ended = threading.Event()
         self._placed = threading.Event()
@@ -60,6 +73,7 @@ class RayStarter(Starter):
             except (TypeError, ValueError) as exc:  # Options Ray refuses (a bad runtime_env).
                 raise errors.LaunchError(f'Ray refused the actor of node {sink.name}: {exc}') \
                     from exc
+        self._visits.started(boot)
         line = json.dumps(boot).encode() + b'\n'
         self._started = self._actor.start.remote(self._key, line, self._env, self._slot,
                                                  self._share.slots)
@@ -91,12 +105,21 @@ class RayStarter(Starter):
             try:
                 if self.placed is None:
                     self.placed = ray.get(self._started)
+                    self._visits.placed(self.placed['node_id'])
                     self._placed.set()
                     continue
                 lines, code, self._finished = ray.get(
                     self._actor.output.remote(self._key, OUTPUT_WAIT_S))
+            except ray.exceptions.ActorUnavailableError:
+                # Unreachable, not dead yet: Ray declares it dead (its host lost) or it answers.
+                if self._terminating:
+                    self._finished = True
+                    return b''
+                time.sleep(UNAVAILABLE_RETRY_S)
+                continue
             except ray.exceptions.RayError as exc:
-                self._death, self._finished = _first_line(exc), True
+                self._death, self._finished = _cause(exc), True
+                self._lost = lost_reason(exc, _node_alive(ray, self.placed))
                 self._share.lost(self._actor)
                 return b''
             self._buffer.extend(lines)
@@ -130,13 +153,53 @@ class RayStarter(Starter):
             return f'Ray ended the actor of the node: {self._death}'
         return None
 
+    def lost_by(self) -> str | None:
+        return self._lost if self.taken_away() is not None else None
+
+    def host_gone(self) -> bool:
+        return self.lost_by() is not None
+
     def again(self, host: str | None) -> 'RayStarter':
         """The same node again: in its actor while that lives, else in a new one on the Ray
-        node the last one ran on (the node keeps its address, which its clients hold)."""
-        pin = (self.placed or {}).get('node_id') if host else None
-        return RayStarter(self._share, self._name, self._slot, self._env, pin, self._asks)
+        node the last one ran on (the node keeps its address, which its clients hold), or,
+        when Ray lost that node, wherever Ray places it (its clients follow its new address)."""
+        pin = (self.placed or {}).get('node_id') if host and self._lost is None else None
+        return RayStarter(self._share, self._name, self._slot, self._env, pin, self._asks,
+                          self._visits)
 
 
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return text[0] if text else type(exc).__name__
+def _cause(exc: BaseException) -> str:
+    """Ray's reason for an actor's death, in a line. The first line of its message is the
+    same for every death ("The actor died unexpectedly..."); the cause is the first untabbed
+    line after the actor's tabbed fields."""
+    lines = [line for line in str(exc).splitlines() if line.strip()]
+    told = [line for line in lines[1:] if not line.startswith('\t')]
+    return (told or lines or [type(exc).__name__])[0].strip()
+
+
+def lost_reason(exc: BaseException, node_alive: bool | None) -> str | None:
+    """``FailureReport.lost_by`` for an actor Ray ended though neither the node nor the
+    launcher asked: ``'preempted'`` (its Ray node drained for preemption), ``'node_lost'``
+    (its Ray node died: the raylet, the host), ``'evicted'`` (Ray's memory monitor killed it as
+    its host ran low on memory, as a kubelet evicts); None for the node's own doing (its
+    process ended, ``ray.kill``) or a cause Ray does not give. ``node_alive``: whether the
+    Ray node it ran on is alive now (None: unknown)."""
+    text = str(exc)
+    if getattr(exc, 'preempted', False):
+        return 'preempted'
+    if 'its node has died' in text or node_alive is False:
+        return 'node_lost'
+    if 'low on memory' in text:
+        return 'evicted'
+    return None
+
+
+def _node_alive(ray, placed: dict | None) -> bool | None:
+    """Whether the Ray node ``placed`` names is alive, as the cluster's table says."""
+    node_id = (placed or {}).get('node_id')
+    if node_id is None:
+        return None
+    try:
+        return any(node['NodeID'] == node_id and node['Alive'] for node in ray.nodes())
+    except Exception:  # The driver lost the cluster: nothing can be told.
+        return None

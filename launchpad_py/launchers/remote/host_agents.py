@@ -132,12 +132,14 @@ class HostAgent:
             self._process = subprocess.Popen(self.argv, stdin=subprocess.PIPE,
                                              stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                              start_new_session=True)
-        for target, name in ((self._read, 'read'), (self._read_errors, 'errors'),
-                             (self._ping, 'ping')):
-            thread = threading.Thread(target=target, name=f'lp-agent-{name}-{self.host}',
-                                      daemon=True)
+        # All listed before any starts: a session that ends at once (srun refusing the step)
+        # has its reader join the stderr reader, which must be there already.
+        self._threads = [threading.Thread(target=target, name=f'lp-agent-{name}-{self.host}',
+                                          daemon=True)
+                         for target, name in ((self._read, 'read'),
+                                              (self._read_errors, 'errors'), (self._ping, 'ping'))]
+        for thread in self._threads:
             thread.start()
-            self._threads.append(thread)
 
     def _send(self, request: dict) -> None:
         self._send_line(json.dumps(request).encode() + b'\n')

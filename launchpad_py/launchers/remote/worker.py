@@ -71,6 +71,11 @@ class Starter(abc.ABC):
         cannot tell."""
         return None
 
+    def host_gone(self) -> bool:
+        """Whether the node's run ended with its host (a Ray node lost), so a restart serves
+        elsewhere though the starter keeps addresses where it can."""
+        return False
+
     #: Whether the node needs the launcher's heartbeat to notice a frozen launcher or a lost
     #: network; False where the starter watches for that itself (a host agent, per host).
     needs_heartbeat = True
@@ -155,23 +160,39 @@ class Placement:
     host_env: str | None = None
 
 
+def run_id(label: str, index: int, run: int) -> str:
+    """The id a node's run ``run`` says hello with: ``'label/index'``, then ``'label/index#1'``...
+
+    A process of an earlier run may still dial in (its pod deleted before it
+    reached us, its container not stopped yet): under the node's plain name it
+    passed for the new run, reported its address and served beside it, and its
+    end then marked the new run's address gone. Under its own id its hello names
+    no worker any more: its channel is closed and it ends itself.
+    """
+    return f'{label}/{index}' if run == 0 else f'{label}/{index}#{run}'
+
+
 class RemoteWorker(MembersOverChannel, Worker):
     """One node process on another host, seen from the launcher.
 
     ``bind``: the addresses a restarted node must serve on again (its first
-    run picked them); None lets the node pick free ports.
+    run picked them); None lets the node pick free ports. ``incarnation``: 0, one
+    more per restart; each run has an id of its own (see ``run_id``).
     """
 
     def __init__(self, executable: Executable, placement: Placement, setup: RemoteSetup,
-                 events: Events, bind: list[str] | None = None):
+                 events: Events, bind: list[str] | None = None, incarnation: int = 0):
         super().__init__(executable.label, executable.index, executable.description, events)
-        self.worker_id = f'{self.label}/{self.index}'
+        self.incarnation = incarnation
+        self.worker_id = run_id(self.label, self.index, incarnation)
         self.executable = executable
         self.placement = placement
         self.addresses: list[str] | None = None
         self.bind = bind
         self._reported_host: str | None = None
         self._setup = setup
+        if incarnation:  # The run before hears nothing more from us: no ping, no hello taken.
+            setup.workers.pop(run_id(self.label, self.index, incarnation - 1), None)
         setup.workers[self.worker_id] = self  # Its hello comes to us from now on.
         self._sink = output.make_sink(setup.mode, self.name, setup.log_dir, setup.test,
                                       keep_log=setup.keep_logs)
@@ -182,6 +203,7 @@ class RemoteWorker(MembersOverChannel, Worker):
         self._finished = False
         self._stop_requested = False
         self._channel_closed = threading.Event()
+        self._run_over = False  # Its starter ended: no connection is taken any more.
         self._probe = metrics_probe.MetricsProbe()
         self._lock = threading.Lock()
 
@@ -223,6 +245,9 @@ class RemoteWorker(MembersOverChannel, Worker):
                    channel: node_process.Channel) -> None:
         del pgid  # The starter (ssh, srun) ends the node's group; the node ends it itself too.
         with self._lock:
+            if self._run_over:  # Dialed back after its starter ended (a pod deleted first):
+                channel.close()  # a restart takes its place; refused, it ends itself.
+                return
             self._channel, self._pid, self.addresses = channel, pid, addresses
             if self.placement.host_env and host:
                 self._reported_host = host
@@ -236,13 +261,20 @@ class RemoteWorker(MembersOverChannel, Worker):
                                                       f' (on host {self.host})', self._setup.book)
         if failure is not None:
             self._failure = failure
-        if not self._starter.keeps_addresses and self.addresses:
+        if not self._starter.keeps_addresses and addresses:
             # A new run (a new pod) serves elsewhere, even after a clean end (a pod deleted
             # asks its node to stop): clients wait for its report and leave the old address.
-            self._setup.book.withdraw(dict(zip((a.key for a in self.executable.addresses),
-                                               self.addresses)))
-            self._setup.moved(list(self.addresses))
+            self._leave_addresses(addresses)
         self._channel_closed.set()
+
+    def _leave_addresses(self, addresses: list[str] | None) -> None:
+        """The addresses one run reported are gone with it (only that run's: a restart may
+        have reported new ones meanwhile): relocations wait for the next report, and calls
+        waiting there fail at once instead of waiting at an address that may never answer."""
+        if addresses:
+            self._setup.book.withdraw(dict(zip((a.key for a in self.executable.addresses),
+                                               addresses)))
+            self._setup.moved(list(addresses))
 
     @property
     def can_restart(self) -> bool:
@@ -257,7 +289,8 @@ class RemoteWorker(MembersOverChannel, Worker):
         placement = dataclasses.replace(self.placement, starter=starter,
                                         host=starter.shown_as or self.placement.host)
         bind = self.addresses or self.bind if self._starter.keeps_addresses else None
-        return RemoteWorker(self.executable, placement, self._setup, self.events, bind=bind)
+        return RemoteWorker(self.executable, placement, self._setup, self.events, bind=bind,
+                            incarnation=self.incarnation + 1)
 
     def send(self, *message) -> None:
         channel = self._channel
@@ -278,8 +311,14 @@ class RemoteWorker(MembersOverChannel, Worker):
 
     def _wait_for_exit(self) -> None:
         code = self._starter.wait()
+        with self._lock:
+            self._run_over = True
+            channel = self._channel
         # The starter is gone, so the channel is closed or about to be: read the last words.
-        self._channel_closed.wait(5 if self._channel is not None else 0)
+        if channel is not None and not self._channel_closed.wait(5):
+            # Still connected though its starter ended (a pod deleted, its container not
+            # stopped yet): cut, it ends itself, rather than serve beside its restart.
+            channel.cut()
         self._sink.close()
         failure = self._failure
         taken = self._starter.taken_away() if failure is None or failure.follows_from_a_peer else None
@@ -295,6 +334,8 @@ class RemoteWorker(MembersOverChannel, Worker):
                 text = f'the connection to {self.host} ended ({how})'
             failure = FailureReport(text, f'{text}\n--- output tail ---\n{self._sink.tail()}',
                                     lost_by=self._starter.lost_by())
+        if self._starter.keeps_addresses and self._starter.host_gone():
+            self._leave_addresses(self.addresses)  # Its restart comes back on another host.
         if self.removing:  # Left its elastic group: what held it goes now.
             self._starter.release()
         self.events.exited(self, code, failure)
@@ -310,6 +351,7 @@ class RemoteWorker(MembersOverChannel, Worker):
         """Cuts the node's connections; it then kills its own process group."""
         channel = self._channel
         if channel is not None:
+            channel.cut()  # (close alone: the node heard nothing while we waited in recv)
             channel.close()
         return self._starter.terminate()
 

@@ -53,7 +53,9 @@ class Allocation(Job):
     def submit(cls, program: str, components: list[Component],
                options: SlurmOptions) -> 'Allocation':
         """Asks Slurm for the job; returns once it is granted, or raises saying why not."""
-        argv = ['salloc', f'--job-name={program}', '--no-bell']
+        # --no-kill: a host that fails takes its steps, not the job; the nodes it ran come
+        # back on the job's other hosts (host_steps.AgentStep), lp.Restart allowing.
+        argv = ['salloc', f'--job-name={program}', '--no-bell', '--no-kill']
         argv += [f'--time={options.time}'] if options.time else []
         argv += [f'--account={options.account}'] if options.account else []
         for index, component in enumerate(components):

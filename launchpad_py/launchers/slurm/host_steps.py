@@ -27,25 +27,43 @@ from launchpad_py.program import Program
 
 
 class AgentStep(AgentStarter):
-    """A node started by its host's agent step; when Slurm ends the job, says so."""
+    """A node started by its host's agent step; when Slurm ends the job, says so.
+    ``peers``: the agents of the job's hosts that can run this node (same environment)."""
 
-    def __init__(self, agent: HostAgent, job: Job):
+    def __init__(self, agent: HostAgent, job: Job, peers: list[HostAgent] | None = None):
         super().__init__(agent)
-        self._job = job
+        self._job, self._peers = job, peers if peers is not None else [agent]
+        self._failed: bool | None = None  # Whether Slurm reported the host failed, once asked.
+        self.shown_as = agent.host
 
     def again(self, host: str | None) -> 'AgentStep':
-        return AgentStep(self.agent, self._job)  # The same host's agent: the same address.
+        """The same host's agent (the same address), or, when Slurm reports the host failed
+        (the job goes on without it: ``--no-kill``), the agent of another host of the job,
+        where the node binds its old ports again and reports its new address."""
+        agent = self.agent
+        if self.lost_by() == 'node_failure':
+            hosts = job_hosts(self._job)
+            agent = next((peer for peer in self._peers if peer is not agent
+                          and peer.host in hosts and not node_failed(peer.host)), agent)
+        return AgentStep(agent, self._job, self._peers)
+
+    def host_gone(self) -> bool:
+        return self.lost_by() == 'node_failure'
 
     def taken_away(self) -> str | None:
         return self._job.ended_by()
 
     def lost_by(self) -> str | None:
         """The agent's step ended though the launcher did not end it, in a job still running:
-        'node_failure' where Slurm reports the host down or failing, else 'host_lost'."""
+        'node_failure' where Slurm reports the host down or failing, or took it out of the
+        job, else 'host_lost'."""
         lost = super().lost_by()
-        if lost is not None and node_failed(self.agent.host):
-            return 'node_failure'
-        return lost
+        if lost is not None and self._failed is None:  # Asked once: the answer must not
+            # change once the host is back (a failed host leaves the job: ``--no-kill``).
+            hosts = job_hosts(self._job)
+            self._failed = node_failed(self.agent.host) or bool(hosts) and \
+                self.agent.host not in hosts
+        return 'node_failure' if lost is not None and self._failed else lost
 
 
 _FAILED_NODE_STATES = ('DOWN', 'FAIL', 'NOT_RESPONDING', 'POWERED_DOWN')
@@ -59,6 +77,18 @@ def node_failed(host: str) -> bool:
         return False
     state = re.search(r'\bState=(\S+)', shown)
     return bool(state) and any(s in state.group(1) for s in _FAILED_NODE_STATES)
+
+
+def job_hosts(job: Job) -> set[str]:
+    """The hosts ``job`` holds now (a host that failed has left it); empty if Slurm cannot
+    say (the job is over)."""
+    try:
+        shown = run(['scontrol', 'show', 'job', job.job_id])  # A record per component.
+        lists = [nodes for nodes in re.findall(r'\bNodeList=(\S+)', shown) if nodes != '(null)']
+        return set(run(['scontrol', 'show', 'hostnames', ','.join(lists)]).split()) if lists \
+            else set()
+    except errors.LaunchError:
+        return set()
 
 
 def _count_cpus(cpu_ids: str) -> int:
@@ -90,6 +120,7 @@ def place_by_host(program: Program, job: Job, specs: dict[str, SlurmResources],
     cpus = cpus_by_host(job)
     used = dict.fromkeys(cpus, 0)
     agents: dict[tuple, HostAgent] = {}
+    peers: dict[tuple, list[HostAgent]] = {}  # Agents by environment, across hosts.
     placements = {}
     for label, nodes in program.groups.items():
         spec = specs[label]
@@ -102,7 +133,8 @@ def place_by_host(program: Program, job: Job, specs: dict[str, SlurmResources],
                         f'--cpus-per-task={cpus[host]}', '--mem=0', '--overlap', '--gres=none',
                         f'--job-name=lp-agent-{host}', *command(spec)]
                 agents[host, env_key] = HostAgent(argv, host)
+                peers.setdefault(env_key, []).append(agents[host, env_key])
             placements[label, node.index] = remote.Placement(
                 agents[host, env_key].argv, host, launcher_ip,
-                starter=AgentStep(agents[host, env_key], job))
+                starter=AgentStep(agents[host, env_key], job, peers[env_key]))
     return placements, list(agents.values())

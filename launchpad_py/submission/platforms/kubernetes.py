@@ -32,7 +32,8 @@ from typing import Iterator
 from launchpad_py import errors
 from launchpad_py.launchers.kubernetes.api import Cluster, load_client
 from launchpad_py.submission import records
-from launchpad_py.submission.kubernetes_objects import SCRIPT, Objects, SubmitOptions, owner_of
+from launchpad_py.submission.platforms.kubernetes_objects import (SCRIPT, Objects, SubmitOptions,
+                                                                  owner_of)
 
 #: The controller's first line names its endpoint (``controller_main.run``).
 _ENDPOINT = re.compile(r'controller \(pid \d+\) on (\S+):(\d+)')

@@ -1,0 +1,167 @@
+"""A remote node's runs: the launcher hears from its current run only.
+
+A restarted node on Kubernetes is a new pod, while its old pod's container may
+still be running: deleted through the API before its node dialed back, it
+dials back after the restart began. Here the starters start nothing; the test
+dials the launcher's control listener with each run's bootstrap, as the node
+processes do.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import multiprocessing.connection as mpc
+import os
+import threading
+import time
+
+import launchpad_py as lp
+from launchpad_py.launchers.remote.setup import RemoteSetup
+from launchpad_py.launchers.remote.worker import Placement, RemoteWorker, Starter
+from launchpad_py.supervision.worker import Events, Exited
+
+
+@dataclasses.dataclass
+class _Executable:
+    """What the launcher reads of a node's executable (no address: nothing to wait for)."""
+    label: str = 'params'
+    index: int = 0
+    description: str = 'params'
+    addresses: tuple = ()
+
+
+class _Setup(RemoteSetup):
+    def new_worker(self, executable, data, events):
+        raise NotImplementedError
+
+    def log_line(self, worker) -> str:
+        return worker.name
+
+
+class _NewPod(Starter):
+    """A run started nowhere: its bootstrap kept for the test, its end when the test says."""
+
+    keeps_addresses = False
+
+    def __init__(self):
+        self.boot: dict | None = None
+        self.ended = threading.Event()
+
+    def start(self, boot, sink) -> None:
+        self.boot = boot
+
+    def wait(self) -> int | None:
+        self.ended.wait()
+        return 0
+
+    def terminate(self) -> bool:
+        self.ended.set()
+        return True
+
+    def again(self, host):
+        return _NewPod()
+
+
+def _started(tmp_path) -> tuple[_Setup, RemoteWorker]:
+    """A launch's shared parts and one node's first run, started (nowhere)."""
+    setup = _Setup(lp.Program('runs'), 'output_to_files', True, str(tmp_path), False)
+    worker = RemoteWorker(_Executable(), Placement([], 'h1', '127.0.0.1', starter=_NewPod()),
+                          setup, Events())
+    worker.start()
+    return setup, worker
+
+
+def _dial(boot: dict) -> mpc.Connection:
+    """Says hello as the node process of ``boot`` does (remote_node_main)."""
+    connection = mpc.Client(tuple(boot['control']), family='AF_INET',
+                            authkey=bytes.fromhex(boot['key']))
+    connection.send(('hello', boot['worker_id'], os.getpid(), os.getpgrp(), [], None))
+    return connection
+
+
+def _closed_by_launcher(connection: mpc.Connection) -> bool:
+    """Whether the launcher closed the connection (rather than sending it something)."""
+    assert connection.poll(10), 'the launcher neither closed the channel nor spoke'
+    try:
+        connection.recv()
+        return False
+    except EOFError:
+        return True
+
+
+def test_a_node_s_earlier_run_dialing_back_late_is_refused_and_its_restart_is_not(tmp_path):
+    """The first run's process dials back only after the node was restarted: its hello is
+    refused (the channel closed: it ends itself), and the restart's own is taken (it is
+    sent its executable). Under one id per node the late first run passed for the restart."""
+    setup, first = _started(tmp_path)
+    restart = first.restarted()
+    restart.start()
+    connections = []
+    try:
+        connections.append(_dial(first._starter.boot))
+        assert _closed_by_launcher(connections[-1])
+        connections.append(_dial(restart._starter.boot))
+        assert not _closed_by_launcher(connections[-1])
+    finally:
+        for connection in connections:
+            connection.close()
+        for worker in (first, restart):
+            worker._starter.ended.set()
+        setup.finish()
+
+
+def _ends_within(connection: mpc.Connection, seconds: float) -> bool:
+    """Whether the launcher closes the connection within ``seconds`` (messages read past)."""
+    deadline = time.monotonic() + seconds
+    while connection.poll(max(deadline - time.monotonic(), 0)):
+        try:
+            connection.recv()
+        except EOFError:
+            return True
+    return False
+
+
+def test_a_run_still_connected_when_its_pod_is_gone_is_cut_off(tmp_path):
+    """The starter says the run ended (its pod deleted), yet its node is still connected
+    (the container not stopped yet): within the wait for its last words (5 s) the launcher
+    cuts its channel, so it ends itself instead of serving beside its restart."""
+    setup, worker = _started(tmp_path)
+    connection = _dial(worker._starter.boot)
+    try:
+        assert connection.poll(10)  # Taken: the launcher sends it its executable.
+        worker._starter.ended.set()
+        assert _ends_within(connection, 15)
+    finally:
+        connection.close()
+        setup.finish()
+
+
+def test_a_run_dialing_back_after_its_pod_is_gone_is_refused(tmp_path):
+    """Its pod deleted before its node dialed back (the starter ended): the node's late
+    hello is refused, before the restart even began; taken, it was sent its executable
+    and served beside its restart."""
+    setup, worker = _started(tmp_path)
+    worker._starter.ended.set()
+    assert isinstance(worker.events.queue.get(timeout=10), Exited)  # Its end is reported.
+    connection = _dial(worker._starter.boot)
+    try:
+        assert _closed_by_launcher(connection)
+    finally:
+        connection.close()
+        setup.finish()
+
+
+def test_killing_a_run_cuts_its_channel_at_once(tmp_path):
+    """A node that ignored its stop is killed after the grace: its control connection ends
+    at once (it then kills its own process group). Closing it alone, while the launcher's
+    thread waited in recv, told the node nothing until its heartbeat ran out."""
+    setup, worker = _started(tmp_path)
+    connection = _dial(worker._starter.boot)
+    try:
+        assert connection.poll(10)  # Taken: the launcher sends it its executable.
+        worker.kill()
+        assert _ends_within(connection, 1)
+    finally:
+        connection.close()
+        worker._starter.ended.set()
+        setup.finish()
