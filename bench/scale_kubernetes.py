@@ -3,6 +3,8 @@
     python -m bench.scale_kubernetes --json bench/scale_kubernetes.json            # 100, 300
     python -m bench.scale_kubernetes --nodes 1000 --json bench/scale_kubernetes_1000.json
     python -m bench.scale_kubernetes --nodes 300 --create_concurrency 1 --json ...  # serial
+    python -m bench.scale_kubernetes --nodes 1000 --nodes_per_pod 10 50 \
+        --merge bench/scale_kubernetes.json                  # packed: 100 and 20 pods
 
 No Kubernetes API server runs here: the launcher talks to ``tests/fake_kube``
 through the official client over real HTTP, and the fake kubelet runs each
@@ -10,18 +12,20 @@ pod as a local process (no network namespace), which dials back to the
 launcher on 127.0.0.1, at ``nice 10`` (real pods run on other machines; here
 hundreds of interpreters starting at once would starve the launcher's
 heartbeat on 2 cores, and the nodes end themselves). Each point launches one group of N ``PyNode``s that
-wait for the stop, and records:
+wait for the stop, packed ``nodes_per_pod`` to a pod (1: a pod each; more: a
+pod agent per pod forks its nodes, see ``launchers/kubernetes/packing.py``), and records:
 
 - created: from the ``lp.launch`` call until the fake API server stored the
-  N-th pod (the launcher's creates go ``create_concurrency`` at a time);
+  last pod (the launcher's creates go ``create_concurrency`` at a time);
 - ready: until ``lp.launch`` returned (every pod ran, dialed back, got its
   executable and reported ready);
 - stop: ``controller.stop()`` until every node ended;
 - API requests by kind: pod creates, pod listings, watches, log follows, and
   gets of a single pod (per-pod polling would show there: it is 0);
-- peak RSS: the largest sum of resident memory over this process and every
-  process below it (the pods), sampled every 2 s (RSS counts shared pages
-  in each process: an upper bound).
+- peak RSS and PSS: the largest sums of resident memory over this process and
+  every process below it (the pods), sampled every 2 s by a process of its own. RSS counts shared
+  pages in each process (an upper bound, far too high for packed pods, whose
+  nodes are forks of one agent); PSS splits them among their sharers.
 
 The fake API server and its kubelet run in a process of their own (in the
 launcher's, their threads starved its heartbeat); they share the machine's
@@ -54,16 +58,26 @@ from fake_kube.runtimes import ProcessRuntime  # noqa: E402
 from nodes_for_tests import serve_forever  # noqa: E402
 
 
-def _peak_rss(stop: threading.Event, peak: list[int]) -> None:
-    me = psutil.Process()
-    while not stop.wait(2):
-        total = 0
-        for process in [me, *me.children(recursive=True)]:
+def sample_memory(root: int) -> None:
+    """``--sample_memory PID``, in a process of its own (reading a thousand processes' page
+    maps in the launcher would take CPU from its heartbeat): every 2 s, the RSS and PSS sums
+    over PID and every process below it, until stdin closes; then prints the peaks."""
+    peak, ended = [0, 0], threading.Event()
+    threading.Thread(target=lambda: (sys.stdin.read(), ended.set()), daemon=True).start()
+    os.nice(19)  # Measures; never competes with the launcher for a core.
+    me, top = psutil.Process(), psutil.Process(root)
+    while not ended.wait(2):
+        rss = pss = 0
+        for process in [top, *top.children(recursive=True)]:
+            if process.pid == me.pid:
+                continue
             try:
-                total += process.memory_info().rss
+                memory = process.memory_full_info()
             except psutil.Error:
-                pass
-        peak[0] = max(peak[0], total)
+                continue
+            rss, pss = rss + memory.rss, pss + memory.pss
+        peak = [max(peak[0], rss), max(peak[1], pss)]
+    print(json.dumps(peak), flush=True)
 
 
 def _requests(calls: list[tuple]) -> dict[str, int]:
@@ -107,7 +121,7 @@ def serve_fake(workdir: str) -> None:
               flush=True)
 
 
-def run_point(nodes: int, concurrency: int, workdir: str) -> dict:
+def run_point(nodes: int, concurrency: int, workdir: str, per_pod: int = 1) -> dict:
     fake = subprocess.Popen([sys.executable, '-m', 'bench.scale_kubernetes', '--serve_fake',
                              workdir], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
                             cwd=os.path.dirname(TESTS))
@@ -117,11 +131,13 @@ def run_point(nodes: int, concurrency: int, workdir: str) -> dict:
         with program.group('node'):
             for _ in range(nodes):
                 program.add_node(lp.PyNode(serve_forever))
-        peak, sampling = [0], threading.Event()
-        threading.Thread(target=_peak_rss, args=(sampling, peak), daemon=True).start()
+        sampler = subprocess.Popen([sys.executable, '-m', 'bench.scale_kubernetes',
+                                    '--sample_memory', str(os.getpid())], stdin=subprocess.PIPE,
+                                   stdout=subprocess.PIPE, text=True, cwd=os.path.dirname(TESTS))
         start = time.time()
         controller = lp.launch(program, launch_type='kubernetes',
-                               resources={'node': lp.KubernetesResources(image=IMAGE)},
+                               resources={'node': lp.KubernetesResources(
+                                   image=IMAGE, nodes_per_pod=per_pod)},
                                kubernetes_options={'launcher_address': '127.0.0.1',
                                                    'create_concurrency': concurrency})
         ready = time.time() - start
@@ -129,39 +145,75 @@ def run_point(nodes: int, concurrency: int, workdir: str) -> dict:
         controller.stop()
         controller.wait(timeout=600)
         stop = time.time() - stopping
-        sampling.set()
+        peak = json.loads(sampler.communicate('', timeout=120)[0])
     finally:
         out, _ = fake.communicate('', timeout=120)
     seen = json.loads(out.strip().splitlines()[-1])
-    return {'nodes': nodes, 'create_concurrency': concurrency,
-            'created_s': round(seen['created'][nodes - 1] - start, 2), 'ready_s': round(ready, 2),
+    pods = -(-nodes // per_pod)
+    return {'nodes': nodes, 'nodes_per_pod': per_pod, 'pods': pods,
+            'create_concurrency': concurrency,
+            'created_s': round(seen['created'][pods - 1] - start, 2), 'ready_s': round(ready, 2),
             'ready_per_node_ms': round(1000 * ready / nodes, 2), 'stop_s': round(stop, 2),
-            'peak_rss_gib': round(peak[0] / 2**30, 2), 'api_requests': seen['requests']}
+            'peak_rss_gib': round(peak[0] / 2**30, 2), 'peak_pss_gib': round(peak[1] / 2**30, 2), 'api_requests': seen['requests']}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     parser.add_argument('--nodes', type=int, nargs='+', default=[100, 300])
     parser.add_argument('--create_concurrency', type=int, default=16)
+    parser.add_argument('--nodes_per_pod', type=int, nargs='+', default=[1],
+                        help='each point runs with each of these')
     parser.add_argument('--json', help='write the results here')
+    parser.add_argument('--merge', metavar='JSON', help='add the points to this file, each '
+                        'replacing one of the same nodes, nodes_per_pod and create_concurrency')
     parser.add_argument('--serve_fake', metavar='WORKDIR', help=argparse.SUPPRESS)
+    parser.add_argument('--sample_memory', metavar='PID', type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve_fake:
         return serve_fake(args.serve_fake)
+    if args.sample_memory:
+        return sample_memory(args.sample_memory)
     results = {'machine': {'cpus': os.cpu_count(), 'python': platform.python_version(),
                            'load_at_start': [round(x, 2) for x in os.getloadavg()],
                            'memory_gib': round(psutil.virtual_memory().total / 2**30, 1)},
                'points': []}
     for nodes in args.nodes:
-        with tempfile.TemporaryDirectory(prefix='lp-bench-k8s-') as workdir:
-            point = run_point(nodes, args.create_concurrency, workdir)
-        point['load_after'] = [round(x, 2) for x in os.getloadavg()]
-        print(json.dumps(point), flush=True)
-        results['points'].append(point)
-    if args.json:
-        with open(args.json, 'w') as out:
+        for per_pod in args.nodes_per_pod:
+            load_before = [round(x, 2) for x in os.getloadavg()]
+            with tempfile.TemporaryDirectory(prefix='lp-bench-k8s-') as workdir:
+                point = run_point(nodes, args.create_concurrency, workdir, per_pod)
+            point['load_before'] = load_before
+            point['load_after'] = [round(x, 2) for x in os.getloadavg()]
+            print(json.dumps(point), flush=True)
+            results['points'].append(point)
+    if args.merge:
+        results = _merged(args.merge, results)
+    for path in filter(None, (args.json, args.merge)):
+        with open(path, 'w') as out:
             json.dump(results, out, indent=1)
             out.write('\n')
+
+
+def _key(point: dict) -> tuple:
+    return point['nodes'], point.get('nodes_per_pod', 1), point['create_concurrency']
+
+
+def _merged(path: str, results: dict) -> dict:
+    """The points in ``path`` (a point without ``nodes_per_pod`` ran a pod per node), with
+    ``results``' replacing those of the same key; each run's machine kept under its points."""
+    try:
+        with open(path) as old:
+            kept = json.load(old)
+    except FileNotFoundError:
+        return results
+    for point in kept['points']:
+        point.setdefault('machine', kept.get('machine'))
+    for point in results['points']:
+        point['machine'] = results['machine']
+    new = {_key(p) for p in results['points']}
+    points = [p for p in kept['points'] if _key(p) not in new] + results['points']
+    return {'machine': results['machine'],
+            'points': sorted(points, key=lambda p: (_key(p)[1], _key(p)[0], _key(p)[2]))}
 
 
 if __name__ == '__main__':

@@ -68,12 +68,16 @@ class PeerCaller:
 
 
 if __name__ == '__main__':  # A launcher to SIGKILL: prints its pods' names once ready, then waits.
+    # argv: the lease in seconds; optionally N: N pingers, packed N per pod (so is the waiter).
     from nodes_for_tests import Pinger
+    per_pod = int(sys.argv[2]) if len(sys.argv) > 2 else 1
     program = lp.Program('doomed')
-    program.add_node(lp.CourierNode(Pinger), label='pinger')
+    with program.group('pinger'):
+        for _ in range(per_pod):
+            program.add_node(lp.CourierNode(Pinger))
     program.add_node(lp.PyNode(print_and_wait, 'waiting'), label='waiter')
     controller = lp.launch(program, launch_type='kubernetes',
-                           resources=image_for_every_group(program),
+                           resources=image_for_every_group(program, nodes_per_pod=per_pod),
                            kubernetes_options=options(lease_seconds=int(sys.argv[1])))
     # One write: print() writes the line and its end apart, and a node's line can come between.
     sys.stdout.write(json.dumps([s.host for s in controller.statuses()]) + '\n')

@@ -169,3 +169,31 @@ def test_crashed_pod_under_podman_restarts_as_a_new_pod_its_peer_reaches(cluster
         label = first_pod.rsplit('-', 2)[0]
     wait_for(lambda: cluster.objects() == [] and not _podman_pods(label), timeout=60,
              what='every object and podman pod to go')
+
+
+def test_packed_podman_pods_serve_restart_a_node_inside_and_stop_clean(cluster, image):
+    """4 nodes at 2 per pod are 2 podman pods whose agents dialed back; a node that dies
+    restarts alone inside its pod; stop leaves no object and no podman pod."""
+    from launchpad_py import courier
+    program = lp.Program('podpack')
+    with program.group('movable'):
+        handles = [program.add_node(lp.CourierNode(Movable)) for _ in range(4)]
+    with lp.launch(program, launch_type='kubernetes',
+                   resources={'movable': lp.KubernetesResources(image=image, nodes_per_pod=2)},
+                   kubernetes_options=options(),
+                   failure_policy={'movable': lp.Restart(max_restarts=1, backoff=(0.1, 0.1))}
+                   ) as controller:
+        pods = sorted({s.host for s in controller.statuses()})
+        label = pods[0].rsplit('-', 2)[0]
+        assert len(pods) == 2 and sorted(_podman_pods(label)) == pods
+        assert [h.dereference().who()['name'] for h in handles] == [
+            f'movable/{i}' for i in range(4)]
+        with pytest.raises(courier.CourierUnavailableError):
+            handles[3].dereference().crash()
+        status = lambda: next(s for s in controller.statuses() if s.index == 3)
+        wait_for(lambda: (status().state, status().restarts) == (lp.NodeState.RUNNING, 1),
+                 timeout=120, what='movable/3 back in its pod')
+        assert status().host == pods[1] and sorted(_podman_pods(label)) == pods
+        assert handles[3].dereference().who()['name'] == 'movable/3'
+    wait_for(lambda: cluster.objects() == [] and not _podman_pods(label), timeout=60,
+             what='every object and podman pod to go')

@@ -244,11 +244,13 @@ class Agent:
                     self._relay(node) if fd == node.output else self._reap(node)
 
 
-def main() -> int:
+def main(make_agent=Agent) -> int:
+    """Serves requests on stdin until it ends; ``make_agent(timeout)``: the agent (the pod
+    agent's adds the program secret to each bootstrap, see ``pod_agent``)."""
     preload()
     open_files.raise_soft_limit()
     from launchpad_py.node_side import remote_node_main  # noqa: F401  (forked children run it)
-    agent = Agent(float(os.environ.get(TIMEOUT_ENV, '10')))
+    agent = make_agent(float(os.environ.get(TIMEOUT_ENV, '10')))
 
     def end(*_):
         agent.kill_all()

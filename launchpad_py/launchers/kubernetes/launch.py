@@ -13,6 +13,8 @@ address (late binding), and gets its executable over that authenticated
 channel, so the executables are never stored in the cluster. The launcher
 must therefore be reachable from the pods (docs/launchers.md).
 
+A group with ``nodes_per_pod=N`` runs N nodes per pod instead (``packing.py``).
+
 ``--lp_k8s_manifests_dir=DIR`` (or ``kubernetes_options={'manifests_dir': DIR}``)
 writes the manifests as YAML into DIR and applies nothing.
 """
@@ -23,6 +25,7 @@ import os
 
 from launchpad_py import errors, flags
 from launchpad_py.launchers.kubernetes import manifests
+from launchpad_py.launchers.kubernetes.packing import Packing
 from launchpad_py.launchers.remote import launch as remote
 from launchpad_py.supervision.controller import ProgramController
 from launchpad_py.launchers.kubernetes.api import Cluster, load_client
@@ -50,6 +53,18 @@ class Renderer:
         self.names = manifests.Names(program.name, self.keys)
         self._resources, self._options, self._grace = resources, options, grace
         self._hide_gpus = any(spec.gpus for spec in resources.values())
+        #: Packed groups' pods at launch, ``(label, number) -> indices``, N in index order.
+        self.layout: dict[tuple[str, int], list[int]] = {}
+        for label, index in sorted(self.keys):
+            per_pod = resources[label].nodes_per_pod
+            if per_pod > 1:
+                number = sum(1 for key in self.layout if key[0] == label)
+                last = self.layout.get((label, number - 1))
+                if last is None or len(last) >= per_pod:
+                    self.layout[label, number] = last = []
+                last.append(index)
+        self.nodes_per_pod = {label: spec.nodes_per_pod for label, spec in resources.items()
+                              if spec.nodes_per_pod > 1}
 
     def root(self) -> dict:
         return manifests.root_job(self.names, self._options,
@@ -64,10 +79,22 @@ class Renderer:
                 manifests.pod(self.names, self._options, label, index, self._resources[label],
                               owner, self._grace, self._hide_gpus, incarnation))
 
+    def packed(self, label: str, number: int, indices: list[int], owner: dict | None,
+               boot: dict | None, incarnation: int = 0):
+        """(Secret, Pod) of packed pod ``number`` of group ``label``, for nodes ``indices``."""
+        return (manifests.packed_secret(self.names, self._options, label, number, owner, boot,
+                                        incarnation),
+                manifests.packed_pod(self.names, self._options, label, number, indices,
+                                     self._resources[label], owner, self._grace,
+                                     self._hide_gpus, incarnation))
+
     def all(self) -> list[dict]:
         documents = [self.root()]
         for label, index in self.keys:
-            documents += self.node(label, index, None, None)
+            if label not in self.nodes_per_pod:
+                documents += self.node(label, index, None, None)
+        for (label, number), indices in self.layout.items():
+            documents += self.packed(label, number, indices, None, None)
         return documents
 
 
@@ -117,16 +144,27 @@ def launch_kubernetes(program: Program, options: LaunchOptions) -> ProgramContro
     deployment = Deployment(cluster, renderer.names, renderer.node, k8s.lease_seconds,
                             k8s.create_concurrency)
 
+    packing = Packing(deployment, renderer.packed, launcher_ip, renderer.layout,
+                      renderer.nodes_per_pod) if renderer.nodes_per_pod else None
+
     def place(label: str, index: int) -> remote.Placement:
-        """A node's pod: at launch, or added to its elastic group later."""
+        """A node's pod (or its place in a packed pod): at launch, or added to its elastic
+        group later."""
+        if packing is not None and packing.packs(label):
+            return packing.place(label, index)
         return remote.Placement([], renderer.names.pod(label, index), launcher_ip,
                                 starter=deployment.starter(label, index))
+
+    def finish() -> None:
+        if packing is not None:  # Its agents first: each ends its pod's nodes, then itself.
+            packing.close(program_over=program.name)
+        deployment.finish()
 
     try:
         deployment.create_root(renderer.root())
         placements = {key: place(*key) for key in renderer.keys}
         return remote.launch(program, options, 'kubernetes', placements, place_new=place,
-                             on_finish=deployment.finish)
+                             on_finish=finish)
     except BaseException:
-        deployment.finish()
+        finish()
         raise

@@ -1,7 +1,9 @@
 """The Kubernetes objects of one launch, as plain dicts (what ``kubectl apply`` would take).
 
 Per launch: one root Job, the program's *lease*, and per node a Pod and a
-Secret holding its bootstrap. Every object carries the label
+Secret holding its bootstrap; a group packed N per pod (``nodes_per_pod``) has
+one Pod and Secret per N nodes instead, whose container runs the pod agent
+(``node_side/pod_agent.py``). Every object carries the label
 ``launchpad-py/program=<name>-<id>`` and, once the root exists, an owner
 reference to it, so deleting the root deletes everything.
 
@@ -31,6 +33,11 @@ BOOT_DIR = '/var/run/launchpad-py'
 BOOT_FILE = 'bootstrap.json'
 BOOT_ENV = 'LAUNCHPAD_PY_BOOTSTRAP'
 _NODE_MODULE = 'launchpad_py.node_side.remote_node_main'
+_AGENT_MODULE = 'launchpad_py.node_side.pod_agent'
+#: Names the pod agent's bootstrap file (not ``BOOT_ENV``: the nodes it forks read stdin).
+AGENT_BOOT_ENV = 'LAUNCHPAD_PY_POD_AGENT_BOOTSTRAP'
+#: On a packed pod: the nodes it runs (``label/0,label/1,...``).
+NODES_ANNOTATION = 'launchpad-py/node-names'
 #: Set in a submitted program's controller pod (``submission/platforms/kubernetes``): the owner
 #: reference (JSON) of the controller's Job, which then owns each launch's root Job.
 OWNER_ENV = 'LAUNCHPAD_PY_K8S_OWNER'
@@ -66,6 +73,14 @@ class Names:
 
     def secret(self, label: str, index: int, incarnation: int = 0) -> str:
         return f'{self.pod(label, index, incarnation)}-boot'
+
+    def packed_pod(self, label: str, number: int, incarnation: int = 0) -> str:
+        """Pod ``number`` of a group packed N per pod (``-p0``, ``-p1``...; ``-r1`` again)."""
+        again = f'-r{incarnation}' if incarnation else ''
+        return f'{self.program}-{self._short[label]}-p{number}{again}'
+
+    def packed_value(self, label: str, number: int) -> str:
+        return f'{self._short[label]}-p{number}'
 
 
 def _metadata(name: str, namespace: str, names: Names, owner: dict | None, **labels) -> dict:
@@ -117,12 +132,13 @@ def boot_secret(names: Names, options: KubernetesOptions, label: str, index: int
             'stringData': {BOOT_FILE: text}}
 
 
-def _container(spec: KubernetesResources, hide_gpus: bool) -> dict:
-    env = {BOOT_ENV: f'{BOOT_DIR}/{BOOT_FILE}', 'PYTHONUNBUFFERED': '1', **(spec.env or {})}
+def _container(spec: KubernetesResources, hide_gpus: bool, module: str = _NODE_MODULE,
+               boot_env: str = BOOT_ENV) -> dict:
+    env = {boot_env: f'{BOOT_DIR}/{BOOT_FILE}', 'PYTHONUNBUFFERED': '1', **(spec.env or {})}
     if hide_gpus and not spec.gpus:  # As under local_mp and ssh: GPUs go only where named.
         env.setdefault('CUDA_VISIBLE_DEVICES', '')
     container = {'name': 'node', 'image': spec.image,
-                 'command': [spec.python, '-m', _NODE_MODULE],
+                 'command': [spec.python, '-m', module],
                  'env': [{'name': k, 'value': v} for k, v in env.items()],
                  'volumeMounts': [{'name': 'bootstrap', 'mountPath': BOOT_DIR, 'readOnly': True}]}
     if spec.workdir:
@@ -137,15 +153,48 @@ def pod(names: Names, options: KubernetesOptions, label: str, index: int,
         spec: KubernetesResources, owner: dict | None, grace: float, hide_gpus: bool,
         incarnation: int = 0) -> dict:
     """The pod of node ``label/index``: ``python -m ...remote_node_main`` with its Secret mounted."""
+    metadata = _metadata(names.pod(label, index, incarnation), options.namespace, names, owner,
+                         **{NODE_LABEL: names.node_value(label, index)})
+    metadata['annotations'] = {'launchpad-py/node-name': f'{label}/{index}'}
+    return _pod(metadata, names.secret(label, index, incarnation), options, spec, grace,
+                _container(spec, hide_gpus))
+
+
+def packed_secret(names: Names, options: KubernetesOptions, label: str, number: int,
+                  owner: dict | None, boot: dict | None, incarnation: int = 0) -> dict:
+    """The pod agent's bootstrap (where to dial, its key, the program secret) of packed pod
+    ``number``; None: a placeholder."""
+    name = names.packed_pod(label, number, incarnation)
+    text = json.dumps(boot) if boot is not None else '(made when the program is launched)'
+    return {'apiVersion': 'v1', 'kind': 'Secret', 'type': 'Opaque',
+            'metadata': _metadata(f'{name}-boot', options.namespace, names, owner,
+                                  **{NODE_LABEL: names.packed_value(label, number)}),
+            'stringData': {BOOT_FILE: text}}
+
+
+def packed_pod(names: Names, options: KubernetesOptions, label: str, number: int,
+               indices: list[int], spec: KubernetesResources, owner: dict | None, grace: float,
+               hide_gpus: bool, incarnation: int = 0) -> dict:
+    """Packed pod ``number`` of group ``label`` for its nodes ``indices``: the pod agent,
+    which starts each of them as a process when the launcher asks."""
+    name = names.packed_pod(label, number, incarnation)
+    metadata = _metadata(name, options.namespace, names, owner,
+                         **{NODE_LABEL: names.packed_value(label, number)})
+    metadata['annotations'] = {NODES_ANNOTATION: ','.join(f'{label}/{i}' for i in indices)}
+    return _pod(metadata, f'{name}-boot', options, spec, grace,
+                _container(spec, hide_gpus, _AGENT_MODULE, AGENT_BOOT_ENV))
+
+
+def _pod(metadata: dict, secret: str, options: KubernetesOptions, spec: KubernetesResources,
+         grace: float, container: dict) -> dict:
     pod_spec = {
         'restartPolicy': 'Never',
         'terminationGracePeriodSeconds': int(grace) + 5,
         'enableServiceLinks': False,
         'automountServiceAccountToken': options.service_account is not None,
-        'containers': [_container(spec, hide_gpus)],
+        'containers': [container],
         # optional: false is the default; written out because podman 4.3 needs it set.
-        'volumes': [{'name': 'bootstrap', 'secret': {'secretName': names.secret(label, index,
-                                                                                incarnation),
+        'volumes': [{'name': 'bootstrap', 'secret': {'secretName': secret,
                                                      'defaultMode': 0o400, 'optional': False}}],
     }
     if options.service_account:
@@ -154,7 +203,4 @@ def pod(names: Names, options: KubernetesOptions, label: str, index: int,
         pod_spec['nodeSelector'] = dict(spec.node_selector)
     if spec.tolerations:
         pod_spec['tolerations'] = [dict(t) for t in spec.tolerations]
-    metadata = _metadata(names.pod(label, index, incarnation), options.namespace, names, owner,
-                         **{NODE_LABEL: names.node_value(label, index)})
-    metadata['annotations'] = {'launchpad-py/node-name': f'{label}/{index}'}
     return {'apiVersion': 'v1', 'kind': 'Pod', 'metadata': metadata, 'spec': pod_spec}

@@ -51,7 +51,11 @@ class KubernetesResources:
     ``cpu_limit``/``memory_limit``: limits (memory defaults to the request,
     cpu to none); ``gpus``: ``nvidia.com/gpu`` limit; ``node_selector`` and
     ``tolerations``: where pods may run; ``env``: extra variables;
-    ``python``: the interpreter in the image; ``workdir``: its working directory.
+    ``python``: the interpreter in the image; ``workdir``: its working directory;
+    ``nodes_per_pod``: how many of the group's nodes share one pod (1: a pod each;
+    N > 1: one pod runs a small agent that starts its N nodes as processes, which
+    saves the cluster a pod, and the launcher a create and a watch entry, per node;
+    ``cpu``, ``memory`` and ``gpus`` are then the pod's, shared by its nodes).
     """
 
     image: str
@@ -65,6 +69,7 @@ class KubernetesResources:
     env: Mapping[str, str] | None = None
     python: str = 'python3'
     workdir: str | None = None
+    nodes_per_pod: int = 1
 
     def __post_init__(self) -> None:
         if not isinstance(self.image, str) or not self.image.strip() or ' ' in self.image:
@@ -165,5 +170,11 @@ def resources_of_groups(groups: list[str], given: Mapping[str, Any],
         if not isinstance(spec, KubernetesResources):
             raise errors.ResourcesError(f'resources[{group!r}] must be lp.KubernetesResources(...) '
                                         f'for kubernetes (got {spec!r})')
+        packing = spec.nodes_per_pod
+        if isinstance(packing, bool) or not isinstance(packing, int) or packing < 1:
+            # Checked here, not when it is made: here the message can name the group.
+            raise errors.ResourcesError(
+                f'group {group!r}: KubernetesResources nodes_per_pod must be a whole number of '
+                f'nodes, 1 or more (got {packing!r}); 1 runs each node in a pod of its own')
         resources[group] = spec
     return resources

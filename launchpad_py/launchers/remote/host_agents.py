@@ -44,10 +44,15 @@ CODE_TIMEOUT_S = 300.0
 
 class HostAgent:
     """One host's agent process, started by the local command ``argv`` on first use;
-    ``code``: the pack its nodes run from (None: they run from the host's own files)."""
+    ``code``: the pack its nodes run from (None: they run from the host's own files);
+    ``open_session``: where no local command reaches the agent (a packed pod dials back),
+    makes its session instead: an object with a ``subprocess.Popen``'s ``stdin``,
+    ``stdout``, ``stderr``, ``wait`` and ``kill``."""
 
-    def __init__(self, argv: list[str], host: str, code: code_pack.CodePack | None = None):
+    def __init__(self, argv: list[str], host: str, code: code_pack.CodePack | None = None,
+                 open_session: Callable[[], subprocess.Popen] | None = None):
         self.argv, self.host, self.code = argv, host, code
+        self._open_session = open_session
         self.code_bytes_sent = 0
         self._code_answer: str | None = None
         self._code_settled = threading.Event()
@@ -68,19 +73,29 @@ class HostAgent:
         for the nodes restarted there.
         """
         with self._lock:
-            if self._closed.is_set():
-                raise OSError(f'the agent on {self.host} has ended (closed)')
-            if self._ended is not None:
-                self._process, self._ended, self._threads = None, None, []
-            if self._process is None:
-                self._open()
-                self._send({'timeout': AGENT_TIMEOUT_S})
-                if self.code is not None:
-                    self._ship_code()
+            self._ensure_session()
             node_id = next(self._ids)
             self._nodes[node_id] = starter
         self._send({'start': node_id, 'boot': boot})
         return node_id
+
+    def open(self) -> None:
+        """Opens the session now rather than on the first start (a packed pod's agent: all
+        pods of a launch are then created at once, not as their first nodes' turns come)."""
+        with self._lock:
+            self._ensure_session()
+
+    def _ensure_session(self) -> None:
+        """Under ``_lock``: the session, opened (again, after a loss) where it is not."""
+        if self._closed.is_set():
+            raise OSError(f'the agent on {self.host} has ended (closed)')
+        if self._ended is not None:
+            self._process, self._ended, self._threads = None, None, []
+        if self._process is None:
+            self._open()
+            self._send({'timeout': AGENT_TIMEOUT_S})
+            if self.code is not None:
+                self._ship_code()
 
     def _ship_code(self) -> None:
         """Asks whether the host holds the code; sends it if not; waits until it is in use."""
@@ -111,8 +126,12 @@ class HostAgent:
     def _open(self) -> None:
         # A session of its own: Ctrl-C in the terminal goes to the launcher, which stops the
         # nodes gracefully, instead of cutting the host's session.
-        self._process = subprocess.Popen(self.argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                         stderr=subprocess.PIPE, start_new_session=True)
+        if self._open_session is not None:
+            self._process = self._open_session()
+        else:
+            self._process = subprocess.Popen(self.argv, stdin=subprocess.PIPE,
+                                             stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                             start_new_session=True)
         # All listed before any starts: a session that ends at once (srun refusing the step)
         # has its reader join the stderr reader, which must be there already.
         self._threads = [threading.Thread(target=target, name=f'lp-agent-{name}-{self.host}',
