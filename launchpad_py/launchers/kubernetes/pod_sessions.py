@@ -158,12 +158,17 @@ class PodSession:
         """The launcher has nothing more to ask: the agent ends its nodes and exits."""
         with self._lock:
             self._input_ended = True
-            self._closing = True
-            if self._sock is not None:
-                try:
-                    self._sock.shutdown(socket.SHUT_WR)
-                except OSError:
-                    pass
+            self._shut(socket.SHUT_WR)
+
+    def _shut(self, how: int) -> None:
+        """We end it (its end is then nobody's fault): shuts the connection's ``how`` side,
+        if the agent has dialed in. Called with the lock held."""
+        self._closing = True
+        if self._sock is not None:
+            try:
+                self._sock.shutdown(how)
+            except OSError:
+                pass
 
     def read_line(self) -> bytes:
         self._ready.wait()
@@ -196,12 +201,7 @@ class PodSession:
     def kill(self) -> None:
         """Deletes the pod (its agent's nodes end with it) and stops reading."""
         with self._lock:
-            self._closing = True
-            if self._sock is not None:
-                try:
-                    self._sock.shutdown(socket.SHUT_RDWR)
-                except OSError:
-                    pass
+            self._shut(socket.SHUT_RDWR)
         if self.created and not self._program_over():
             self._cluster.delete_pod(self.pod_name)
         self.close()
@@ -222,25 +222,21 @@ class PodSession:
         """One watch event of the pod: why it waits, how it ended, whether the cluster did it."""
         status = pod.get('status') or {}
         phase = status.get('phase', 'Pending')
-        reason = pods._waiting_reason(pod)
+        reason = pods.waiting_reason(pod)
         if reason and reason != self._reason:
             self._reason = reason
             text = f'pod {self.pod_name} is {phase.lower()}: {reason}'
             _log.warning('%s', text)
             self._note(text)
             self.stderr.lines.put(text.encode())
-        terminated = pods._terminated(pod)
+        terminated = pods.terminated_state(pod)
         if terminated is not None:
             self.code, self.how = terminated.get('exitCode'), terminated.get('reason')
         ours = self._closing or self._program_over()
-        taken = pods._taken_reason(pod)
         if not ours and self.taken is None:
-            if taken:
-                self.taken = f'pod {self.pod_name} was ended by the cluster ({taken})'
-                self.lost_by = pods.lost_reason(taken)
-            elif kind == 'DELETED' or pod['metadata'].get('deletionTimestamp'):
-                self.taken = f'pod {self.pod_name} was deleted while the program ran'
-                self.lost_by = 'deleted'
+            verdict = pods.ended_by_cluster(kind, pod, self.pod_name)
+            if verdict is not None:
+                self.taken, self.lost_by = verdict
         if phase in ('Succeeded', 'Failed') or kind == 'DELETED':
             if not self._ready.is_set():  # It never dialed in: say how it ended.
                 self.stderr.lines.put(f'pod {self.pod_name} ended before its agent reached the '

@@ -108,7 +108,7 @@ class Deployment:
             thread.join(10)
 
 
-def _waiting_reason(pod: dict) -> str | None:
+def waiting_reason(pod: dict) -> str | None:
     """Why a pod is not running yet: the scheduler's or the kubelet's reason and message."""
     status = pod.get('status') or {}
     for container in status.get('containerStatuses') or ():
@@ -146,7 +146,20 @@ def lost_reason(taken: str) -> str:
     return 'evicted'
 
 
-def _terminated(pod: dict) -> dict | None:
+def ended_by_cluster(kind: str, pod: dict, pod_name: str) -> tuple[str, str] | None:
+    """Why the cluster, or someone through the API, ended a pod the program did not (its
+    words), and the short ``lost_by`` reason; None while nothing says so. Single pods and
+    packed pods judge their end by this one rule."""
+    taken = _taken_reason(pod)
+    if taken:
+        return f'pod {pod_name} was ended by the cluster ({taken})', lost_reason(taken)
+    if kind == 'DELETED' or pod['metadata'].get('deletionTimestamp'):
+        return f'pod {pod_name} was deleted while the program ran', 'deleted'
+    return None
+
+
+def terminated_state(pod: dict) -> dict | None:
+    """The first container's ``terminated`` state (exit code, reason), once one has ended."""
     for container in (pod.get('status') or {}).get('containerStatuses') or ():
         state = container.get('state') or {}
         if 'terminated' in state:
@@ -210,13 +223,13 @@ class PodStarter(Starter):
     def observe(self, kind: str, pod: dict) -> None:
         """One watch event of our pod: report why it waits, follow its log, notice its end."""
         phase = (pod.get('status') or {}).get('phase', 'Pending')
-        reason = _waiting_reason(pod)
+        reason = waiting_reason(pod)
         if reason and reason != self._reason:
             self._reason = reason
             text = f'pod {self.pod_name} is {phase.lower()}: {reason}'
             _log.warning('%s', text)
             self._sink.note(text)
-        terminated = _terminated(pod)
+        terminated = terminated_state(pod)
         running = phase in ('Running', 'Succeeded', 'Failed') or terminated is not None
         if running:
             self._follow_log()
@@ -226,14 +239,10 @@ class PodStarter(Starter):
         elif phase == 'Failed' or kind == 'DELETED':  # Evicted, or deleted by someone.
             self._how = (pod.get('status') or {}).get('reason') or kind.lower()
         ours = self._terminating or self._deployment.finished
-        taken = _taken_reason(pod)
-        if taken and not ours and self._taken is None:
-            self._taken = f'pod {self.pod_name} was ended by the cluster ({taken})'
-            self._lost_by = lost_reason(taken)
-        deleting = kind == 'DELETED' or pod['metadata'].get('deletionTimestamp')
-        if deleting and not ours and self._taken is None:
-            self._taken = f'pod {self.pod_name} was deleted while the program ran'
-            self._lost_by = 'deleted'
+        if not ours and self._taken is None:
+            verdict = ended_by_cluster(kind, pod, self.pod_name)
+            if verdict is not None:
+                self._taken, self._lost_by = verdict
         if phase in ('Succeeded', 'Failed') or kind == 'DELETED':
             self._ended.set()
 
