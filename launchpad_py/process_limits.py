@@ -14,6 +14,7 @@ limits apply, with their values, instead.
 from __future__ import annotations
 
 import errno
+import os
 import resource
 
 _MARKS = ("can't start new thread", 'fork failed: [Errno 11]')
@@ -62,7 +63,8 @@ def describe() -> str:
     threads_now = (_read('/proc/loadavg') or '? ? ? ?/?').split()[3].split('/')[1]
     parts = [f'kernel.pid_max {_read("/proc/sys/kernel/pid_max")}',
              f'kernel.threads-max {_read("/proc/sys/kernel/threads-max")}',
-             f'RLIMIT_NPROC {text(soft)} (hard {text(hard)}; not enforced for root)',
+             f'RLIMIT_NPROC {text(soft)} (hard {text(hard)}'
+             f'{"; not enforced for root" if os.geteuid() == 0 else ""})',
              _cgroup_pids(), f'threads on the machine now {threads_now}']
     return ', '.join(part for part in parts if part)
 
