@@ -8,14 +8,19 @@
 # (CPU and context switches per call, per thread) and OUT_DIR/actor_learner_scaling.json
 # (env steps/s against actors, learner on the GPU if JAX sees one).
 # About 10 minutes; docs/performance.md says how to read them.
-set -euo pipefail
+set -uo pipefail
 cd "$(dirname "$0")/.."
 python=${PYTHON:-.venv/bin/python}
 out=${1:-bench/device}
 mkdir -p "$out"
 "$python" -c 'import os; print(f"{os.cpu_count()} cpus, load {os.getloadavg()}")'
-"$python" -m bench.actor_learner_scaling --actors 2,4,8,14 --json "$out/actor_learner_scaling.json"
-"$python" -m bench.run --peers floor_unix,launchpad,launchpad_pure,floor_tcp,launchpad_tcp --launch '' \
+failed=()
+step() {  # One measurement; a failure is reported and the others still run (device time is scarce).
+  "$python" -m "$@" || failed+=("$1")
+}
+step bench.actor_learner_scaling --actors 2,4,8,14 --json "$out/actor_learner_scaling.json"
+step bench.run --peers floor_unix,launchpad,launchpad_pure,floor_tcp,launchpad_tcp --launch '' \
   --sizes 1KiB --reps 5 --json "$out/results.json"
-"$python" -m bench.futures_profile --depth 0,8,64 --fanin 4,16 --calls 200000 \
+step bench.futures_profile --depth 0,8,64 --fanin 4,16 --calls 200000 \
   --json "$out/futures_profile.json"
+if ((${#failed[@]})); then echo "failed: ${failed[*]}" >&2; exit 1; fi
