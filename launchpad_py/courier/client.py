@@ -151,7 +151,7 @@ class Client:
         """Moves first if the last call failed unavailable; a future's failure counts
         even when its callback has not run yet (its caller may wake first)."""
         last = self._last_future
-        if last is not None and last.done():
+        if last is not None and getattr(last, 'settled', last.done)():
             self._last_future = None
             self._note_failure(last)
         if self._stale:
@@ -205,7 +205,10 @@ class Client:
             raise
         if self._relocate is not None:
             self._last_future = future
-            future.add_done_callback(self._note_failure)
+            # Not a done-callback where the future offers a quieter hook: a callback makes
+            # a future "observed", and its reply would then be read by the connection's
+            # background thread instead of the caller waiting in result().
+            getattr(future, 'on_failure', future.add_done_callback)(self._note_failure)
         return future
 
     def _start_future(self, request: tuple) -> concurrent.futures.Future:
