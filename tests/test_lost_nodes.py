@@ -12,6 +12,7 @@ from __future__ import annotations
 import subprocess
 
 import psutil
+import pytest
 
 import launchpad_py as lp
 from launchpad_py import courier
@@ -71,6 +72,33 @@ def test_a_lost_host_restarts_its_node_without_counting_against_max_restarts():
                                          'running': True,
                                          'nodes': [n.to_dict() for n in statistics]})
         assert '3 (host_lost 2)' in table
+
+
+@needs_ssh_hosts
+def test_uncounted_restarts_are_bounded_by_max_uncounted():
+    """lp.Restart(max_uncounted=1): the first lost session restarts the node, uncounted; the
+    second stops the program, its failure naming the node, the reason and the count (before
+    max_uncounted, a host that kept being lost restarted its nodes forever)."""
+    program = lp.Program('lost_twice')
+    program.add_node(lp.CourierNode(Member), label='member')
+    host = ssh_host('h3')
+    policy = lp.Restart(max_restarts=5, backoff=(0.05, 0.2), max_uncounted=1)
+    controller = lp.launch(program, launch_type='ssh', resources={'member': host},
+                           failure_policy={'member': policy})
+    try:
+        _drop_session_to(host.host)
+        _back_after(controller, 1)
+        _drop_session_to(host.host)
+    finally:
+        with pytest.raises(lp.NodeFailedError) as failed:
+            controller.wait(timeout=60)
+    member = _member(controller)
+    assert member.state == lp.NodeState.FAILED
+    assert member.restart_reasons == {'host_lost': 1}
+    message = str(failed.value)
+    assert "'member'" in message and 'lost by host_lost' in message, message
+    assert 'restarted 1 times after losses that were not its fault (host_lost 1)' in message
+    assert 'lp.Restart(max_uncounted=1)' in message
 
 
 def _agent_steps(job: str) -> dict[str, str]:
