@@ -13,7 +13,8 @@ import pytest
 import launchpad_py as lp
 from launchpad_py import courier
 from conftest import needs_ssh_hosts, wait_for
-from kubernetes_nodes import Movable, PeerCaller, image_for_every_group, options
+from kubernetes_nodes import (Movable, PeerCaller, image_for_every_group,
+                              note_stop_then_ignore_it, options)
 from restart_nodes import Member, Watcher
 
 pytest.importorskip('kubernetes', reason="the [kubernetes] extra is not installed "
@@ -140,6 +141,27 @@ def test_pod_deleted_by_the_cluster_comes_back_under_restart(kubernetes_cluster)
         assert _status(controller).host == f'{pod}-r1'
         assert caller.dereference().peer_who()['who']['name'] == 'movable/0'
         assert controller.is_running
+
+
+@needs_ssh_hosts
+def test_pod_deleted_after_the_stop_began_is_part_of_the_stop(kubernetes_cluster, tmp_path):
+    """The stop has reached a restartable node (it ignores it); then its pod is deleted by
+    someone else. That ends the node as the stop would: STOPPED, no failure, no restart
+    (before, the deletion was judged the cluster's doing and failed the program)."""
+    heard = tmp_path / 'stop heard'
+    program = lp.Program('deleted_in_stop')
+    program.add_node(lp.PyNode(note_stop_then_ignore_it, str(heard)), label='deaf')
+    controller = _launch(program, {'deaf': _QUICK})
+    pod = _status(controller, 'deaf').host
+    controller.request_stop(grace=120)
+    wait_for(heard.exists, timeout=30, what='the node to hear the stop request')
+    kubernetes_cluster.store.delete('pods', 'default', pod)
+    controller.stop(timeout=60)  # Raises nothing: the program stopped, as asked.
+    controller.wait(timeout=5)
+    status = _status(controller, 'deaf')
+    assert (status.state, status.restarts) == (lp.NodeState.STOPPED, 0), status
+    assert controller.killed_nodes == []
+    wait_for(lambda: kubernetes_cluster.objects() == [], timeout=15, what='every object deleted')
 
 
 @needs_ssh_hosts

@@ -71,6 +71,10 @@ class Starter(abc.ABC):
         cannot tell."""
         return None
 
+    def stop_requested(self) -> None:
+        """The program's stop (or the node's removal) has been sent to the node: however its
+        run ends from now on is part of that stop, not the scheduler taking it away."""
+
     def host_gone(self) -> bool:
         """Whether the node's run ended with its host (a Ray node lost), so a restart serves
         elsewhere though the starter keeps addresses where it can."""
@@ -344,6 +348,7 @@ class RemoteWorker(MembersOverChannel, Worker):
         with self._lock:
             self._stop_requested = True
             channel = self._channel
+        self._starter.stop_requested()
         if channel is not None:  # Before 'run' too: the node then ends without running.
             channel.send('stop')
 
