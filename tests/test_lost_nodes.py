@@ -140,17 +140,29 @@ def _set_host_state(host: str, state: str) -> None:
         wait_for(lambda: not host_steps.node_failed(host), what=f'{host} to be up again')
 
 
+# steps='host': 12 CPUs each, two of the 16-CPU hosts, the agent's step holding all their
+# CPUs. steps='node': 9 CPUs each, one per host, the elastic room holding a third host where
+# the lost node's new step fits.
+_FAILED_HOST_LAYOUTS = {
+    'host': ({'steps': 'host'}, 12, False),
+    'node': ({'steps': 'node', 'elastic_room': 1}, 9, True),
+}
+
+
 @needs_slurm
-def test_under_slurm_a_failed_host_restarts_its_node_on_another_host_uncounted():
-    """steps='host': Slurm marks the host of one of two members down; the job goes on without
-    it (the launcher's salloc asks --no-kill), and the member comes back on the job's other
-    host, restart_reasons node_failure, uncounted; a client follows it there."""
+@pytest.mark.parametrize('steps', sorted(_FAILED_HOST_LAYOUTS))
+def test_under_slurm_a_failed_host_restarts_its_node_on_another_host_uncounted(steps):
+    """Slurm marks the host of one of two members down; the job goes on without it (the
+    launcher's salloc asks --no-kill), and the member comes back on another host of the job,
+    restart_reasons node_failure, uncounted; a client follows it there. With a step per node
+    too (before, its failed step counted as the node's own failure)."""
     slurm_cluster()
-    program = lp.Program('failed_slurm_host')
-    handles = [program.add_node(lp.CourierNode(Member), label='member') for _ in range(2)]
-    # 12 CPUs each: two of the 16-CPU hosts.
-    with launch(program, 'slurm', resources={'member': lp.SlurmResources(cpus=12)},
-                slurm_options={'steps': 'host', 'output_dir': SLURM_LOGS},
+    slurm_options, cpus, elastic = _FAILED_HOST_LAYOUTS[steps]
+    program = lp.Program(f'failed_slurm_{steps}')
+    with program.group('member', elastic=elastic):
+        handles = [program.add_node(lp.CourierNode(Member)) for _ in range(2)]
+    with launch(program, 'slurm', resources={'member': lp.SlurmResources(cpus=cpus)},
+                slurm_options={**slurm_options, 'output_dir': SLURM_LOGS},
                 failure_policy={'member': lp.Restart(max_restarts=0)}) as controller:
         status = lambda: next(s for s in controller.statuses() if s.index == 1)
         before = status()
@@ -163,7 +175,7 @@ def test_under_slurm_a_failed_host_restarts_its_node_on_another_host_uncounted()
                      and status().state == lp.NodeState.RUNNING, timeout=120,
                      what=f'member/1 to come back after {before.host} failed')
             after = status()
-            assert after.host in others
+            assert after.host != before.host
             client = handles[1].dereference()
             try:
                 seen = client.who()['pid']
