@@ -95,6 +95,9 @@ def test_uncounted_restarts_are_bounded_by_max_uncounted():
     member = _member(controller)
     assert member.state == lp.NodeState.FAILED
     assert member.restart_reasons == {'host_lost': 1}
+    assert ('lp_node_restarts_by_reason_total{program="lost_twice",node="member/0",'
+            'reason="host_lost"} 1') in prometheus.exposition('lost_twice',
+                                                               controller.statistics())
     message = str(failed.value)
     assert "'member'" in message and 'lost by host_lost' in message, message
     assert 'restarted 1 times after losses that were not its fault (host_lost 1)' in message
