@@ -218,9 +218,11 @@ def test_failure_policy_values_must_be_policies(policy, match):
     ({'max_restarts': 2.5}, 'max_restarts must be an int >= 0'),
     ({'backoff': (5.0, 1.0)}, r'0 <= initial <= maximum.*\(5.0, 1.0\)'),
     ({'backoff': 3}, 'backoff must be'),
+    ({'max_uncounted': -1}, r'max_uncounted must be an int >= 0 \(got -1\)'),
+    ({'max_uncounted': True}, r'max_uncounted must be an int >= 0 \(got True\)'),
 ])
 def test_restart_arguments_are_checked(kwargs, match):
-    """Bad max_restarts or backoff values say what was expected."""
+    """Bad max_restarts, max_uncounted or backoff values say what was expected."""
     with pytest.raises(ValueError, match=match):
         lp.Restart(**kwargs)
 

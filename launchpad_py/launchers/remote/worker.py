@@ -71,6 +71,13 @@ class Starter(abc.ABC):
         cannot tell."""
         return None
 
+    def ran_on(self, host: str) -> None:
+        """The node reported the host it runs on (where the scheduler chose it)."""
+
+    def stop_requested(self) -> None:
+        """The program's stop (or the node's removal) has been sent to the node: however its
+        run ends from now on is part of that stop, not the scheduler taking it away."""
+
     def host_gone(self) -> bool:
         """Whether the node's run ended with its host (a Ray node lost), so a restart serves
         elsewhere though the starter keeps addresses where it can."""
@@ -251,6 +258,7 @@ class RemoteWorker(MembersOverChannel, Worker):
             self._channel, self._pid, self.addresses = channel, pid, addresses
             if self.placement.host_env and host:
                 self._reported_host = host
+                self._starter.ran_on(host)
             stop_now = self._stop_requested
             self._send_members_on_connect(channel)
         if stop_now:  # Stopped while it was starting: it ends without running.
@@ -344,6 +352,7 @@ class RemoteWorker(MembersOverChannel, Worker):
         with self._lock:
             self._stop_requested = True
             channel = self._channel
+        self._starter.stop_requested()
         if channel is not None:  # Before 'run' too: the node then ends without running.
             channel.send('stop')
 

@@ -68,7 +68,10 @@ class SlurmStep(remote.CommandStarter):
     """A node's srun job step; when Slurm ends the job (scancel, time limit, preemption), says so.
 
     A restart is a new step pinned to the host the node reported (``--nodelist``), so that it
-    serves on its old address; the failed step's CPUs and memory there are free again.
+    serves on its old address; the failed step's CPUs and memory there are free again. A
+    step that ended with its host (Slurm reports the host down or failing, or took it out of
+    the job, which ``--no-kill`` keeps running) was lost by ``node_failure``, not the node's
+    fault: its restart is a step wherever the job still has room, at a new address.
     """
 
     def __init__(self, srun_args: list[str], command: list[str], job: Job,
@@ -78,10 +81,37 @@ class SlurmStep(remote.CommandStarter):
         self._srun_args, self._command, self._job, self._host = srun_args, command, job, host
         self._counted = counted  # The room its group's steps share, and the group.
         self._secret = secret
+        self._ran_on: str | None = None  # The host the node reported.
+        self._ended_by_us = False
+        self._failed: bool | None = None  # Whether its host failed, once asked.
 
     def again(self, host: str | None) -> 'SlurmStep':
-        return SlurmStep(self._srun_args, self._command, self._job, host or self._host,
-                         self._counted, self._secret)
+        where = None if self.lost_by() == 'node_failure' else host or self._host
+        return SlurmStep(self._srun_args, self._command, self._job, where, self._counted,
+                         self._secret)
+
+    def ran_on(self, host: str) -> None:
+        self._ran_on = host
+
+    def terminate(self) -> bool:
+        self._ended_by_us = True
+        return super().terminate()
+
+    def lost_by(self) -> str | None:
+        """'node_failure' when the step ended, not by the launcher, in a job still running,
+        and Slurm reports its host failed or took it out of the job; asked once (the host may
+        come back later, its nodes gone meanwhile)."""
+        process = self._process
+        if (self._failed is None and self._ran_on and not self._ended_by_us
+                and process is not None and process.poll() is not None
+                and self._job.ended_by() is None):
+            hosts = host_steps.job_hosts(self._job)
+            self._failed = host_steps.node_failed(self._ran_on) or bool(hosts) and \
+                self._ran_on not in hosts
+        return 'node_failure' if self._failed else None
+
+    def host_gone(self) -> bool:
+        return self.lost_by() == 'node_failure'
 
     def start(self, boot: dict, sink) -> None:
         if self._secret is not None:
