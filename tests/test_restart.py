@@ -236,7 +236,7 @@ def test_launcher_that_cannot_restart_rejects_a_restart_policy():
     def launch_plain(program, options):
         controller = ProgramController(program.name, 'plain', options.grace, False,
                                        failure_policy=options.failure_policy)
-        from launchpad_py.supervision import shipping
+        from launchpad_py.supervision.launch_kit import shipping
         executables = [e for e, _ in shipping.prepare(program, serialize=False)]
         return controller.start([NoRestartWorker(e, controller.scope, controller.events)
                                  for e in executables])

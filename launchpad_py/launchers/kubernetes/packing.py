@@ -29,7 +29,7 @@ from launchpad_py.launchers.kubernetes import pods
 from launchpad_py.launchers.kubernetes.pod_sessions import AgentListener, PodSession
 from launchpad_py.launchers.remote import launch as remote
 from launchpad_py.launchers.remote.host_agents import AgentStarter, HostAgent
-from launchpad_py.supervision import output
+from launchpad_py.supervision.launch_kit import output
 
 
 class PackedPod:

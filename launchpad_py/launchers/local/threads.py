@@ -23,8 +23,8 @@ import threading
 from launchpad_py.node_side import checkpoints, runtime
 from launchpad_py.node_side.reporting import labelled_output, node_logging, node_metrics
 from launchpad_py.courier import serialization
-from launchpad_py.supervision import (address_book, program_secret, rundir, shipping,
-                                      stuck_threads)
+from launchpad_py.supervision.launch_kit import address_book, program_secret, rundir, shipping
+from launchpad_py.supervision import stuck_threads
 from launchpad_py.supervision.controller import ProgramController
 from launchpad_py.launchers import start_program
 from launchpad_py.launchers.local.resources import check_open_files

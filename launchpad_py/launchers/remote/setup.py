@@ -19,7 +19,7 @@ from launchpad_py import courier
 from launchpad_py.launchers import start_program
 from launchpad_py.node_side import control_channel, flag_transfer
 from launchpad_py.program import Program
-from launchpad_py.supervision import address_book, program_secret
+from launchpad_py.supervision.launch_kit import address_book, program_secret
 
 _log = logging.getLogger(__name__)
 

@@ -17,7 +17,7 @@ import threading
 from launchpad_py import errors
 from launchpad_py.node_side import node_process
 from launchpad_py.courier import serialization
-from launchpad_py.supervision import metrics_probe, output
+from launchpad_py.supervision.launch_kit import metrics_probe, output
 from launchpad_py.supervision.worker import (Events, FailureReport, MembersOverChannel, Worker,
                                              relay_node_messages)
 from launchpad_py.launchers.remote.setup import HEARTBEAT_TIMEOUT_S, RemoteSetup

@@ -21,6 +21,7 @@ import sys
 
 from launchpad_py import errors
 from launchpad_py.launchers.remote import launch as remote
+from launchpad_py.launchers.remote.seen_secret import SeenSecret
 from launchpad_py.supervision.controller import ProgramController
 from launchpad_py.launchers.options import LaunchOptions
 from launchpad_py.launchers.slurm import checkpoint_cleanup, growth, host_steps
@@ -76,7 +77,7 @@ class SlurmStep(remote.CommandStarter):
 
     def __init__(self, srun_args: list[str], command: list[str], job: Job,
                  host: str | None = None, counted: tuple[growth.Room, str] | None = None,
-                 secret: checkpoint_cleanup.SeenSecret | None = None):
+                 secret: SeenSecret | None = None):
         super().__init__([*srun_args, *([f'--nodelist={host}'] if host else []), *command])
         self._srun_args, self._command, self._job, self._host = srun_args, command, job, host
         self._counted = counted  # The room its group's steps share, and the group.
@@ -140,7 +141,7 @@ def _get_job(program: Program, components: list[Component], options: SlurmOption
 
 
 def _step_placer(job: Job, components: list[Component], specs: dict[str, SlurmResources],
-                 launcher_ip: str, room: growth.Room, secret: checkpoint_cleanup.SeenSecret):
+                 launcher_ip: str, room: growth.Room, secret: SeenSecret):
     """``place(label, index)``: the placement of one node as a step of its own."""
     het = len(components) > 1
     component_of = {label: index for index, c in enumerate(components) for label in c.groups}
@@ -173,7 +174,7 @@ def launch_slurm(program: Program, options: LaunchOptions) -> ProgramController:
         raise errors.ProgramError(f'program {program.name!r} has no nodes to launch')
     per_host = _steps_per_host(program, components, slurm)  # Refused before submitting.
     job = _get_job(program, components, slurm)
-    agents, place_new, secret = [], None, checkpoint_cleanup.SeenSecret()
+    agents, place_new, secret = [], None, SeenSecret()
     try:
         launcher_ip = slurm.launcher_address or address_towards(job.node_list)
         log_dir = os.path.abspath(os.path.join(slurm.output_dir, f'{program.name}-{job.job_id}'))
