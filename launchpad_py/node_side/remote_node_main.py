@@ -33,8 +33,9 @@ import signal
 import socket
 import sys
 import threading
+import time
 
-from launchpad_py.node_side import flag_transfer, node_process
+from launchpad_py.node_side import control_channel, flag_transfer, node_process
 from launchpad_py.node_side.reporting import node_logging
 from launchpad_py.courier import serialization
 from launchpad_py.program import group_handle
@@ -189,12 +190,29 @@ class HeartbeatChannel:
 
     A killed launcher's connection usually closes at once, but a host that
     vanishes from the network never says so: the heartbeat covers that.
+
+    Silence is counted in ticks of this process's own clock, and a tick that fired
+    late counts only as long as it should have taken: on a machine so overloaded that
+    this process waits seconds for a CPU (hundreds of pods starting at once), the
+    launcher's pings are late for the same reason, and a starved node must not blame
+    its launcher for it. A launcher that is really gone still ends the node: its
+    connection closes at once, or its silence adds up at the normal rate wherever this
+    process gets to run.
+
+        channel = HeartbeatChannel(connection, timeout=5.0)
+        message = channel.recv()   # EOFError after 5 s of silence this process could watch
     """
 
-    def __init__(self, connection: mpc.Connection, timeout: float):
+    #: Ticks per timeout: how finely silence is counted.
+    TICKS = 10
+    #: A tick counts at most this many times its length, however late it fired.
+    LATE_TICK_CREDIT = 1.5
+
+    def __init__(self, connection: mpc.Connection, timeout: float | None):
         self._channel = node_process.Channel(connection)
         self._connection = connection
         self._timeout = timeout
+        self._heard = False  # Until the launcher's first word, it may still be taking us in.
         #: Why ``recv`` last failed: what the node says when it ends itself.
         self.why_ended = 'the control channel to the launcher closed'
 
@@ -202,10 +220,27 @@ class HeartbeatChannel:
         return self._channel.send(*message)
 
     def recv(self):
-        if self._timeout is not None and not self._connection.poll(self._timeout):
-            self.why_ended = f'no heartbeat from the launcher for {self._timeout:.0f}s'
-            raise EOFError(self.why_ended)
-        return self._connection.recv()
+        if self._timeout is not None:
+            # Heartbeats count once the launcher has taken the session (its first word); until
+            # then it gets as long as it gives us to say hello (it may be admitting hundreds).
+            limit = self._timeout if self._heard else max(self._timeout,
+                                                          control_channel.HANDSHAKE_TIMEOUT_S)
+            if not self._heard_within(limit):
+                self.why_ended = f'no heartbeat from the launcher for {limit:.0f}s'
+                raise EOFError(self.why_ended)
+        message = self._connection.recv()
+        self._heard = True
+        return message
+
+    def _heard_within(self, timeout: float) -> bool:
+        """Whether the launcher said something before ``timeout`` seconds of silence."""
+        tick, silent = timeout / self.TICKS, 0.0
+        while silent < timeout:
+            started = time.monotonic()
+            if self._connection.poll(tick):
+                return True
+            silent += min(time.monotonic() - started, tick * self.LATE_TICK_CREDIT)
+        return False
 
     def close(self) -> None:
         self._channel.close()

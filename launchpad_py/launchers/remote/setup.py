@@ -110,10 +110,11 @@ class RemoteSetup(start_program.Launch):
             worker.send('moved', gone)
 
     def heartbeat(self) -> None:
+        """Pings every node each second; one stalled node delays no other (``worker.ping``)."""
         while not self._closed.wait(HEARTBEAT_S):
             for worker in list(self.workers.values()):
                 if worker.needs_heartbeat:  # Not those whose host agent is pinged instead.
-                    worker.send('ping')
+                    worker.ping()
 
     def finish(self) -> None:
         self._closed.set()

@@ -23,6 +23,8 @@ from launchpad_py.supervision.worker import (Events, FailureReport, MembersOverC
 from launchpad_py.launchers.remote.setup import HEARTBEAT_TIMEOUT_S, RemoteSetup
 from launchpad_py.program import Executable
 
+_PING = node_process.frame('ping')  # Encoded once: a heartbeat round is one send per node.
+
 
 class Starter(abc.ABC):
     """How one node process gets started somewhere, and how the launcher learns that it ended.
@@ -296,6 +298,12 @@ class RemoteWorker(MembersOverChannel, Worker):
         channel = self._channel
         if channel is not None:
             channel.send(*message)
+
+    def ping(self) -> None:
+        """The heartbeat: never waits on this node (see ``Channel.nudge``)."""
+        channel = self._channel
+        if channel is not None:
+            channel.nudge(_PING)
 
     def run(self, program_name: str, flags) -> None:
         """Ships the executable, now that every address of the program is known."""

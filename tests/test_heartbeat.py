@@ -1,0 +1,114 @@
+"""A remote node's watch on its launcher's heartbeat (``remote_node_main.HeartbeatChannel``).
+
+The node runs in a process of its own, its channel one end of a socket pair
+whose other end the test holds as the launcher: the test pings, stays silent,
+closes, and stops the node process (SIGSTOP) as an overloaded machine would
+leave it without a CPU.
+"""
+
+from __future__ import annotations
+
+import multiprocessing.connection as mpc
+import select
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from conftest import REPO
+
+_NODE = '''
+import multiprocessing.connection as mpc, sys
+from launchpad_py.node_side.remote_node_main import HeartbeatChannel
+channel = HeartbeatChannel(mpc.Connection(int(sys.argv[1])), float(sys.argv[2]))
+while True:
+    try:
+        print(channel.recv()[0], flush=True)
+    except EOFError as exc:
+        print('ended:', exc, flush=True)
+        break
+'''
+
+
+@pytest.fixture
+def node():
+    """Starts a node watching a heartbeat of ``timeout`` seconds: (process, launcher end)."""
+    started = []
+
+    def start(timeout: float):
+        ours, theirs = socket.socketpair()
+        process = subprocess.Popen([sys.executable, '-c', _NODE, str(theirs.fileno()),
+                                    str(timeout)], pass_fds=[theirs.fileno()], cwd=REPO,
+                                   stdout=subprocess.PIPE, text=True)
+        theirs.close()
+        launcher = mpc.Connection(ours.detach())
+        started.append((process, launcher))
+        return process, launcher
+
+    yield start
+    for process, launcher in started:
+        launcher.close()
+        process.send_signal(signal.SIGCONT)
+        process.kill()
+        process.wait(timeout=30)
+        process.stdout.close()
+
+
+def _line_within(process: subprocess.Popen, seconds: float) -> str | None:
+    """The node's next line, if it says one within ``seconds``."""
+    if not select.select([process.stdout], [], [], seconds)[0]:
+        return None
+    return process.stdout.readline().strip()
+
+
+def _heard(process: subprocess.Popen, launcher: mpc.Connection) -> None:
+    launcher.send(('ping',))
+    assert _line_within(process, 30) == 'ping'
+
+
+def test_a_node_stalled_longer_than_the_timeout_does_not_blame_its_launcher(node):
+    """The node process gets no CPU for 2.5 timeouts (SIGSTOP), and neither did the launcher
+    meanwhile (no ping): resumed, the node keeps waiting and hears the next ping. It counted
+    the stall as silence and ended itself at once, as hundreds of pods starting on two cores
+    did."""
+    process, launcher = node(2.0)
+    _heard(process, launcher)
+    process.send_signal(signal.SIGSTOP)
+    threading.Event().wait(5.0)  # The stall (the scenario, not a synchronization).
+    process.send_signal(signal.SIGCONT)
+    assert _line_within(process, 0.5) is None  # Still waiting, not ended.
+    _heard(process, launcher)
+
+
+def test_a_silent_launcher_still_ends_the_node_after_the_timeout(node):
+    """A launcher that says nothing more (its host vanished) ends the node after the
+    timeout: not sooner, and not much later on a machine where the node gets to run."""
+    process, launcher = node(1.0)
+    _heard(process, launcher)
+    silent_since = time.monotonic()
+    line = _line_within(process, 30)
+    waited = time.monotonic() - silent_since
+    assert line == 'ended: no heartbeat from the launcher for 1s'
+    assert 0.9 <= waited < 15
+
+
+def test_a_closed_launcher_ends_the_node_at_once(node):
+    """The launcher's end of the channel closing (it was killed) ends the node without
+    waiting for the heartbeat's timeout."""
+    process, launcher = node(60.0)
+    _heard(process, launcher)
+    launcher.close()
+    assert (_line_within(process, 30) or '').startswith('ended')
+
+
+def test_heartbeats_count_once_the_launcher_has_taken_the_session(node):
+    """A launcher admitting hundreds of nodes may take the node's hello late: its first word
+    may come after more than the heartbeat's timeout (here 3 s against 1 s), and the node
+    waits for it. It ended itself, as 5 of 300 pods did before their first ping."""
+    process, launcher = node(1.0)
+    assert _line_within(process, 3.0) is None
+    _heard(process, launcher)
