@@ -17,8 +17,11 @@ Then, over the authenticated control channel (see ``launchers/remote/``)::
     then the messages of ``node_process``, and ('ping',) from the launcher every second.
 
 The node ends its whole process group when the control channel closes, when
-no heartbeat arrives for ``heartbeat_timeout`` seconds (None: not watched, as a
-host agent that started it is pinged for the whole host instead), or when its stdin
+the launcher's host stops answering for ``host_timeout`` seconds (TCP keepalive:
+the kernels answer, so a launcher busy starting hundreds of nodes is not taken for
+gone), when no heartbeat arrives for ``heartbeat_timeout`` seconds (a frozen
+launcher; None for both: not watched, as a host agent that started it is pinged
+for the whole host instead), or when its stdin
 closes (the ssh connection dropped; not watched when the bootstrap came
 from a file), so nothing outlives the launcher.
 """
@@ -90,6 +93,22 @@ def _local_ip(connection: mpc.Connection) -> str:
         sock.close()
 
 
+def _watch_host(connection: mpc.Connection, seconds: float) -> None:
+    """The connection fails (ETIMEDOUT) once the launcher's host has not answered for about
+    ``seconds``: probes each second when idle (keepalive), and no more than ``seconds`` for
+    data to be acknowledged. The launcher's kernel answers, not the launcher process, so
+    a launcher that waits for a CPU or its GIL is not taken for gone."""
+    sock = socket.socket(fileno=os.dup(connection.fileno()))
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE, 1)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPINTVL, 1)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPCNT, max(1, int(seconds) - 1))
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT, int(seconds * 1000))
+    finally:
+        sock.close()
+
+
 def _free_range() -> range:
     """Ports below the kernel's ephemeral range: no bind(0) or outgoing connection takes them."""
     try:
@@ -150,6 +169,8 @@ def main() -> int:
         threading.Thread(target=_watch_stdin, name='lp-stdin', daemon=True).start()
     host, port = boot['control']
     connection = mpc.Client((host, port), family='AF_INET', authkey=bytes.fromhex(boot['key']))
+    if boot.get('host_timeout'):
+        _watch_host(connection, boot['host_timeout'])
     channel = HeartbeatChannel(connection, boot['heartbeat_timeout'])
     bind_host = _local_ip(connection)
     host_env = boot.get('host_env')
@@ -228,7 +249,11 @@ class HeartbeatChannel:
             if not self._heard_within(limit):
                 self.why_ended = f'no heartbeat from the launcher for {limit:.0f}s'
                 raise EOFError(self.why_ended)
-        message = self._connection.recv()
+        try:
+            message = self._connection.recv()
+        except TimeoutError:  # ETIMEDOUT: the host watch (``_watch_host``) gave up.
+            self.why_ended = "the launcher's host stopped answering"
+            raise
         self._heard = True
         return message
 

@@ -20,7 +20,8 @@ from launchpad_py.courier import serialization
 from launchpad_py.supervision import metrics_probe, output
 from launchpad_py.supervision.worker import (Events, FailureReport, MembersOverChannel, Worker,
                                              relay_node_messages)
-from launchpad_py.launchers.remote.setup import HEARTBEAT_TIMEOUT_S, RemoteSetup
+from launchpad_py.launchers.remote.setup import (HEARTBEAT_TIMEOUT_S, SILENCE_TIMEOUT_S,
+                                                RemoteSetup)
 from launchpad_py.program import Executable
 
 _PING = node_process.frame('ping')  # Encoded once: a heartbeat round is one send per node.
@@ -223,7 +224,8 @@ class RemoteWorker(MembersOverChannel, Worker):
         return {'control': list(control.address), 'key': control.key.hex(),
                 'secret': self._setup.secret.hex(), 'worker_id': self.worker_id,
                 'addresses': len(self.executable.addresses), 'bind': self.bind,
-                'heartbeat_timeout': HEARTBEAT_TIMEOUT_S if self.needs_heartbeat else None,
+                'heartbeat_timeout': SILENCE_TIMEOUT_S if self.needs_heartbeat else None,
+                'host_timeout': HEARTBEAT_TIMEOUT_S if self.needs_heartbeat else None,
                 'host_env': self.placement.host_env}
 
     @property
