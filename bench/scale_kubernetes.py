@@ -23,7 +23,7 @@ pod agent per pod forks its nodes, see ``launchers/kubernetes/packing.py``), and
 - API requests by kind: pod creates, pod listings, watches, log follows, and
   gets of a single pod (per-pod polling would show there: it is 0);
 - peak RSS, PSS and USS: the largest sums of resident memory over this process and
-  every process below it (the pods), sampled every 2 s by a process of its own. RSS counts shared
+  every process below it (the pods), sampled every half second by a process of its own. RSS counts shared
   pages in each process (an upper bound, far too high for packed pods, whose
   nodes are forks of one agent); PSS splits them among their sharers; USS counts
   only each process's own pages (what ending it would free).
@@ -65,13 +65,16 @@ from nodes_for_tests import serve_forever  # noqa: E402
 
 def sample_memory(root: int) -> None:
     """``--sample_memory PID``, in a process of its own (reading a thousand processes' page
-    maps in the launcher would take CPU from its heartbeat): every 2 s, the RSS, PSS and USS
-    sums over PID and every process below it, until stdin closes; then prints the peaks."""
+    maps in the launcher would take CPU from its heartbeat): says ``ready``, then every
+    half second the RSS, PSS and USS sums over PID and every process below it, until stdin
+    closes; then prints the peaks (a pass over a thousand processes takes longer than
+    that on a loaded machine: the next starts when it ends)."""
     peak, ended = [0, 0, 0], threading.Event()
     threading.Thread(target=lambda: (sys.stdin.read(), ended.set()), daemon=True).start()
     os.nice(19)  # Measures; never competes with the launcher for a core.
     me, top = psutil.Process(), psutil.Process(root)
-    while not ended.wait(2):
+    print('ready', flush=True)
+    while not ended.wait(0.5):
         rss = pss = uss = 0
         for process in [top, *top.children(recursive=True)]:
             if process.pid == me.pid:
@@ -139,6 +142,7 @@ def run_point(nodes: int, concurrency: int, workdir: str, per_pod: int = 1) -> d
         sampler = subprocess.Popen([sys.executable, '-m', 'bench.scale_kubernetes',
                                     '--sample_memory', str(os.getpid())], stdin=subprocess.PIPE,
                                    stdout=subprocess.PIPE, text=True, cwd=os.path.dirname(TESTS))
+        sampler.stdout.readline()  # Sampling before the launch: a short one is seen too.
         try:
             start = time.time()
             controller = lp.launch(program, launch_type='kubernetes',
@@ -214,7 +218,7 @@ def _run_id() -> dict:
         return subprocess.run(['git', *args], capture_output=True, text=True,
                               cwd=os.path.dirname(TESTS)).stdout.strip()
     commit = git('rev-parse', '--short', 'HEAD') or 'unknown'
-    if git('status', '--porcelain', '--untracked-files=no'):
+    if git('status', '--porcelain', '--untracked-files=no', '--', '.', ':!bench/*.json'):
         commit += '+changes'
     return {'date': time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime()), 'commit': commit}
 
