@@ -105,11 +105,16 @@ def test_a_node_s_earlier_run_dialing_back_late_is_refused_and_its_restart_is_no
         connections.append(_dial(restart._starter.boot))
         assert not _closed_by_launcher(connections[-1])
     finally:
-        for connection in connections:
-            connection.close()
-        for worker in (first, restart):
-            worker._starter.ended.set()
-        setup.finish()
+        _end(setup, [first, restart], connections)
+
+
+def _end(setup: _Setup, workers: list[RemoteWorker], connections: list[mpc.Connection]) -> None:
+    """Closes the test's ends, ends the runs (their starters) and the launch."""
+    for connection in connections:
+        connection.close()
+    for worker in workers:
+        worker._starter.ended.set()
+    setup.finish()
 
 
 def _ends_within(connection: mpc.Connection, seconds: float) -> bool:
@@ -191,8 +196,4 @@ def test_a_stalled_node_delays_no_other_node_s_heartbeat(tmp_path):
             assert connections[1].poll(2 * HEARTBEAT_S), 'no ping within two periods'
             assert connections[1].recv() == ('ping',)
     finally:
-        for connection in connections:
-            connection.close()
-        for worker in (stalled, healthy):
-            worker._starter.ended.set()
-        setup.finish()
+        _end(setup, [stalled, healthy], connections)
