@@ -38,7 +38,7 @@ import sys
 import threading
 import time
 
-from launchpad_py.node_side import control_channel, flag_transfer, node_process
+from launchpad_py.node_side import flag_transfer, node_process
 from launchpad_py.node_side.reporting import node_logging
 from launchpad_py.courier import serialization
 from launchpad_py.program import group_handle
@@ -233,7 +233,6 @@ class HeartbeatChannel:
         self._channel = node_process.Channel(connection)
         self._connection = connection
         self._timeout = timeout
-        self._heard = False  # Until the launcher's first word, it may still be taking us in.
         #: Why ``recv`` last failed: what the node says when it ends itself.
         self.why_ended = 'the control channel to the launcher closed'
 
@@ -241,21 +240,14 @@ class HeartbeatChannel:
         return self._channel.send(*message)
 
     def recv(self):
-        if self._timeout is not None:
-            # Heartbeats count once the launcher has taken the session (its first word); until
-            # then it gets as long as it gives us to say hello (it may be admitting hundreds).
-            limit = self._timeout if self._heard else max(self._timeout,
-                                                          control_channel.HANDSHAKE_TIMEOUT_S)
-            if not self._heard_within(limit):
-                self.why_ended = f'no heartbeat from the launcher for {limit:.0f}s'
-                raise EOFError(self.why_ended)
+        if self._timeout is not None and not self._heard_within(self._timeout):
+            self.why_ended = f'no heartbeat from the launcher for {self._timeout:.0f}s'
+            raise EOFError(self.why_ended)
         try:
-            message = self._connection.recv()
+            return self._connection.recv()
         except TimeoutError:  # ETIMEDOUT: the host watch (``_watch_host``) gave up.
             self.why_ended = "the launcher's host stopped answering"
             raise
-        self._heard = True
-        return message
 
     def _heard_within(self, timeout: float) -> bool:
         """Whether the launcher said something before ``timeout`` seconds of silence."""
