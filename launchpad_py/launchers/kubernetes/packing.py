@@ -77,7 +77,7 @@ class PackedPod:
         deployment, packing = self.packing.deployment, self.packing
         if old is not None and old.created:  # The lost run's Secret (and pod, if left).
             deployment.cluster.delete_pod(old.pod_name)
-            deployment.cluster.delete_secret(f'{old.pod_name}-boot')
+            deployment.cluster.delete_secret(packing.names.secret_of(old.pod_name))
         boot = {'launcher': list(packing.listener.address), 'key': packing.listener.key.hex(),
                 'pod': session.pod_name, 'secret': packing.secret}
         secret, pod = packing.render(self.label, self.number, self.indices, deployment.owner,
@@ -105,7 +105,7 @@ class PackedPod:
         if session is not None and session.created:
             cluster = self.packing.deployment.cluster
             cluster.delete_pod(session.pod_name)
-            cluster.delete_secret(f'{session.pod_name}-boot')
+            cluster.delete_secret(self.packing.names.secret_of(session.pod_name))
 
 
 class PackedStarter(AgentStarter):

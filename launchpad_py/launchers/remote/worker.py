@@ -20,8 +20,11 @@ from launchpad_py.courier import serialization
 from launchpad_py.supervision.launch_kit import metrics_probe, output
 from launchpad_py.supervision.worker import (Events, FailureReport, MembersOverChannel, Worker,
                                              relay_node_messages)
-from launchpad_py.launchers.remote.setup import HEARTBEAT_TIMEOUT_S, RemoteSetup
+from launchpad_py.launchers.remote.setup import (HEARTBEAT_TIMEOUT_S, SILENCE_TIMEOUT_S,
+                                                RemoteSetup)
 from launchpad_py.program import Executable
+
+_PING = node_process.frame('ping')  # Encoded once: a heartbeat round is one send per node.
 
 
 class Starter(abc.ABC):
@@ -228,7 +231,8 @@ class RemoteWorker(MembersOverChannel, Worker):
         return {'control': list(control.address), 'key': control.key.hex(),
                 'secret': self._setup.secret.hex(), 'worker_id': self.worker_id,
                 'addresses': len(self.executable.addresses), 'bind': self.bind,
-                'heartbeat_timeout': HEARTBEAT_TIMEOUT_S if self.needs_heartbeat else None,
+                'heartbeat_timeout': SILENCE_TIMEOUT_S if self.needs_heartbeat else None,
+                'host_timeout': HEARTBEAT_TIMEOUT_S if self.needs_heartbeat else None,
                 'host_env': self.placement.host_env}
 
     @property
@@ -304,6 +308,12 @@ class RemoteWorker(MembersOverChannel, Worker):
         channel = self._channel
         if channel is not None:
             channel.send(*message)
+
+    def ping(self) -> None:
+        """The heartbeat: never waits on this node (see ``Channel.nudge``)."""
+        channel = self._channel
+        if channel is not None:
+            channel.nudge(_PING)
 
     def run(self, program_name: str, flags) -> None:
         """Ships the executable, now that every address of the program is known."""
