@@ -64,6 +64,21 @@ def test_public_methods_properties_and_call(served):
     assert courier.list_methods(client) == ['__call__', 'add', 'adder', 'wait_for_release']
 
 
+class Doubler:
+    def add(self, a, b):
+        return 2 * (a + b)
+
+
+def test_replace_object_serves_the_new_object_on_open_connections():
+    """After replace_object, sync calls and futures on connections already open reach it."""
+    with courier.Server(Target()) as server:
+        client = courier.Client(server.address)
+        assert client.add(1, 2) == 3 and client.futures.add(1, 2).result(timeout=30) == 3
+        server.replace_object(Doubler())
+        assert client.add(1, 2) == 6 and client.futures.add(1, 2).result(timeout=30) == 6
+        assert courier.list_methods(client) == ['add']
+
+
 def test_delegating_wrapper_is_served():
     """Methods reached through __getattr__ delegation work."""
     with courier.Server(Delegating(Target())) as server:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import inspect
+
 import pytest
 
 import launchpad_py as lp
@@ -71,3 +73,24 @@ def test_stop_is_scoped_to_one_program():
     assert first.is_running
     first.stop()
     assert not first.is_running
+
+
+class _LookupProbe:
+    """Says whether its methods were looked up through the node's construction stand-in."""
+
+    def __getattribute__(self, name):
+        if name == 'looked_up_via_stand_in':
+            via = any(frame.function == '__getattr__' and frame.filename.endswith('courier_node.py')
+                      for frame in inspect.stack(context=0))
+            return lambda: via
+        return object.__getattribute__(self, name)
+
+
+def test_calls_resolve_on_the_built_object_not_the_stand_in():
+    """Once a node's object is built, its server looks methods up on it directly (issue 29)."""
+    program = lp.Program('lookup')
+    node = program.add_node(lp.CourierNode(_LookupProbe), label='probe')
+    with lp.launch(program, launch_type='test_mt'):
+        client = node.dereference()
+        client.looked_up_via_stand_in()  # The first may wait for the constructor.
+        assert client.looked_up_via_stand_in() is False

@@ -138,8 +138,10 @@ class _ServeCaches:
             for address, cache in zip(self.addresses, caches):
                 servers.append(start_server(cache, address, context, self.server_kwargs))
             context.report_ready()
-            for cache in caches:
-                cache.finish(Cache(self.upstream.dereference(), self.refresh_s, self.stale_s))
+            for cache, server in zip(caches, servers):
+                built = Cache(self.upstream.dereference(), self.refresh_s, self.stale_s)
+                server.replace_object(built)  # As CourierNode does: no stand-in per call.
+                cache.finish(built)
             context.stop_event.wait()
         finally:
             for server in servers:

@@ -105,6 +105,9 @@ class _ServeObject:
             except BaseException as exc:
                 stand_in.finish(error=exc)
                 raise
+            # The server first, so that once a waiting call is answered every later call
+            # resolves on the object itself, not through the stand-in.
+            server.replace_object(obj)
             stand_in.finish(obj)
             checkpoints.register_object(obj)
             run = getattr(obj, 'run', None)
