@@ -20,6 +20,7 @@ after ``QUIET_TICKS`` ticks without one.
 from __future__ import annotations
 
 import threading
+import time
 from typing import Callable
 
 TICK = 0.001
@@ -114,15 +115,21 @@ class Watchdog:
                 seen.clear()
 
     def _sleep(self, long: bool) -> bool:
-        """Waits a tick, or until woken when ``long``; False once stopped."""
+        """Waits a tick, or until woken when ``long``; False once stopped.
+
+        A tick is a plain ``time.sleep``: a condition's timed wait makes and
+        drops a lock and a waiter entry in Python every millisecond; a stop
+        waits for the tick to end instead.
+        """
+        if not long:
+            time.sleep(TICK)
+            return not self._stopped
         with self._cond:
-            if long and not self._stopped:
+            if not self._stopped:
                 self._asleep = True  # Set before looking: a reader starting now wakes us.
                 if not any(turn.running is not None for turn in list(self._turns)):
                     self._cond.wait()
                 self._asleep = False
-            elif not self._stopped:
-                self._cond.wait(TICK)
             return not self._stopped
 
     def _hand_over(self, turn: Turn, serial: int) -> None:
