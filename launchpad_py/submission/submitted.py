@@ -25,6 +25,10 @@ from launchpad_py.submission import client, dashboard_relay, forward, logs, reco
 from launchpad_py.submission.platforms import kubernetes, slurm, ssh
 
 PLATFORMS = {'slurm': slurm, 'ssh': ssh, 'kubernetes': kubernetes}
+#: How ``wait`` spaces its looks at the platform: nothing announces a remote controller's end,
+#: so it looks again soon at first (most waits are short, and each answer came up to a whole
+#: pause late), then every ``_POLL_S`` (each look may be an ssh session or a scheduler query).
+_FIRST_POLL_S = 0.05
 _POLL_S = 1.0
 
 
@@ -145,7 +149,7 @@ class SubmittedProgram:
     def wait(self, timeout: float | None = None) -> int:
         """Waits until the controller ends; its exit code (TimeoutError after ``timeout``)."""
         deadline = None if timeout is None else time.monotonic() + timeout
-        pause = threading.Event()
+        pause, pause_s = threading.Event(), _FIRST_POLL_S
         while True:
             state = self.state()
             if state == 'lost':
@@ -156,7 +160,8 @@ class SubmittedProgram:
                 return self.result()['exit_code']
             if deadline is not None and time.monotonic() > deadline:
                 raise TimeoutError(f'program {self.id} still {state} after {timeout}s')
-            pause.wait(_POLL_S)
+            pause.wait(pause_s)
+            pause_s = min(_POLL_S, 2 * pause_s)
 
     def stop(self, grace: float | None = None, timeout: float = 60.0) -> str:
         """The clean stop (nodes get ``grace`` seconds), else the platform's kill; the final state."""
