@@ -42,7 +42,7 @@ _SMALL_READ = 64 * 1024
 # Received in-band buffers this large get their own anonymous mapping: zeroing
 # a ``bytearray`` page by page costs more than the transfer (numpy does the same).
 _MMAP_MIN = 4 * 1024 * 1024
-_STREAM_ENDED = 2  # A status of ``_cframes.take_replies``.
+_TAKEN, _STREAM_ENDED = 0, 2  # Statuses of ``_cframes.take_replies``.
 
 
 class Connection(Protocol):
@@ -382,45 +382,66 @@ class Reader:
 
     def read(self) -> Frame:
         """The next frame (a compiled reader's ``read`` is ``_read_compiled``)."""
-        frame = self._small_frame()
-        if frame is not None:
-            return frame
         if self._start == self._end:  # Nothing buffered: one receive usually brings a whole call.
             self._start = self._end = 0
             self._end = self._recv(self._view)
-            frame = self._small_frame()
-            if frame is not None:
-                return frame
+        frame = self._small_frame()
+        if frame is not None:
+            return frame
         return self._read_frame()
 
     def take_replies(self, pending: dict) -> list[tuple]:
         """The replies received so far (at least one frame is read), matched to ``pending``.
 
         Every reply whose call id ``pending`` holds is popped from it and returned as
-        ``(entry, pickled, buffers)``; replies to calls no longer pending are dropped. The
-        compiled loop takes all small replies received in one call
-        (``_cframes.take_replies``); any other frame, and the pure loop, go through ``read``.
+        ``(entry, pickled, buffers)``; replies to calls no longer pending are dropped (so
+        the list may be empty: the caller looks again at what it waits for). The compiled
+        loop takes all small replies received in one call (``_cframes.take_replies``), the
+        pure one parses them in place; any other frame is read by ``_read_frame``.
         """
+        replies: list[tuple] = []
         if self.loop is not None:
             replies, self._start, self._end, fds, status = self.loop.take_replies(
                 self._sock.fileno(), self._buf, self._start, self._end, self._descriptors,
                 self._small_limit, pending)
             if fds:
                 self._fds.extend(fds)
-            if replies:
+            if status == _TAKEN or replies:
                 return replies
             if status == _STREAM_ENDED:
                 raise EOFError('the peer closed the connection')
-            frame = self._read_frame()  # Another kind of frame (or one that would block).
-        else:
-            frame = self.read()
-        replies = []
-        while frame is not None:
-            entry = pending.pop(frame.call_id, None)  # Atomic: whoever pops it completes it.
-            if entry is not None:
-                replies.append((entry, frame.pickled, frame.buffers))
-            frame = self._small_frame()
+        elif self._take_buffered(pending, replies):
+            return replies
+        elif self._start == self._end:  # Nothing buffered: one receive usually brings them.
+            self._start = self._end = 0
+            self._end = self._recv(self._view)
+            if self._take_buffered(pending, replies):
+                return replies
+        frame = self._read_frame()  # Another kind of frame, or a small one not whole yet.
+        entry = pending.pop(frame.call_id, None)
+        if entry is not None:
+            replies.append((entry, frame.pickled, frame.buffers))
+        if self.loop is None:
+            self._take_buffered(pending, replies)
         return replies
+
+    def _take_buffered(self, pending: dict, replies: list) -> bool:
+        """Takes the small frames wholly buffered (as ``take_replies``); whether there were any."""
+        buf, view, limit = self._buf, self._view, self._small_limit
+        first = start = self._start
+        end = self._end
+        while end - start >= _HEADER_SIZE:
+            call_id, _, n_released, n_buffers, pickle_len, segment_id, _ = \
+                _unpack_header(buf, start)
+            stop = start + _HEADER_SIZE + pickle_len
+            if stop > end or n_released or n_buffers or segment_id or pickle_len > limit:
+                break
+            entry = pending.pop(call_id, None)  # Atomic: whoever pops it completes it.
+            if entry is not None:
+                replies.append((entry, bytes(view[start + _HEADER_SIZE:stop]), ()))
+            start = stop
+        self._start = start
+        return start != first
 
     def _read_compiled(self) -> Frame:
         """The compiled loop receives a small frame; any other is read on in Python."""

@@ -103,3 +103,13 @@ def test_peer_gone_sees_a_closed_tcp_peer_without_blocking(loop):
     finally:
         connection.close()
 
+
+
+def test_a_reply_nobody_waits_for_is_dropped_without_waiting_for_more(loop, pair):
+    """A reply to a call that timed out meanwhile is read and dropped, and the read returns
+    (empty) instead of waiting for a reply that may never come: its caller looks again."""
+    left, reader = pair
+    reader._sock.settimeout(10)  # A read that waited would fail the test, not hang it.
+    left.sendall(_reply(5, ('ok', 'too late')))
+    assert reader.take_replies({}) == []
+    assert not reader.buffered
