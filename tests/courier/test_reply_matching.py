@@ -14,19 +14,8 @@ import threading
 import numpy as np
 import pytest
 
-from launchpad_py.courier import frame_loop, frames, serialization, shm
+from launchpad_py.courier import frames, serialization, shm
 from launchpad_py.courier.transports import tcp
-
-
-@pytest.fixture(params=['compiled', 'pure'])
-def loop(request, monkeypatch):
-    """Connections opened in the test run the named loop."""
-    if request.param == 'pure':
-        monkeypatch.setenv(frame_loop.PURE_ENV, '1')
-    else:
-        monkeypatch.delenv(frame_loop.PURE_ENV, raising=False)
-    assert frame_loop.active() == request.param
-    return request.param
 
 
 @pytest.fixture

@@ -1,0 +1,18 @@
+"""Fixtures of the courier tests."""
+
+from __future__ import annotations
+
+import pytest
+
+from launchpad_py.courier import frame_loop
+
+
+@pytest.fixture(params=['compiled', 'pure'])
+def loop(request, monkeypatch):
+    """Connections opened in the test run the named frame loop (``LP_COURIER_PURE``)."""
+    if request.param == 'pure':
+        monkeypatch.setenv(frame_loop.PURE_ENV, '1')
+    else:
+        monkeypatch.delenv(frame_loop.PURE_ENV, raising=False)
+    assert frame_loop.active() == request.param
+    return request.param
