@@ -9,6 +9,7 @@ import threading
 
 import numpy as np
 import pytest
+from frame_loops import loop  # noqa: F401 (the fixture)
 
 from launchpad_py import courier
 from launchpad_py.courier import frame_loop, frames, serialization, shm

@@ -71,6 +71,12 @@ class CallFuture(concurrent.futures.Future):
             self._mux.watched(self)
         super().add_done_callback(fn)
 
+    def add_quiet_callback(self, fn) -> None:
+        """``add_done_callback`` without asking for the reply now: ``fn`` runs when the
+        future completes because someone waits for it (or, unobserved, within the
+        connection's idle read). For the client's own bookkeeping, not the user's."""
+        super().add_done_callback(fn)
+
 
 class _Watched(list):
     """A future's waiter list (``wait``, ``as_completed``): a waiter added asks for delivery."""

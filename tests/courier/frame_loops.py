@@ -1,4 +1,7 @@
-"""Fixtures of the courier tests."""
+"""The ``loop`` fixture of the frame-loop tests: ``from frame_loops import loop``.
+
+A module of its own, not a ``conftest.py``: the suite's tests import ``conftest`` by name
+(tests/conftest.py), which a second one would shadow."""
 
 from __future__ import annotations
 
