@@ -148,13 +148,16 @@ def floor(depth: int, calls: int) -> dict:
         os.rmdir(os.path.dirname(path))
 
 
-def courier_peer(transport: str):
+def courier_peer(transport: str, relocate: bool = False):
+    """``relocate``: the client follows its server, as every client a node's handle gives
+    (so every ``bench.run`` row) does."""
     def measure(depth: int, calls: int) -> dict:
         from launchpad_py import courier
         process = subprocess.Popen([sys.executable, '-c', SERVER], stdin=subprocess.PIPE,
                                    stdout=subprocess.PIPE, text=True, env=procs.child_env())
         try:
-            client = courier.Client(process.stdout.readline().strip(), transport=transport)
+            client = courier.Client(process.stdout.readline().strip(), transport=transport,
+                                    relocate=(lambda address: address) if relocate else None)
 
             def run(d, n):
                 if not d:
@@ -179,6 +182,7 @@ def courier_peer(transport: str):
 
 
 PEERS = {'floor_unix': floor, 'launchpad': courier_peer('auto'),
+         'launchpad_relocate': courier_peer('auto', relocate=True),
          'launchpad_tcp': courier_peer('tcp')}
 
 
