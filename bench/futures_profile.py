@@ -148,42 +148,77 @@ def floor(depth: int, calls: int) -> dict:
         os.rmdir(os.path.dirname(path))
 
 
-def courier_peer(transport: str, relocate: bool = False):
-    """``relocate``: the client follows its server, as every client a node's handle gives
-    (so every ``bench.run`` row) does."""
+def courier_peer(transport: str):
     def measure(depth: int, calls: int) -> dict:
         from launchpad_py import courier
         process = subprocess.Popen([sys.executable, '-c', SERVER], stdin=subprocess.PIPE,
                                    stdout=subprocess.PIPE, text=True, env=procs.child_env())
         try:
-            client = courier.Client(process.stdout.readline().strip(), transport=transport,
-                                    relocate=(lambda address: address) if relocate else None)
-
-            def run(d, n):
-                if not d:
-                    for _ in range(n):
-                        client.echo(1)
-                    return n
-                futures = client.futures
-                pending = collections.deque(futures.echo(1) for _ in range(d))
-                issued = d
-                while pending:
-                    pending.popleft().result()
-                    if issued < n:
-                        pending.append(futures.echo(1))
-                        issued += 1
-                return issued
-
-            return profile(process.pid, client.threads, run, depth, calls)
+            client = courier.Client(process.stdout.readline().strip(), transport=transport)
+            return profile(process.pid, client.threads, _futures_loop(client), depth, calls)
         finally:
             process.stdin.close()
             process.wait(30)
     return measure
 
 
+class Echo:
+    """``echo`` served by a launched node, which also tells its threads' names."""
+
+    def echo(self, x):
+        return x
+
+    def ping(self):
+        return None
+
+    def threads(self):
+        return {t.native_id: t.name for t in threading.enumerate()}
+
+
+def launched_peer(depth: int, calls: int) -> dict:
+    """As ``launchpad``, but the server is a node this process launched (``local_mp``).
+
+    ``bench.run``'s launchpad rows are measured this way: the launcher's threads
+    (supervision, heartbeats, status) then share the caller's process and its GIL,
+    which a courier ``Server`` started by hand does not show."""
+    import contextlib
+    import io
+
+    import launchpad_py as lp
+    program = lp.Program('futures_profile')
+    handle = program.add_node(lp.CourierNode(Echo, courier_kwargs={'thread_pool_size': 16}),
+                              label='echo')
+    with contextlib.redirect_stdout(io.StringIO()):
+        controller = lp.launch(program, launch_type='local_mp', terminal='output_to_files')
+    try:
+        client = handle.dereference()
+        client.ping()
+        pid = next(s.pid for s in controller.statuses() if s.label == 'echo')
+        return profile(pid, client.threads, _futures_loop(client), depth, calls)
+    finally:
+        controller.stop()
+
+
+def _futures_loop(client):
+    def run(d, n):
+        if not d:
+            for _ in range(n):
+                client.echo(1)
+            return n
+        futures = client.futures
+        pending = collections.deque(futures.echo(1) for _ in range(d))
+        issued = d
+        while pending:
+            pending.popleft().result()
+            if issued < n:
+                pending.append(futures.echo(1))
+                issued += 1
+        return issued
+    return run
+
+
 PEERS = {'floor_unix': floor, 'launchpad': courier_peer('auto'),
-         'launchpad_relocate': courier_peer('auto', relocate=True),
-         'launchpad_tcp': courier_peer('tcp')}
+         'launchpad_tcp': courier_peer('tcp'), 'launchpad_launched': launched_peer}
 
 
 def process_cpu(pid: int) -> tuple[float, float]:

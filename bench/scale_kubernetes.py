@@ -22,10 +22,15 @@ pod agent per pod forks its nodes, see ``launchers/kubernetes/packing.py``), and
 - stop: ``controller.stop()`` until every node ended;
 - API requests by kind: pod creates, pod listings, watches, log follows, and
   gets of a single pod (per-pod polling would show there: it is 0);
-- peak RSS and PSS: the largest sums of resident memory over this process and
-  every process below it (the pods), sampled every 2 s by a process of its own. RSS counts shared
+- peak RSS, PSS and USS: the largest sums of resident memory over this process and
+  every process below it (the pods), sampled every half second by a process of its own. RSS counts shared
   pages in each process (an upper bound, far too high for packed pods, whose
-  nodes are forks of one agent); PSS splits them among their sharers.
+  nodes are forks of one agent); PSS splits them among their sharers; USS counts
+  only each process's own pages (what ending it would free).
+
+A launch that fails is recorded too (``failed``: its error), and every point
+carries the date and commit of its run; ``--merge`` keeps a file's earlier
+points beside the new ones.
 
 The fake API server and its kubelet run in a process of their own (in the
 launcher's, their threads starved its heartbeat); they share the machine's
@@ -60,14 +65,17 @@ from nodes_for_tests import serve_forever  # noqa: E402
 
 def sample_memory(root: int) -> None:
     """``--sample_memory PID``, in a process of its own (reading a thousand processes' page
-    maps in the launcher would take CPU from its heartbeat): every 2 s, the RSS and PSS sums
-    over PID and every process below it, until stdin closes; then prints the peaks."""
-    peak, ended = [0, 0], threading.Event()
+    maps in the launcher would take CPU from its heartbeat): says ``ready``, then every
+    half second the RSS, PSS and USS sums over PID and every process below it, until stdin
+    closes; then prints the peaks (a pass over a thousand processes takes longer than
+    that on a loaded machine: the next starts when it ends)."""
+    peak, ended = [0, 0, 0], threading.Event()
     threading.Thread(target=lambda: (sys.stdin.read(), ended.set()), daemon=True).start()
     os.nice(19)  # Measures; never competes with the launcher for a core.
     me, top = psutil.Process(), psutil.Process(root)
-    while not ended.wait(2):
-        rss = pss = 0
+    print('ready', flush=True)
+    while not ended.wait(0.5):
+        rss = pss = uss = 0
         for process in [top, *top.children(recursive=True)]:
             if process.pid == me.pid:
                 continue
@@ -75,8 +83,8 @@ def sample_memory(root: int) -> None:
                 memory = process.memory_full_info()
             except psutil.Error:
                 continue
-            rss, pss = rss + memory.rss, pss + memory.pss
-        peak = [max(peak[0], rss), max(peak[1], pss)]
+            rss, pss, uss = rss + memory.rss, pss + memory.pss, uss + memory.uss
+        peak = [max(peak[0], rss), max(peak[1], pss), max(peak[2], uss)]
     print(json.dumps(peak), flush=True)
 
 
@@ -134,18 +142,21 @@ def run_point(nodes: int, concurrency: int, workdir: str, per_pod: int = 1) -> d
         sampler = subprocess.Popen([sys.executable, '-m', 'bench.scale_kubernetes',
                                     '--sample_memory', str(os.getpid())], stdin=subprocess.PIPE,
                                    stdout=subprocess.PIPE, text=True, cwd=os.path.dirname(TESTS))
-        start = time.time()
-        controller = lp.launch(program, launch_type='kubernetes',
-                               resources={'node': lp.KubernetesResources(
-                                   image=IMAGE, nodes_per_pod=per_pod)},
-                               kubernetes_options={'launcher_address': '127.0.0.1',
-                                                   'create_concurrency': concurrency})
-        ready = time.time() - start
-        stopping = time.time()
-        controller.stop()
-        controller.wait(timeout=600)
-        stop = time.time() - stopping
-        peak = json.loads(sampler.communicate('', timeout=120)[0])
+        sampler.stdout.readline()  # Sampling before the launch: a short one is seen too.
+        try:
+            start = time.time()
+            controller = lp.launch(program, launch_type='kubernetes',
+                                   resources={'node': lp.KubernetesResources(
+                                       image=IMAGE, nodes_per_pod=per_pod)},
+                                   kubernetes_options={'launcher_address': '127.0.0.1',
+                                                       'create_concurrency': concurrency})
+            ready = time.time() - start
+            stopping = time.time()
+            controller.stop()
+            controller.wait(timeout=600)
+            stop = time.time() - stopping
+        finally:
+            peak = json.loads(sampler.communicate('', timeout=120)[0])
     finally:
         out, _ = fake.communicate('', timeout=120)
     seen = json.loads(out.strip().splitlines()[-1])
@@ -154,7 +165,8 @@ def run_point(nodes: int, concurrency: int, workdir: str, per_pod: int = 1) -> d
             'create_concurrency': concurrency,
             'created_s': round(seen['created'][pods - 1] - start, 2), 'ready_s': round(ready, 2),
             'ready_per_node_ms': round(1000 * ready / nodes, 2), 'stop_s': round(stop, 2),
-            'peak_rss_gib': round(peak[0] / 2**30, 2), 'peak_pss_gib': round(peak[1] / 2**30, 2), 'api_requests': seen['requests']}
+            'peak_rss_gib': round(peak[0] / 2**30, 2), 'peak_pss_gib': round(peak[1] / 2**30, 2),
+            'peak_uss_gib': round(peak[2] / 2**30, 2), 'api_requests': seen['requests']}
 
 
 def main() -> None:
@@ -164,8 +176,8 @@ def main() -> None:
     parser.add_argument('--nodes_per_pod', type=int, nargs='+', default=[1],
                         help='each point runs with each of these')
     parser.add_argument('--json', help='write the results here')
-    parser.add_argument('--merge', metavar='JSON', help='add the points to this file, each '
-                        'replacing one of the same nodes, nodes_per_pod and create_concurrency')
+    parser.add_argument('--merge', metavar='JSON', help='add the points to this file (its '
+                        'earlier points stay: each carries the date and commit of its run)')
     parser.add_argument('--serve_fake', metavar='WORKDIR', help=argparse.SUPPRESS)
     parser.add_argument('--sample_memory', metavar='PID', type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -181,7 +193,13 @@ def main() -> None:
         for per_pod in args.nodes_per_pod:
             load_before = [round(x, 2) for x in os.getloadavg()]
             with tempfile.TemporaryDirectory(prefix='lp-bench-k8s-') as workdir:
-                point = run_point(nodes, args.create_concurrency, workdir, per_pod)
+                try:
+                    point = run_point(nodes, args.create_concurrency, workdir, per_pod)
+                except Exception as exc:  # A failed launch is a result too (said, not dropped).
+                    point = {'nodes': nodes, 'nodes_per_pod': per_pod,
+                             'create_concurrency': args.create_concurrency,
+                             'failed': f'{type(exc).__name__}: {exc}'[:400]}
+            point.update(_run_id())
             point['load_before'] = load_before
             point['load_after'] = [round(x, 2) for x in os.getloadavg()]
             print(json.dumps(point), flush=True)
@@ -194,13 +212,26 @@ def main() -> None:
             out.write('\n')
 
 
+def _run_id() -> dict:
+    """When, and on which commit, a point ran (``+changes``: with uncommitted changes)."""
+    def git(*args: str) -> str:
+        return subprocess.run(['git', *args], capture_output=True, text=True,
+                              cwd=os.path.dirname(TESTS)).stdout.strip()
+    commit = git('rev-parse', '--short', 'HEAD') or 'unknown'
+    if git('status', '--porcelain', '--untracked-files=no', '--', '.', ':!bench/*.json'):
+        commit += '+changes'
+    return {'date': time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime()), 'commit': commit}
+
+
 def _key(point: dict) -> tuple:
-    return point['nodes'], point.get('nodes_per_pod', 1), point['create_concurrency']
+    return (point.get('nodes_per_pod', 1), point['nodes'], point['create_concurrency'],
+            point.get('date', ''))
 
 
 def _merged(path: str, results: dict) -> dict:
-    """The points in ``path`` (a point without ``nodes_per_pod`` ran a pod per node), with
-    ``results``' replacing those of the same key; each run's machine kept under its points."""
+    """The points in ``path`` (a point without ``nodes_per_pod`` ran a pod per node) and
+    ``results``' after them: earlier runs stay beside new ones (each point says its date and
+    commit where it was recorded with them); each run's machine kept under its points."""
     try:
         with open(path) as old:
             kept = json.load(old)
@@ -210,10 +241,8 @@ def _merged(path: str, results: dict) -> dict:
         point.setdefault('machine', kept.get('machine'))
     for point in results['points']:
         point['machine'] = results['machine']
-    new = {_key(p) for p in results['points']}
-    points = [p for p in kept['points'] if _key(p) not in new] + results['points']
     return {'machine': results['machine'],
-            'points': sorted(points, key=lambda p: (_key(p)[1], _key(p)[0], _key(p)[2]))}
+            'points': sorted(kept['points'] + results['points'], key=_key)}
 
 
 if __name__ == '__main__':

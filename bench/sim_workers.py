@@ -24,7 +24,7 @@ import launchpad_py as lp
 from launchpad_py.launchers import start_program
 from launchpad_py.launchers.options import LaunchOptions
 from launchpad_py.program import Executable, Program
-from launchpad_py.supervision import address_book, program_secret, shipping
+from launchpad_py.supervision.launch_kit import address_book, program_secret, shipping
 from launchpad_py.supervision.worker import Events, Worker
 
 

@@ -34,6 +34,13 @@ def ignore_stop() -> None:
     threading.Event().wait()
 
 
+def note_stop_then_ignore_it(path: str) -> None:
+    """Writes ``path`` when the stop request arrives, then goes on as if it had not."""
+    import threading
+    lp.register_stop_handler(lambda: open(path, 'w').close())
+    threading.Event().wait()
+
+
 def print_and_wait(text: str) -> None:
     print(text, flush=True)
     lp.wait_for_stop()

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from launchpad_py.program import address
-from launchpad_py.supervision.address_book import AddressBook
+from launchpad_py.supervision.launch_kit.address_book import AddressBook
 
 
 class _Issued:

@@ -159,8 +159,15 @@ def test_launcher_killed_leaves_no_packed_pod_node_or_object(kubernetes_cluster)
     launcher.send_signal(signal.SIGKILL)
     launcher.wait(timeout=10)
     launcher.stdout.close()
-    wait_for(lambda: not any(p.is_running() and p.status() != psutil.STATUS_ZOMBIE
-                             for p in agents), timeout=20, what='every agent and node to end')
+
+    def running(process) -> bool:
+        try:  # (It may end between the two questions.)
+            return process.is_running() and process.status() != psutil.STATUS_ZOMBIE
+        except psutil.NoSuchProcess:
+            return False
+
+    wait_for(lambda: not any(map(running, agents)), timeout=20,
+             what='every agent and node to end')
     wait_for(lambda: kubernetes_cluster.objects() == [], timeout=30, what='the lease to run out')
 
 

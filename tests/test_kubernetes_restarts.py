@@ -13,7 +13,8 @@ import pytest
 import launchpad_py as lp
 from launchpad_py import courier
 from conftest import needs_ssh_hosts, wait_for
-from kubernetes_nodes import Movable, PeerCaller, image_for_every_group, options
+from kubernetes_nodes import (Movable, PeerCaller, image_for_every_group,
+                              note_stop_then_ignore_it, options)
 from restart_nodes import Member, Watcher
 
 pytest.importorskip('kubernetes', reason="the [kubernetes] extra is not installed "
@@ -140,6 +141,35 @@ def test_pod_deleted_by_the_cluster_comes_back_under_restart(kubernetes_cluster)
         assert _status(controller).host == f'{pod}-r1'
         assert caller.dereference().peer_who()['who']['name'] == 'movable/0'
         assert controller.is_running
+
+
+@needs_ssh_hosts
+@pytest.mark.parametrize('per_pod', [1, 2])
+def test_pod_deleted_after_the_stop_began_is_part_of_the_stop(kubernetes_cluster, tmp_path,
+                                                              per_pod):
+    """The stop has reached restartable nodes (they ignore it); then their pod is deleted by
+    someone else. That ends them as the stop would: STOPPED, no failure, no restart (before,
+    the deletion was judged the cluster's doing and failed the program). A pod per node, and
+    two nodes packed in one pod."""
+    program = lp.Program('deleted_in_stop')
+    with program.group('deaf'):
+        for index in range(per_pod):
+            program.add_node(lp.PyNode(note_stop_then_ignore_it, str(tmp_path / f'heard{index}')))
+    controller = lp.launch(program, launch_type='kubernetes', kubernetes_options=options(),
+                           resources=image_for_every_group(program, nodes_per_pod=per_pod),
+                           failure_policy={'deaf': _QUICK})
+    (pod,) = {s.host for s in controller.statuses()}
+    controller.request_stop(grace=120)
+    for index in range(per_pod):
+        wait_for((tmp_path / f'heard{index}').exists, timeout=30,
+                 what=f'node deaf/{index} to hear the stop request')
+    kubernetes_cluster.store.delete('pods', 'default', pod)
+    controller.stop(timeout=60)  # Raises nothing: the program stopped, as asked.
+    controller.wait(timeout=5)
+    assert [(s.state, s.restarts) for s in controller.statuses()] == [
+        (lp.NodeState.STOPPED, 0)] * per_pod, controller.statuses()
+    assert controller.killed_nodes == []
+    wait_for(lambda: kubernetes_cluster.objects() == [], timeout=15, what='every object deleted')
 
 
 @needs_ssh_hosts

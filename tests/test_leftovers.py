@@ -18,7 +18,7 @@ import launchpad_py as lp
 from conftest import REPO, run_script, wait_for
 from launchpad_py import courier
 from launchpad_py.courier.transports import uds
-from launchpad_py.supervision import rundir
+from launchpad_py.supervision.launch_kit import rundir
 from process_nodes import Describe
 
 TERMINALS = ['current_terminal', 'output_to_files', pytest.param(

@@ -12,6 +12,7 @@ from __future__ import annotations
 import subprocess
 
 import psutil
+import pytest
 
 import launchpad_py as lp
 from launchpad_py import courier
@@ -73,6 +74,36 @@ def test_a_lost_host_restarts_its_node_without_counting_against_max_restarts():
         assert '3 (host_lost 2)' in table
 
 
+@needs_ssh_hosts
+def test_uncounted_restarts_are_bounded_by_max_uncounted():
+    """lp.Restart(max_uncounted=1): the first lost session restarts the node, uncounted; the
+    second stops the program, its failure naming the node, the reason and the count (before
+    max_uncounted, a host that kept being lost restarted its nodes forever)."""
+    program = lp.Program('lost_twice')
+    program.add_node(lp.CourierNode(Member), label='member')
+    host = ssh_host('h3')
+    policy = lp.Restart(max_restarts=5, backoff=(0.05, 0.2), max_uncounted=1)
+    controller = lp.launch(program, launch_type='ssh', resources={'member': host},
+                           failure_policy={'member': policy})
+    try:
+        _drop_session_to(host.host)
+        _back_after(controller, 1)
+        _drop_session_to(host.host)
+    finally:
+        with pytest.raises(lp.NodeFailedError) as failed:
+            controller.wait(timeout=60)
+    member = _member(controller)
+    assert member.state == lp.NodeState.FAILED
+    assert member.restart_reasons == {'host_lost': 1}
+    assert ('lp_node_restarts_by_reason_total{program="lost_twice",node="member/0",'
+            'reason="host_lost"} 1') in prometheus.exposition('lost_twice',
+                                                               controller.statistics())
+    message = str(failed.value)
+    assert "'member'" in message and 'lost by host_lost' in message, message
+    assert 'restarted 1 times after losses that were not its fault (host_lost 1)' in message
+    assert 'lp.Restart(max_uncounted=1)' in message
+
+
 def _agent_steps(job: str) -> dict[str, str]:
     """The job's agent steps: host -> step id ('job.step')."""
     listed = subprocess.run(['squeue', '-h', '-s', '-j', job, '-o', '%i %j'], capture_output=True,
@@ -112,17 +143,29 @@ def _set_host_state(host: str, state: str) -> None:
         wait_for(lambda: not host_steps.node_failed(host), what=f'{host} to be up again')
 
 
+# steps='host': 12 CPUs each, two of the 16-CPU hosts, the agent's step holding all their
+# CPUs. steps='node': 9 CPUs each, one per host, the elastic room holding a third host where
+# the lost node's new step fits.
+_FAILED_HOST_LAYOUTS = {
+    'host': ({'steps': 'host'}, 12, False),
+    'node': ({'steps': 'node', 'elastic_room': 1}, 9, True),
+}
+
+
 @needs_slurm
-def test_under_slurm_a_failed_host_restarts_its_node_on_another_host_uncounted():
-    """steps='host': Slurm marks the host of one of two members down; the job goes on without
-    it (the launcher's salloc asks --no-kill), and the member comes back on the job's other
-    host, restart_reasons node_failure, uncounted; a client follows it there."""
+@pytest.mark.parametrize('steps', sorted(_FAILED_HOST_LAYOUTS))
+def test_under_slurm_a_failed_host_restarts_its_node_on_another_host_uncounted(steps):
+    """Slurm marks the host of one of two members down; the job goes on without it (the
+    launcher's salloc asks --no-kill), and the member comes back on another host of the job,
+    restart_reasons node_failure, uncounted; a client follows it there. With a step per node
+    too (before, its failed step counted as the node's own failure)."""
     slurm_cluster()
-    program = lp.Program('failed_slurm_host')
-    handles = [program.add_node(lp.CourierNode(Member), label='member') for _ in range(2)]
-    # 12 CPUs each: two of the 16-CPU hosts.
-    with launch(program, 'slurm', resources={'member': lp.SlurmResources(cpus=12)},
-                slurm_options={'steps': 'host', 'output_dir': SLURM_LOGS},
+    slurm_options, cpus, elastic = _FAILED_HOST_LAYOUTS[steps]
+    program = lp.Program(f'failed_slurm_{steps}')
+    with program.group('member', elastic=elastic):
+        handles = [program.add_node(lp.CourierNode(Member)) for _ in range(2)]
+    with launch(program, 'slurm', resources={'member': lp.SlurmResources(cpus=cpus)},
+                slurm_options={**slurm_options, 'output_dir': SLURM_LOGS},
                 failure_policy={'member': lp.Restart(max_restarts=0)}) as controller:
         status = lambda: next(s for s in controller.statuses() if s.index == 1)
         before = status()
@@ -135,7 +178,7 @@ def test_under_slurm_a_failed_host_restarts_its_node_on_another_host_uncounted()
                      and status().state == lp.NodeState.RUNNING, timeout=120,
                      what=f'member/1 to come back after {before.host} failed')
             after = status()
-            assert after.host in others
+            assert after.host != before.host
             client = handles[1].dereference()
             try:
                 seen = client.who()['pid']

@@ -19,7 +19,7 @@ import pytest
 import launchpad_py as lp
 from launchpad_py import courier, errors
 from launchpad_py.program import address as address_module
-from launchpad_py.supervision import address_book, program_secret
+from launchpad_py.supervision.launch_kit import address_book, program_secret
 from conftest import launch, needs_ray, needs_ssh_hosts, ssh_host, wait_for
 from restart_nodes import Caller, Member
 

@@ -386,9 +386,42 @@ def test_a_lost_ray_host_restarts_its_node_elsewhere_uncounted(ray_cluster, how)
 
 
 @needs_ray
+@slow
+def test_memory_monitor_eviction_restarts_uncounted_until_max_uncounted():
+    """A Ray of the launcher's own (never the shared cluster) whose memory monitor finds its
+    host always over the threshold kills the node's actor again and again: each kill is
+    'evicted', restarted without counting (max_restarts=0), until max_uncounted=2 is spent
+    and the failure says so."""
+    source = ('import launchpad_py as lp\n'
+              'from nodes_for_tests import Pinger\n'
+              'p = lp.Program("rayoom"); p.add_node(lp.CourierNode(Pinger), label="pinger")\n'
+              'policy = lp.Restart(max_restarts=0, backoff=(0.05, 0.2), max_uncounted=2)\n'
+              'try:\n'
+              '    lp.launch(p, launch_type="ray", failure_policy={"pinger": policy}'
+              ').wait(timeout=240)\n'
+              'except (lp.NodeFailedError, lp.LaunchError) as error:\n'
+              '    print("ENDED:", error)\n')
+    env = {key: value for key, value in os.environ.items() if key != 'RAY_ADDRESS'}
+    with tempfile.TemporaryDirectory(prefix='lpoom', dir='/tmp') as ray_dir:  # Short: sockets.
+        done = subprocess.run([sys.executable, '-c', source], capture_output=True, text=True,
+                              timeout=300, cwd=REPO, env={
+                                  **env, 'RAY_TMPDIR': ray_dir,
+                                  # Ray's own settings, for this Ray only: always "low on memory".
+                                  'RAY_memory_usage_threshold': '0.001',
+                                  'RAY_memory_monitor_refresh_ms': '100',
+                                  'PYTHONPATH': os.path.join(REPO, 'tests') + os.pathsep + REPO})
+        wait_for(lambda: not marked_processes(ray_dir), timeout=30,
+                 what="the launcher's own Ray to end with it")
+    ended = next((line for line in done.stdout.splitlines() if line.startswith('ENDED:')), '')
+    assert 'lost by evicted' in ended, done.stdout[-3000:] + done.stderr[-3000:]
+    assert '(evicted 2)' in ended and 'lp.Restart(max_uncounted=2)' in ended, ended
+
+
+@needs_ray
 def test_ray_death_causes_map_to_lost_reasons():
-    """Ray's own words for an actor's death become lost_by reasons (the memory monitor's
-    cannot be provoked on the shared test machine, so its text is checked here); an actor
+    """Ray's own words for an actor's death become lost_by reasons (the memory monitor's is
+    provoked only by the opt-in test above, on a Ray of its own, so its text is checked here
+    too); an actor
     someone ray.kill-ed is the node's failure, not the platform's."""
     from ray import exceptions
     from launchpad_py.launchers.ray.starter import lost_reason

@@ -16,9 +16,11 @@ import threading
 import time
 
 import launchpad_py as lp
-from launchpad_py.launchers.remote.setup import RemoteSetup
+from launchpad_py.launchers.remote.setup import HEARTBEAT_S, RemoteSetup
 from launchpad_py.launchers.remote.worker import Placement, RemoteWorker, Starter
 from launchpad_py.supervision.worker import Events, Exited
+
+from conftest import wait_for
 
 
 @dataclasses.dataclass
@@ -103,11 +105,16 @@ def test_a_node_s_earlier_run_dialing_back_late_is_refused_and_its_restart_is_no
         connections.append(_dial(restart._starter.boot))
         assert not _closed_by_launcher(connections[-1])
     finally:
-        for connection in connections:
-            connection.close()
-        for worker in (first, restart):
-            worker._starter.ended.set()
-        setup.finish()
+        _end(setup, [first, restart], connections)
+
+
+def _end(setup: _Setup, workers: list[RemoteWorker], connections: list[mpc.Connection]) -> None:
+    """Closes the test's ends, ends the runs (their starters) and the launch."""
+    for connection in connections:
+        connection.close()
+    for worker in workers:
+        worker._starter.ended.set()
+    setup.finish()
 
 
 def _ends_within(connection: mpc.Connection, seconds: float) -> bool:
@@ -165,3 +172,28 @@ def test_killing_a_run_cuts_its_channel_at_once(tmp_path):
         connection.close()
         worker._starter.ended.set()
         setup.finish()
+
+
+def test_a_stalled_node_delays_no_other_node_s_heartbeat(tmp_path):
+    """A node that stopped reading (its process stalled) while the launcher ships it a large
+    message holds that send; the heartbeat passes it by, and the next node keeps hearing a
+    ping every second. Pinged in turn with blocking sends, the heartbeat waited behind the
+    stalled send, and every node after it ended itself."""
+    setup = _Setup(lp.Program('runs'), 'output_to_files', True, str(tmp_path), False)
+    stalled, healthy = (RemoteWorker(_Executable(index=i), Placement(
+        [], 'h1', '127.0.0.1', starter=_NewPod()), setup, Events()) for i in (0, 1))
+    connections = []
+    try:
+        for worker in (stalled, healthy):
+            worker.start()
+            connections.append(_dial(worker._starter.boot))
+        assert connections[1].recv()[0] == 'run'  # Both taken: the program runs.
+        threading.Thread(target=stalled.send, args=('members', b'x' * (64 << 20)),
+                         daemon=True).start()  # Never read: it fills the socket and waits.
+        wait_for(lambda: stalled._channel._lock.locked(), what='the stalled send')
+        threading.Thread(target=setup.heartbeat, daemon=True).start()
+        for _ in range(3):
+            assert connections[1].poll(2 * HEARTBEAT_S), 'no ping within two periods'
+            assert connections[1].recv() == ('ping',)
+    finally:
+        _end(setup, [stalled, healthy], connections)

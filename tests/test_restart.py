@@ -218,9 +218,11 @@ def test_failure_policy_values_must_be_policies(policy, match):
     ({'max_restarts': 2.5}, 'max_restarts must be an int >= 0'),
     ({'backoff': (5.0, 1.0)}, r'0 <= initial <= maximum.*\(5.0, 1.0\)'),
     ({'backoff': 3}, 'backoff must be'),
+    ({'max_uncounted': -1}, r'max_uncounted must be an int >= 0 \(got -1\)'),
+    ({'max_uncounted': True}, r'max_uncounted must be an int >= 0 \(got True\)'),
 ])
 def test_restart_arguments_are_checked(kwargs, match):
-    """Bad max_restarts or backoff values say what was expected."""
+    """Bad max_restarts, max_uncounted or backoff values say what was expected."""
     with pytest.raises(ValueError, match=match):
         lp.Restart(**kwargs)
 
@@ -234,7 +236,7 @@ def test_launcher_that_cannot_restart_rejects_a_restart_policy():
     def launch_plain(program, options):
         controller = ProgramController(program.name, 'plain', options.grace, False,
                                        failure_policy=options.failure_policy)
-        from launchpad_py.supervision import shipping
+        from launchpad_py.supervision.launch_kit import shipping
         executables = [e for e, _ in shipping.prepare(program, serialize=False)]
         return controller.start([NoRestartWorker(e, controller.scope, controller.events)
                                  for e in executables])

@@ -100,6 +100,21 @@ def test_local_mt_names_a_blocking_stop_handler_with_its_stack():
     assert 'in <lambda>' in result.stderr
 
 
+def test_local_mt_removed_node_left_running_does_not_hold_up_the_stop_or_the_exit():
+    """A node removed from its elastic group that ignores its stop is left running in its
+    thread (threads cannot be killed); the program still stops and the script exits 0, and
+    the program's end names the thread it left."""
+    result = subprocess.run(
+        [sys.executable, os.path.join(SCRIPTS, 'stuck_local_mt.py'), 'removed'],
+        capture_output=True, text=True, timeout=120, cwd=REPO)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines()[-2:] == ['removed', 'stopped'], result.stdout
+    assert 'node stubborn/0 did not return within the grace period' in result.stderr
+    assert ("program 'stuck' ended, but the threads of nodes removed earlier still run"
+            in result.stderr), result.stderr
+    assert 'stubborn/0 (thread lp-node-stubborn/0)' in result.stderr
+
+
 def _readline_within(stream, seconds: float) -> str:
     """The next line of ``stream``; fails the test if none comes within ``seconds``."""
     ready, _, _ = select.select([stream], [], [], seconds)

@@ -42,8 +42,6 @@ from launchpad_py.courier.transports.sockets import socket_channel
 from launchpad_py.courier.transports.tls import TlsCredentials
 
 Timeout = float | int | datetime.timedelta | None
-# The states of a concurrent.futures.Future that is done (read without asking for delivery).
-_SETTLED = ('CANCELLED', 'CANCELLED_AND_NOTIFIED', 'FINISHED')
 TRANSPORTS = registry.CHOICES
 
 def _seconds(timeout: Timeout) -> float | None:
@@ -154,7 +152,7 @@ class Client:
         """Moves first if the last call failed unavailable; a future's failure counts
         even when its callback has not run yet (its caller may wake first)."""
         last = self._last_future
-        if last is not None and last._state in _SETTLED:  # Not done(): see call_future.
+        if last is not None and getattr(last, 'settled', last.done)():
             self._last_future = None
             if last._exception is not None:
                 self._note_failure(last)
@@ -162,8 +160,8 @@ class Client:
             self._move()
 
     def _note_failure(self, future: concurrent.futures.Future) -> None:
-        # Read from the done future's fields: this runs for every future of a client that
-        # follows its server, and a result or a cancellation leaves _exception None.
+        # Read from the done future's fields (a result or a cancellation leaves _exception
+        # None): _check_stale looks at the last future of every call.
         exc = future._exception
         if exc is None or getattr(future, '_lp_noted', False):  # Seen already (callback or call).
             return
@@ -215,12 +213,11 @@ class Client:
             self._stale = self._relocate is not None  # server is, at a gone address).
             raise
         if self._relocate is not None:
-            # Quietly where the future offers it: a done-callback (like done()) asks a socket
-            # connection to deliver the reply at once, from its background thread, which
-            # then takes turns with the caller reading every reply (8 in flight: 5-10x the
-            # CPU per call). Noting the failure can wait until the caller looks.
             self._last_future = future
-            getattr(future, 'add_quiet_callback', future.add_done_callback)(self._note_failure)
+            # Not a done-callback where the future offers a quieter hook: a callback makes
+            # a future "observed", and its reply would then be read by the connection's
+            # background thread instead of the caller waiting in result().
+            getattr(future, 'on_failure', future.add_done_callback)(self._note_failure)
         return future
 
     def list_methods(self) -> list[str]:

@@ -33,7 +33,7 @@ from launchpad_py.supervision.worker import Events, Worker
 class Launch(abc.ABC):
     """One backend's launch of one program: what its workers share, and its steps.
 
-    ``mode`` is the terminal mode (``supervision/output.py``).
+    ``mode`` is the terminal mode (``supervision/launch_kit/output.py``).
     """
 
     mode: str

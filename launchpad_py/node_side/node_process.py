@@ -31,14 +31,17 @@ no node outlives whoever started it.
 from __future__ import annotations
 
 import ctypes
+import errno
 import importlib
 import multiprocessing.connection as mpc
 import os
 import signal
 import socket
+import struct
 import sys
 import threading
 import traceback
+from multiprocessing.reduction import ForkingPickler
 from typing import Callable
 
 from launchpad_py import courier
@@ -66,6 +69,37 @@ class Channel:
             except (OSError, ValueError):  # The other side is gone; the reader will notice.
                 return False
 
+    def nudge(self, frame: bytes) -> None:
+        """Sends ``frame`` (one whole message, see ``frame``) unless that would wait.
+
+        For heartbeats: a launcher pings hundreds of channels from one thread, and a
+        ping that waited on one channel (a send in progress to a stalled peer, a full
+        socket buffer) would silence all the others. A send in progress says as much
+        as the ping; a full buffer means the peer has not read the last ones yet. The
+        send is one non-blocking call that keeps the GIL, so a round of pings is not a
+        round of GIL hand-offs in a busy launcher.
+        """
+        if not self._lock.acquire(blocking=False):
+            return
+        try:
+            sent = _send_now(self._connection.fileno(), frame)
+        except OSError:  # Closed: the reader will notice.
+            sent = len(frame)
+        if 0 < sent < len(frame):  # Rare (a nearly full buffer): the rest goes as it can.
+            threading.Thread(target=self._finish, args=(frame[sent:],), daemon=True).start()
+        else:
+            self._lock.release()
+
+    def _finish(self, rest: bytes) -> None:
+        """Sends the rest of a nudge, holding the lock it left held (frames never interleave)."""
+        try:
+            with socket.socket(fileno=os.dup(self._connection.fileno())) as sock:
+                sock.sendall(rest)
+        except OSError:
+            pass
+        finally:
+            self._lock.release()
+
     def recv(self):
         return self._connection.recv()
 
@@ -84,6 +118,30 @@ class Channel:
                 sock.shutdown(socket.SHUT_RDWR)
         except OSError:  # Closed already.
             pass
+
+
+def frame(*message) -> bytes:
+    """``message`` as ``Channel.send`` would put it on the wire (for ``Channel.nudge``)."""
+    data = ForkingPickler.dumps(message)
+    return struct.pack('!i', len(data)) + data
+
+
+#: ``send(2)`` through a handle that keeps the GIL (the call never waits: MSG_DONTWAIT).
+_send = ctypes.PyDLL(None, use_errno=True).send
+_send.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_size_t, ctypes.c_int]
+_send.restype = ctypes.c_ssize_t
+_MSG_DONTWAIT, _MSG_NOSIGNAL = 0x40, 0x4000
+
+
+def _send_now(fd: int, data: bytes) -> int:
+    """Sends what fits now of ``data`` on socket ``fd``; the bytes sent (0: none fit)."""
+    sent = _send(fd, data, len(data), _MSG_DONTWAIT | _MSG_NOSIGNAL)
+    if sent >= 0:
+        return sent
+    error = ctypes.get_errno()
+    if error in (errno.EAGAIN, errno.EWOULDBLOCK, errno.EINTR):
+        return 0
+    raise OSError(error, os.strerror(error))
 
 
 def die_with_parent(parent_pid: int) -> None:

@@ -17,8 +17,11 @@ Then, over the authenticated control channel (see ``launchers/remote/``)::
     then the messages of ``node_process``, and ('ping',) from the launcher every second.
 
 The node ends its whole process group when the control channel closes, when
-no heartbeat arrives for ``heartbeat_timeout`` seconds (None: not watched, as a
-host agent that started it is pinged for the whole host instead), or when its stdin
+the launcher's host stops answering for ``host_timeout`` seconds (TCP keepalive:
+the kernels answer, so a launcher busy starting hundreds of nodes is not taken for
+gone), when no heartbeat arrives for ``heartbeat_timeout`` seconds (a frozen
+launcher; None for both: not watched, as a host agent that started it is pinged
+for the whole host instead), or when its stdin
 closes (the ssh connection dropped; not watched when the bootstrap came
 from a file), so nothing outlives the launcher.
 """
@@ -33,6 +36,7 @@ import signal
 import socket
 import sys
 import threading
+import time
 
 from launchpad_py.node_side import flag_transfer, node_process
 from launchpad_py.node_side.reporting import node_logging
@@ -85,6 +89,22 @@ def _local_ip(connection: mpc.Connection) -> str:
     sock = socket.socket(fileno=os.dup(connection.fileno()))
     try:
         return sock.getsockname()[0]
+    finally:
+        sock.close()
+
+
+def _watch_host(connection: mpc.Connection, seconds: float) -> None:
+    """The connection fails (ETIMEDOUT) once the launcher's host has not answered for about
+    ``seconds``: probes each second when idle (keepalive), and no more than ``seconds`` for
+    data to be acknowledged. The launcher's kernel answers, not the launcher process, so
+    a launcher that waits for a CPU or its GIL is not taken for gone."""
+    sock = socket.socket(fileno=os.dup(connection.fileno()))
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE, 1)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPINTVL, 1)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPCNT, max(1, int(seconds) - 1))
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT, int(seconds * 1000))
     finally:
         sock.close()
 
@@ -149,6 +169,8 @@ def main() -> int:
         threading.Thread(target=_watch_stdin, name='lp-stdin', daemon=True).start()
     host, port = boot['control']
     connection = mpc.Client((host, port), family='AF_INET', authkey=bytes.fromhex(boot['key']))
+    if boot.get('host_timeout'):
+        _watch_host(connection, boot['host_timeout'])
     channel = HeartbeatChannel(connection, boot['heartbeat_timeout'])
     bind_host = _local_ip(connection)
     host_env = boot.get('host_env')
@@ -189,9 +211,25 @@ class HeartbeatChannel:
 
     A killed launcher's connection usually closes at once, but a host that
     vanishes from the network never says so: the heartbeat covers that.
+
+    Silence is counted in ticks of this process's own clock, and a tick that fired
+    late counts only as long as it should have taken: on a machine so overloaded that
+    this process waits seconds for a CPU (hundreds of pods starting at once), the
+    launcher's pings are late for the same reason, and a starved node must not blame
+    its launcher for it. A launcher that is really gone still ends the node: its
+    connection closes at once, or its silence adds up at the normal rate wherever this
+    process gets to run.
+
+        channel = HeartbeatChannel(connection, timeout=5.0)
+        message = channel.recv()   # EOFError after 5 s of silence this process could watch
     """
 
-    def __init__(self, connection: mpc.Connection, timeout: float):
+    #: Ticks per timeout: how finely silence is counted.
+    TICKS = 10
+    #: A tick counts at most this many times its length, however late it fired.
+    LATE_TICK_CREDIT = 1.5
+
+    def __init__(self, connection: mpc.Connection, timeout: float | None):
         self._channel = node_process.Channel(connection)
         self._connection = connection
         self._timeout = timeout
@@ -202,10 +240,24 @@ class HeartbeatChannel:
         return self._channel.send(*message)
 
     def recv(self):
-        if self._timeout is not None and not self._connection.poll(self._timeout):
+        if self._timeout is not None and not self._heard_within(self._timeout):
             self.why_ended = f'no heartbeat from the launcher for {self._timeout:.0f}s'
             raise EOFError(self.why_ended)
-        return self._connection.recv()
+        try:
+            return self._connection.recv()
+        except TimeoutError:  # ETIMEDOUT: the host watch (``_watch_host``) gave up.
+            self.why_ended = "the launcher's host stopped answering"
+            raise
+
+    def _heard_within(self, timeout: float) -> bool:
+        """Whether the launcher said something before ``timeout`` seconds of silence."""
+        tick, silent = timeout / self.TICKS, 0.0
+        while silent < timeout:
+            started = time.monotonic()
+            if self._connection.poll(tick):
+                return True
+            silent += min(time.monotonic() - started, tick * self.LATE_TICK_CREDIT)
+        return False
 
     def close(self) -> None:
         self._channel.close()

@@ -7,6 +7,10 @@ A ``Restart`` group's failed node is started again after an exponential
 backoff with jitter (so a crash loop costs little and many nodes that fail
 together do not come back in lockstep), keeping its address; once it has
 been restarted ``max_restarts`` times, its next failure stops the program.
+Restarts after a loss that was not the node's fault (a lost host, an evicted
+pod) do not count against ``max_restarts``, but are bounded apart by
+``max_uncounted``: a node whose host never returns would otherwise restart
+forever.
 The launchers' controller and ``MultiProcessingColocation`` share this code
 (and ``Alarms``, to run the restarts when they are due).
 """
@@ -30,16 +34,20 @@ class Restart:
 
     ``backoff=(initial, maximum)`` seconds: the n-th restart (n = 0, 1, ...)
     waits a random time in ``[b/2, b]`` with ``b = min(maximum, initial * 2**n)``.
+    ``max_uncounted``: how many restarts after losses that were not the node's
+    fault (``FailureReport.lost_by``) it may have besides; the next such loss
+    stops the program, as a platform that keeps losing the node will not heal.
     """
 
     max_restarts: int = 10
     backoff: tuple[float, float] = (1.0, 60.0)
+    max_uncounted: int = 100
 
     def __post_init__(self) -> None:
-        if (isinstance(self.max_restarts, bool) or not isinstance(self.max_restarts, int)
-                or self.max_restarts < 0):
-            raise ValueError(f'lp.Restart max_restarts must be an int >= 0 (got '
-                             f'{self.max_restarts!r})')
+        for name in ('max_restarts', 'max_uncounted'):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ValueError(f'lp.Restart {name} must be an int >= 0 (got {value!r})')
         backoff = self.backoff
         if (not isinstance(backoff, (tuple, list)) or len(backoff) != 2
                 or not all(isinstance(b, (int, float)) and not isinstance(b, bool) for b in backoff)
@@ -52,6 +60,11 @@ class Restart:
         """Whether a node restarted ``restarts_done`` times may be restarted once more."""
         return restarts_done < self.max_restarts
 
+    def allows_uncounted(self, uncounted_done: int) -> bool:
+        """Whether a node restarted ``uncounted_done`` times after losses not its own may be
+        restarted once more after another."""
+        return uncounted_done < self.max_uncounted
+
     def delay(self, restarts_done: int, rng: random.Random | None = None) -> float:
         """Seconds to wait before the restart that follows ``restarts_done`` restarts."""
         initial, maximum = self.backoff
@@ -62,6 +75,15 @@ class Restart:
         """Why a node that failed once more is not restarted, for its failure summary."""
         return (f'it had been restarted {restarts_done} times, as many as '
                 f'lp.Restart(max_restarts={self.max_restarts}) allows, so the program stops')
+
+    def exhausted_uncounted(self, reasons: dict[str, int]) -> str:
+        """Why a node lost once more by its platform is not restarted; ``reasons`` are the
+        uncounted restarts it had, by reason."""
+        total = sum(reasons.values())
+        listed = ', '.join(f'{why} {n}' for why, n in sorted(reasons.items()))
+        return (f'it had been restarted {total} times after losses that were not its fault '
+                f'({listed}), as many as lp.Restart(max_uncounted={self.max_uncounted}) '
+                'allows, so the program stops')
 
 
 Policy = StopProgram | Restart

@@ -7,10 +7,10 @@ holds the parts as objects with small interfaces, none calling another:
 period, kills; ``stuck_threads`` for what cannot be killed), ``elastic`` and
 ``membership`` (groups that grow and shrink, group handles); the controller holds
 ``observe`` (statistics, status endpoint, dashboard). ``worker`` is the interface every
-launcher implements to run one node (``Worker``, ``Events``, ``NodeState``). Beside
-them, what launchers share before and after the start: ``shipping`` (pickles),
-``address_book`` (late binding: the addresses local nodes report and ask for), ``rundir`` (a launch's private directory), ``program_secret``, ``output``
-(where node output goes), ``metrics_probe`` and ``interruptible``.
+launcher implements to run one node (``Worker``, ``Events``, ``NodeState``);
+``interruptible`` lets the main thread wait without missing Ctrl-C. Beside
+them, what launchers share before and after the start is ``launch_kit/`` (pickles,
+the program secret, the address book, run directories, node output, metrics probes).
 
 May import: ``courier``, ``program``, ``node_side``, ``observability`` and the package
 root's ``errors`` and ``flags``. Never ``launchers``: backends build on this, not the

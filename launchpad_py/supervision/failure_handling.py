@@ -16,7 +16,9 @@ the platform lost through no fault of its own (``FailureReport.lost_by``, a
 reason: ``evicted``, ``deleted``, ``preempted``, ``node_lost`` for a pod the
 cluster ended, ``host_lost`` for an unreachable host, ``node_failure`` for a
 failed Slurm node) is restarted without counting against
-``max_restarts``; ``worker.restart_reasons`` keeps how many of each.
+``max_restarts``; ``worker.restart_reasons`` keeps how many of each. Those
+are bounded apart (``lp.Restart(max_uncounted=...)``): a node whose host never
+returns stops the program in the end, its failure naming the reason and count.
 
 This part decides and keeps the record; it starts and stops nothing. ``on_failure``
 answers what the supervisor must do next (``Then``), and ``replace`` hands it the
@@ -155,6 +157,9 @@ class Failures:
         counted = counted_restarts(worker)
         if failure.lost_by is None and not policy.allows(counted):
             return False
+        if failure.lost_by is not None and not policy.allows_uncounted(
+                worker.restarts - counted):
+            return False
         delay = policy.delay(counted, self._rng)
         worker.state, worker.failure = NodeState.RESTARTING, failure
         self._alarms.set(('restart', worker), time.monotonic() + delay)
@@ -164,8 +169,9 @@ class Failures:
                          policy.max_restarts, delay)
         else:
             _log.warning('node %s of program %r was lost (%s): %s; restart in %.1fs, not '
-                         'counted against max_restarts', worker.name, self._name,
-                         failure.lost_by, failure.summary, delay)
+                         'counted against max_restarts (uncounted restart %d of %d)',
+                         worker.name, self._name, failure.lost_by, failure.summary, delay,
+                         worker.restarts - counted + 1, policy.max_uncounted)
         return True
 
     def _with_policy_note(self, worker: Worker, failure: FailureReport) -> FailureReport:
@@ -173,9 +179,14 @@ class Failures:
         policy = self._policy(worker)
         if not isinstance(policy, failure_policy.Restart):
             return failure
-        note = policy.exhausted(counted_restarts(worker))
+        if failure.lost_by is None:
+            note = policy.exhausted(counted_restarts(worker))
+        else:
+            note = f'lost by {failure.lost_by}; ' + policy.exhausted_uncounted(
+                {why: n for why, n in worker.restart_reasons.items() if why != 'failed'})
         return FailureReport(f'{failure.summary} ({note})', f'{failure.traceback}\n({note})',
-                             failure.exception, failure.by_scheduler)
+                             failure.exception, failure.by_scheduler, failure.raised,
+                             failure.lost_by)
 
     def replace(self, worker: Worker) -> Worker:
         """The backoff is over: the worker that runs the node in ``worker``'s place, not yet

@@ -20,8 +20,8 @@ from launchpad_py.errors import PeerFailedError
 from launchpad_py.node_state import ENDED, NodeState, NodeStatus
 
 if TYPE_CHECKING:
-    from launchpad_py.supervision.address_book import AddressBook
-    from launchpad_py.supervision.metrics_probe import MetricsProbe
+    from launchpad_py.supervision.launch_kit.address_book import AddressBook
+    from launchpad_py.supervision.launch_kit.metrics_probe import MetricsProbe
 
 # A node that raised one of these failed because a node it called had failed or gone.
 _CONSEQUENCES = (CourierUnavailableError, CourierCancelledError, PeerFailedError)

@@ -104,27 +104,3 @@ def test_a_reply_nobody_waits_for_is_dropped_without_waiting_for_more(loop, pair
     assert reader.take_replies({}) == []
     assert not reader.buffered
 
-
-def test_a_client_following_its_server_leaves_reading_to_the_caller(monkeypatch):
-    """A client with ``relocate`` (every node handle's) watches its futures for failures
-    without asking the connection's background thread to deliver them: that thread then
-    took turns with the caller over every reply (8 in flight: a fifth of the calls/s)."""
-    from launchpad_py import courier
-    from launchpad_py.courier.transports.sockets import futures_connection
-
-    class Echo:
-        def echo(self, value):
-            return value
-
-    asked = []
-    original = futures_connection.FuturesConnection.watched
-    monkeypatch.setattr(futures_connection.FuturesConnection, 'watched',
-                        lambda self, future: (asked.append(future), original(self, future)))
-    with courier.Server(Echo()) as server:
-        client = courier.Client(server.address, relocate=lambda address: address)
-        futures = [client.futures.echo(i) for i in range(8)]
-        for i in range(8, 200):
-            assert futures[i - 8].result(timeout=30) == i - 8
-            futures.append(client.futures.echo(i))
-        assert [f.result(timeout=30) for f in futures[-8:]] == list(range(192, 200))
-    assert asked == []

@@ -6,7 +6,8 @@ lp.launch), 'handler' (a stop handler blocks instead of a node), 'acme' (like Ac
 learner stops the program, and the actor's executor thread calls it once it is gone),
 'ctrl_c' (nothing stops the program: the test sends SIGINT), 'ctrl_c_masked' (the same, but
 the main thread blocks SIGINT, so the kernel hands it to another thread and never wakes
-the main thread with it).
+the main thread with it), 'removed' (the node that ignores its stop is removed from its
+elastic group, then the script stops the program and returns: its thread is left running).
 """
 
 import concurrent.futures
@@ -71,6 +72,15 @@ def main(argv):
     mode = argv[1]
     program = lp.Program('stuck')
     learner_gone = os.path.join(tempfile.mkdtemp(), 'learner_gone')
+    if mode == 'removed':
+        with program.group('stubborn', elastic=True):
+            program.add_node(lp.PyNode(ignore_the_stop))
+        controller = lp.launch(program, launch_type='local_mt')
+        controller.remove_nodes('stubborn', 1, grace=0.5, timeout=30)
+        say('removed')
+        controller.stop(timeout=30)
+        say('stopped')
+        return
     if mode == 'acme':
         learner = program.add_node(lp.CourierNode(Learner), label='learner')
         program.add_node(lp.PyNode(act, learner, learner_gone), label='actor')

@@ -72,7 +72,12 @@ class Names:
         return f'{self._short[label]}-{index}'
 
     def secret(self, label: str, index: int, incarnation: int = 0) -> str:
-        return f'{self.pod(label, index, incarnation)}-boot'
+        return self.secret_of(self.pod(label, index, incarnation))
+
+    @staticmethod
+    def secret_of(pod_name: str) -> str:
+        """The Secret holding the bootstrap of pod ``pod_name`` (a node's or a packed one's)."""
+        return f'{pod_name}-boot'
 
     def packed_pod(self, label: str, number: int, incarnation: int = 0) -> str:
         """Pod ``number`` of a group packed N per pod (``-p0``, ``-p1``...; ``-r1`` again)."""
@@ -167,7 +172,7 @@ def packed_secret(names: Names, options: KubernetesOptions, label: str, number: 
     name = names.packed_pod(label, number, incarnation)
     text = json.dumps(boot) if boot is not None else '(made when the program is launched)'
     return {'apiVersion': 'v1', 'kind': 'Secret', 'type': 'Opaque',
-            'metadata': _metadata(f'{name}-boot', options.namespace, names, owner,
+            'metadata': _metadata(names.secret_of(name), options.namespace, names, owner,
                                   **{NODE_LABEL: names.packed_value(label, number)}),
             'stringData': {BOOT_FILE: text}}
 
@@ -181,7 +186,7 @@ def packed_pod(names: Names, options: KubernetesOptions, label: str, number: int
     metadata = _metadata(name, options.namespace, names, owner,
                          **{NODE_LABEL: names.packed_value(label, number)})
     metadata['annotations'] = {NODES_ANNOTATION: ','.join(f'{label}/{i}' for i in indices)}
-    return _pod(metadata, f'{name}-boot', options, spec, grace,
+    return _pod(metadata, names.secret_of(name), options, spec, grace,
                 _container(spec, hide_gpus, _AGENT_MODULE, AGENT_BOOT_ENV))
 
 

@@ -29,7 +29,7 @@ from launchpad_py.launchers.kubernetes import pods
 from launchpad_py.launchers.kubernetes.pod_sessions import AgentListener, PodSession
 from launchpad_py.launchers.remote import launch as remote
 from launchpad_py.launchers.remote.host_agents import AgentStarter, HostAgent
-from launchpad_py.supervision import output
+from launchpad_py.supervision.launch_kit import output
 
 
 class PackedPod:
@@ -77,7 +77,7 @@ class PackedPod:
         deployment, packing = self.packing.deployment, self.packing
         if old is not None and old.created:  # The lost run's Secret (and pod, if left).
             deployment.cluster.delete_pod(old.pod_name)
-            deployment.cluster.delete_secret(f'{old.pod_name}-boot')
+            deployment.cluster.delete_secret(packing.names.secret_of(old.pod_name))
         boot = {'launcher': list(packing.listener.address), 'key': packing.listener.key.hex(),
                 'pod': session.pod_name, 'secret': packing.secret}
         secret, pod = packing.render(self.label, self.number, self.indices, deployment.owner,
@@ -105,7 +105,7 @@ class PackedPod:
         if session is not None and session.created:
             cluster = self.packing.deployment.cluster
             cluster.delete_pod(session.pod_name)
-            cluster.delete_secret(f'{session.pod_name}-boot')
+            cluster.delete_secret(self.packing.names.secret_of(session.pod_name))
 
 
 class PackedStarter(AgentStarter):
@@ -120,6 +120,7 @@ class PackedStarter(AgentStarter):
         self.packed, self.index = packed, index
         self._sink: output.Sink | None = None
         self._session: PodSession | None = None
+        self._stopping = False  # The stop reached the node: its pod's end is part of it.
         packed.current[index] = self
 
     @property
@@ -144,15 +145,24 @@ class PackedStarter(AgentStarter):
             return None
         return PackedStarter(self.packed, self.index)
 
-    def taken_away(self) -> str | None:
+    def stop_requested(self) -> None:
+        self._stopping = True
+
+    def _lost_session(self) -> PodSession | None:
+        """The pod session whose loss ended this node, unless the node was stopping then."""
         session = self._session
-        return session.taken if self._host_lost and session is not None else None
+        return session if self._host_lost and not self._stopping else None
+
+    def taken_away(self) -> str | None:
+        session = self._lost_session()
+        return session.taken if session is not None else None
 
     def lost_by(self) -> str | None:
         """The pod's loss (deleted, evicted, preempted, its node lost, its connection lost);
-        None when the node failed alone, or the pod's agent did by itself."""
-        session = self._session
-        return session.lost_by if self._host_lost and session is not None else None
+        None when the node failed alone, the pod's agent did by itself, or the pod ended
+        after the node's stop had begun."""
+        session = self._lost_session()
+        return session.lost_by if session is not None else None
 
     def release(self) -> None:
         self.packed.release(self)

@@ -13,7 +13,7 @@ launch of a thousand pods neither waits on a thousand round trips one after
 the other nor floods the API server; one watch of the launch's pods feeds
 every starter. A restart is a new pod (``-r1``, ``-r2``...: same node label,
 new IP): it reports its new address, which its clients look up in the
-launch's address book (``supervision/address_book.py``). A pod the cluster
+launch's address book (``supervision/launch_kit/address_book.py``). A pod the cluster
 ended (evicted, its node lost, preempted, deleted) is ``taken_away``, with a
 ``lost_by`` reason: under ``lp.Restart`` it comes back without counting
 against ``max_restarts``.
@@ -187,6 +187,7 @@ class PodStarter(Starter):
         self._taken: str | None = None
         self._lost_by: str | None = None  # The short reason of ``_taken``.
         self._terminating = False
+        self._stopping = False  # The stop reached the node: a deletion now is part of it.
         self._ended = threading.Event()
 
     def start(self, boot: dict, sink) -> None:
@@ -238,7 +239,7 @@ class PodStarter(Starter):
             self._how = terminated.get('reason')
         elif phase == 'Failed' or kind == 'DELETED':  # Evicted, or deleted by someone.
             self._how = (pod.get('status') or {}).get('reason') or kind.lower()
-        ours = self._terminating or self._deployment.finished
+        ours = self._terminating or self._stopping or self._deployment.finished
         if not ours and self._taken is None:
             verdict = ended_by_cluster(kind, pod, self.pod_name)
             if verdict is not None:
@@ -273,6 +274,9 @@ class PodStarter(Starter):
 
     def lost_by(self) -> str | None:
         return self._lost_by
+
+    def stop_requested(self) -> None:
+        self._stopping = True
 
     def terminate(self) -> bool:
         self._terminating = True

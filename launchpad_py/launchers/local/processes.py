@@ -27,8 +27,8 @@ from launchpad_py import errors
 from launchpad_py.node_side import checkpoints, flag_transfer, node_process
 from launchpad_py.courier import serialization
 from launchpad_py.node_side import control_channel
-from launchpad_py.supervision import (address_book, metrics_probe, output, program_secret,
-                                      rundir, shipping)
+from launchpad_py.supervision.launch_kit import (address_book, metrics_probe, output,
+                                                 program_secret, rundir, shipping)
 from launchpad_py.launchers import start_program
 from launchpad_py.launchers.local import process_starter
 from launchpad_py.supervision.controller import ProgramController

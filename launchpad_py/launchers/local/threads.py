@@ -10,6 +10,8 @@ A node of an elastic group has a scope of its own inside the program's
 checkpoint hooks run, its stop event is set, its server stops and its thread returns.
 One that has not returned within the grace period is reported with its stack and
 counted as gone (a thread cannot be killed); the removal completes for the program.
+Node threads are daemon threads, so such a thread does not hold up the program's
+stop or the process's exit; the program's end names it again, as left running.
 """
 
 from __future__ import annotations
@@ -21,8 +23,8 @@ import threading
 from launchpad_py.node_side import checkpoints, runtime
 from launchpad_py.node_side.reporting import labelled_output, node_logging, node_metrics
 from launchpad_py.courier import serialization
-from launchpad_py.supervision import (address_book, program_secret, rundir, shipping,
-                                      stuck_threads)
+from launchpad_py.supervision.launch_kit import address_book, program_secret, rundir, shipping
+from launchpad_py.supervision import stuck_threads
 from launchpad_py.supervision.controller import ProgramController
 from launchpad_py.launchers import start_program
 from launchpad_py.launchers.local.resources import check_open_files
@@ -41,8 +43,10 @@ class ThreadWorker(Worker):
 
     def __init__(self, executable: Executable, scope: runtime.ProgramScope, events: Events,
                  book: address_book.AddressBook | None = None, data: bytes | None = None,
-                 alone: bool = False):
+                 alone: bool = False, left_running: list | None = None):
         super().__init__(executable.label, executable.index, executable.description, events)
+        #: Where a removed node whose thread ran on past its grace is put, for the end's report.
+        self._left_running = left_running if left_running is not None else []
         self._executable = executable
         self._data = data  # The pickle it came from, so a restart runs a fresh copy.
         self._program_scope = scope
@@ -93,7 +97,7 @@ class ThreadWorker(Worker):
     def restarted(self) -> 'ThreadWorker':
         executable = self._executable if self._data is None else serialization.loads(self._data)
         return ThreadWorker(executable, self._program_scope, self.events, self._book, self._data,
-                            alone=self.can_stop_alone)
+                            alone=self.can_stop_alone, left_running=self._left_running)
 
     def request_stop(self) -> None:
         """A node of its own scope stops alone (its handlers may block: not on the caller's
@@ -113,8 +117,13 @@ class ThreadWorker(Worker):
         _log.warning('node %s did not return within the grace period after its removal; it '
                      'is counted as gone, but its thread runs on (threads cannot be killed):\n%s',
                      self.name, self.stack())
+        self._left_running.append(self)
         self._exited(None, None)
         return True
+
+    @property
+    def thread(self) -> threading.Thread:
+        return self._thread
 
     def request_metrics(self) -> concurrent.futures.Future:
         # Threads share the process: only this node's servers, but the process's RSS and CPU.
@@ -147,6 +156,7 @@ class _ThreadLaunch(start_program.Launch):
         self._book = address_book.AddressBook(program.name, self._issued, self._servers)
         self._book.expect(executables)
         self._scope: runtime.ProgramScope | None = None
+        self._left_running: list[ThreadWorker] = []  # Removed, but their threads ran on.
 
     def attach(self, controller: ProgramController) -> None:
         self._scope = scope = controller.scope
@@ -156,12 +166,19 @@ class _ThreadLaunch(start_program.Launch):
 
     def new_worker(self, executable: Executable, data: bytes, events: Events) -> ThreadWorker:
         return ThreadWorker(executable, self._scope, events, self._book, data,
-                            alone=executable.label in self._elastic)
+                            alone=executable.label in self._elastic,
+                            left_running=self._left_running)
 
     def log_line(self, worker: Worker) -> str:
         return f'{worker.name}: this terminal'  # Never asked: threads write no log files.
 
     def finish(self) -> None:
+        left = [w for w in self._left_running if w.thread.is_alive()]
+        if left:  # Daemon threads: they hold up neither the stop nor the process's exit.
+            _log.warning('program %r ended, but the threads of nodes removed earlier still run '
+                         '(threads cannot be killed; daemon threads, they do not keep the '
+                         'process alive): %s', self._program,
+                         ', '.join(f'{w.name} (thread {w.thread.name})' for w in left))
         self._book.finish()
         self._issued.forget()
         checkpoints.remove_private_root(self._program, self._issued.secret)

@@ -73,7 +73,7 @@ class RayStarter(Starter):
             except (TypeError, ValueError) as exc:  # Options Ray refuses (a bad runtime_env).
                 raise errors.LaunchError(f'Ray refused the actor of node {sink.name}: {exc}') \
                     from exc
-        self._visits.started(boot)
+        self._visits.secret.saw(boot)
         line = json.dumps(boot).encode() + b'\n'
         self._started = self._actor.start.remote(self._key, line, self._env, self._slot,
                                                  self._share.slots)

@@ -6,7 +6,8 @@ get the address table and their executable, stream logs and end with the launche
 node process starts), ``host_agents`` (``HostAgent``: one session per host whose agent forks
 that host's nodes, and ``AgentStarter``, a node it starts), ``code_pack`` (the user's code
 packed for hosts that share nothing, sent by a host's agent session only when its cache
-lacks it). A backend (``ssh``, ``slurm``,
+lacks it), ``seen_secret`` (the program's secret as a starter saw it go by, for the
+cleanup after the end). A backend (``ssh``, ``slurm``,
 ``kubernetes``) supplies placements.
 
 May import: everything below ``launchers`` and ``launchers.options``; not a backend.

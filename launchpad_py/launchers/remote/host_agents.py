@@ -32,7 +32,7 @@ from launchpad_py.launchers.remote import code_pack
 from launchpad_py.launchers.remote.setup import HEARTBEAT_S, HEARTBEAT_TIMEOUT_S
 from launchpad_py.launchers.remote.worker import Starter
 from launchpad_py.node_side import node_process
-from launchpad_py.supervision import output
+from launchpad_py.supervision.launch_kit import output
 
 #: The agent kills its nodes after this long without a ping (sent every HEARTBEAT_S): twice a
 #: node's own heartbeat timeout, as one late ping now costs a whole host.

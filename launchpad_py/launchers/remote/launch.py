@@ -39,7 +39,7 @@ from launchpad_py.node_side import checkpoints
 from launchpad_py.launchers.remote.setup import HEARTBEAT_S, HEARTBEAT_TIMEOUT_S, RemoteSetup
 from launchpad_py.launchers.remote.worker import CommandStarter, Placement, RemoteWorker, Starter
 from launchpad_py.program import AbstractAddressBuilder, Executable, Program
-from launchpad_py.supervision import output, shipping
+from launchpad_py.supervision.launch_kit import output, shipping
 from launchpad_py.supervision.controller import ProgramController
 from launchpad_py.supervision.worker import Events
 

@@ -17,11 +17,14 @@ import threading
 from launchpad_py import errors
 from launchpad_py.node_side import node_process
 from launchpad_py.courier import serialization
-from launchpad_py.supervision import metrics_probe, output
+from launchpad_py.supervision.launch_kit import metrics_probe, output
 from launchpad_py.supervision.worker import (Events, FailureReport, MembersOverChannel, Worker,
                                              relay_node_messages)
-from launchpad_py.launchers.remote.setup import HEARTBEAT_TIMEOUT_S, RemoteSetup
+from launchpad_py.launchers.remote.setup import (HEARTBEAT_TIMEOUT_S, SILENCE_TIMEOUT_S,
+                                                RemoteSetup)
 from launchpad_py.program import Executable
+
+_PING = node_process.frame('ping')  # Encoded once: a heartbeat round is one send per node.
 
 
 class Starter(abc.ABC):
@@ -70,6 +73,13 @@ class Starter(abc.ABC):
         it without counting against ``max_restarts``; None if it did not or the launcher
         cannot tell."""
         return None
+
+    def ran_on(self, host: str) -> None:
+        """The node reported the host it runs on (where the scheduler chose it)."""
+
+    def stop_requested(self) -> None:
+        """The program's stop (or the node's removal) has been sent to the node: however its
+        run ends from now on is part of that stop, not the scheduler taking it away."""
 
     def host_gone(self) -> bool:
         """Whether the node's run ended with its host (a Ray node lost), so a restart serves
@@ -221,7 +231,8 @@ class RemoteWorker(MembersOverChannel, Worker):
         return {'control': list(control.address), 'key': control.key.hex(),
                 'secret': self._setup.secret.hex(), 'worker_id': self.worker_id,
                 'addresses': len(self.executable.addresses), 'bind': self.bind,
-                'heartbeat_timeout': HEARTBEAT_TIMEOUT_S if self.needs_heartbeat else None,
+                'heartbeat_timeout': SILENCE_TIMEOUT_S if self.needs_heartbeat else None,
+                'host_timeout': HEARTBEAT_TIMEOUT_S if self.needs_heartbeat else None,
                 'host_env': self.placement.host_env}
 
     @property
@@ -251,6 +262,7 @@ class RemoteWorker(MembersOverChannel, Worker):
             self._channel, self._pid, self.addresses = channel, pid, addresses
             if self.placement.host_env and host:
                 self._reported_host = host
+                self._starter.ran_on(host)
             stop_now = self._stop_requested
             self._send_members_on_connect(channel)
         if stop_now:  # Stopped while it was starting: it ends without running.
@@ -296,6 +308,12 @@ class RemoteWorker(MembersOverChannel, Worker):
         channel = self._channel
         if channel is not None:
             channel.send(*message)
+
+    def ping(self) -> None:
+        """The heartbeat: never waits on this node (see ``Channel.nudge``)."""
+        channel = self._channel
+        if channel is not None:
+            channel.nudge(_PING)
 
     def run(self, program_name: str, flags) -> None:
         """Ships the executable, now that every address of the program is known."""
@@ -344,6 +362,7 @@ class RemoteWorker(MembersOverChannel, Worker):
         with self._lock:
             self._stop_requested = True
             channel = self._channel
+        self._starter.stop_requested()
         if channel is not None:  # Before 'run' too: the node then ends without running.
             channel.send('stop')
 

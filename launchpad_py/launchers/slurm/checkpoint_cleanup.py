@@ -6,7 +6,7 @@ With a step per host, each host's agent removes it as the program ends
 (``HostAgent.close``); with a step per node, one last step per host of the job runs an
 agent that does only that, before the allocation is given back.
 
-    secret = SeenSecret()           # each node's step records the program's secret
+    secret = SeenSecret()      # each node's step records it (launchers/remote/seen_secret.py)
     remove_on_hosts(job, 'my_program', secret.value, agent_command)
 """
 
@@ -21,17 +21,6 @@ from launchpad_py.launchers.slurm.job import COMMAND_TIMEOUT_S, Job, run
 from launchpad_py.node_side import checkpoints
 
 _log = logging.getLogger(__name__)
-
-
-class SeenSecret:
-    """The program's secret, as the first node's bootstrap carried it (the launcher's own
-    copy stays inside the remote core)."""
-
-    value: bytes | None = None
-
-    def saw(self, boot: dict) -> None:
-        if self.value is None:
-            self.value = bytes.fromhex(boot['secret'])
 
 
 def remove_on_hosts(job: Job, program_name: str, secret: bytes | None,

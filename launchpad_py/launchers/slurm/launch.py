@@ -21,6 +21,7 @@ import sys
 
 from launchpad_py import errors
 from launchpad_py.launchers.remote import launch as remote
+from launchpad_py.launchers.remote.seen_secret import SeenSecret
 from launchpad_py.supervision.controller import ProgramController
 from launchpad_py.launchers.options import LaunchOptions
 from launchpad_py.launchers.slurm import checkpoint_cleanup, growth, host_steps
@@ -68,20 +69,50 @@ class SlurmStep(remote.CommandStarter):
     """A node's srun job step; when Slurm ends the job (scancel, time limit, preemption), says so.
 
     A restart is a new step pinned to the host the node reported (``--nodelist``), so that it
-    serves on its old address; the failed step's CPUs and memory there are free again.
+    serves on its old address; the failed step's CPUs and memory there are free again. A
+    step that ended with its host (Slurm reports the host down or failing, or took it out of
+    the job, which ``--no-kill`` keeps running) was lost by ``node_failure``, not the node's
+    fault: its restart is a step wherever the job still has room, at a new address.
     """
 
     def __init__(self, srun_args: list[str], command: list[str], job: Job,
                  host: str | None = None, counted: tuple[growth.Room, str] | None = None,
-                 secret: checkpoint_cleanup.SeenSecret | None = None):
+                 secret: SeenSecret | None = None):
         super().__init__([*srun_args, *([f'--nodelist={host}'] if host else []), *command])
         self._srun_args, self._command, self._job, self._host = srun_args, command, job, host
         self._counted = counted  # The room its group's steps share, and the group.
         self._secret = secret
+        self._ran_on: str | None = None  # The host the node reported.
+        self._ended_by_us = False
+        self._failed: bool | None = None  # Whether its host failed, once asked.
 
     def again(self, host: str | None) -> 'SlurmStep':
-        return SlurmStep(self._srun_args, self._command, self._job, host or self._host,
-                         self._counted, self._secret)
+        where = None if self.lost_by() == 'node_failure' else host or self._host
+        return SlurmStep(self._srun_args, self._command, self._job, where, self._counted,
+                         self._secret)
+
+    def ran_on(self, host: str) -> None:
+        self._ran_on = host
+
+    def terminate(self) -> bool:
+        self._ended_by_us = True
+        return super().terminate()
+
+    def lost_by(self) -> str | None:
+        """'node_failure' when the step ended, not by the launcher, in a job still running,
+        and Slurm reports its host failed or took it out of the job; asked once (the host may
+        come back later, its nodes gone meanwhile)."""
+        process = self._process
+        if (self._failed is None and self._ran_on and not self._ended_by_us
+                and process is not None and process.poll() is not None
+                and self._job.ended_by() is None):
+            hosts = host_steps.job_hosts(self._job)
+            self._failed = host_steps.node_failed(self._ran_on) or bool(hosts) and \
+                self._ran_on not in hosts
+        return 'node_failure' if self._failed else None
+
+    def host_gone(self) -> bool:
+        return self.lost_by() == 'node_failure'
 
     def start(self, boot: dict, sink) -> None:
         if self._secret is not None:
@@ -110,7 +141,7 @@ def _get_job(program: Program, components: list[Component], options: SlurmOption
 
 
 def _step_placer(job: Job, components: list[Component], specs: dict[str, SlurmResources],
-                 launcher_ip: str, room: growth.Room, secret: checkpoint_cleanup.SeenSecret):
+                 launcher_ip: str, room: growth.Room, secret: SeenSecret):
     """``place(label, index)``: the placement of one node as a step of its own."""
     het = len(components) > 1
     component_of = {label: index for index, c in enumerate(components) for label in c.groups}
@@ -143,7 +174,7 @@ def launch_slurm(program: Program, options: LaunchOptions) -> ProgramController:
         raise errors.ProgramError(f'program {program.name!r} has no nodes to launch')
     per_host = _steps_per_host(program, components, slurm)  # Refused before submitting.
     job = _get_job(program, components, slurm)
-    agents, place_new, secret = [], None, checkpoint_cleanup.SeenSecret()
+    agents, place_new, secret = [], None, SeenSecret()
     try:
         launcher_ip = slurm.launcher_address or address_towards(job.node_list)
         log_dir = os.path.abspath(os.path.join(slurm.output_dir, f'{program.name}-{job.job_id}'))

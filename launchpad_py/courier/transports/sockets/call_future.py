@@ -32,6 +32,17 @@ class CallFuture(concurrent.futures.Future):
         waiters.future = self
         self._done_callbacks = []
         self._mux, self._call_id, self._deadline = mux, call_id, deadline
+        self._on_failure = None
+
+    def on_failure(self, fn) -> None:
+        """Calls ``fn(self)`` if this call fails, without observing it: unlike a done-callback,
+        it asks no background delivery, so its caller's ``result()`` still reads the reply
+        itself (a client that follows moved servers notes failures this way)."""
+        self._on_failure = fn
+
+    def settled(self) -> bool:
+        """``done()`` without observing: no background delivery is asked for."""
+        return self._state != PENDING
 
     def deliver(self, value) -> None:
         """``set_result`` for the reader: skips the notifying nobody needs (no waiter, no callback)."""
@@ -71,12 +82,6 @@ class CallFuture(concurrent.futures.Future):
             self._mux.watched(self)
         super().add_done_callback(fn)
 
-    def add_quiet_callback(self, fn) -> None:
-        """``add_done_callback`` without asking for the reply now: ``fn`` runs when the
-        future completes because someone waits for it (or, unobserved, within the
-        connection's idle read). For the client's own bookkeeping, not the user's."""
-        super().add_done_callback(fn)
-
 
 class _Watched(list):
     """A future's waiter list (``wait``, ``as_completed``): a waiter added asks for delivery."""
@@ -96,6 +101,8 @@ def settle(future: CallFuture, outcome, failed: bool = False) -> None:
         else:
             future.set_result(outcome)
     except concurrent.futures.InvalidStateError:
-        pass
+        return
+    if failed and future._on_failure is not None:
+        future._on_failure(future)
 
 

@@ -260,7 +260,9 @@ class FuturesConnection:
         seen = None
         with self._wake:
             while not self.closed:
-                if self._reader is None and self.pending and (
+                # Not while a caller waits in result(): it is offered the role and reads (the
+                # thread taking it back at once would spin against it for the GIL).
+                if self._reader is None and self.pending and not self._idle and (
                         self._watched or self._progress == seen):
                     return True
                 self._asleep = True  # Before looking: a call submitted now wakes us.

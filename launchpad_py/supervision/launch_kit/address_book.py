@@ -27,7 +27,7 @@ from typing import Callable, Iterable
 
 from launchpad_py import errors
 from launchpad_py.program import Executable, address
-from launchpad_py.supervision.program_secret import Issued
+from launchpad_py.supervision.launch_kit.program_secret import Issued
 
 _log = logging.getLogger(__name__)
 Answer = Callable[[dict[str, str], dict[str, str]], None]
