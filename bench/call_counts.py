@@ -2,6 +2,7 @@
 
     python -m bench.call_counts              # sync calls and 8 futures in flight, 2,000 each
     LP_COURIER_PURE=1 python -m bench.call_counts
+    python -m bench.call_counts --relocate   # a client that follows its server (bench.run's)
 
 CPU per call on a shared 2-core machine moves with whatever else runs; how many
 functions the caller runs per call does not. ``sys.setprofile`` counts every
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import functools
 import subprocess
 import sys
 import threading
@@ -53,13 +55,14 @@ class Counter:
         return sum(self.counts.values()) / done, common
 
 
-def _courier(calls: int, counter: Counter) -> dict:
+def _courier(calls: int, counter: Counter, relocate: bool = False) -> dict:
     from launchpad_py import courier
     process = subprocess.Popen([sys.executable, '-c', futures_profile.SERVER],
                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
                                env=procs.child_env())
-    try:
-        client = courier.Client(process.stdout.readline().strip())
+    try:  # relocate: the client follows its server, as a node handle's (bench.run's) does.
+        client = courier.Client(process.stdout.readline().strip(),
+                                relocate=(lambda address: address) if relocate else None)
         futures = client.futures
 
         def sync(n):
@@ -111,10 +114,14 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     ap.add_argument('--calls', type=int, default=2000)
     ap.add_argument('--top', action='store_true', help='list the functions behind each count')
+    ap.add_argument('--relocate', action='store_true',
+                    help='a client that follows its server (as bench.run\'s node handles give)')
     args = ap.parse_args(argv)
     counter = Counter()
     from launchpad_py.courier import frame_loop
-    for name, measure in ((f'launchpad ({frame_loop.active()})', _courier), ('floor_unix', _floor)):
+    ours = functools.partial(_courier, relocate=args.relocate)
+    label = f'launchpad ({frame_loop.active()}{", relocate" if args.relocate else ""})'
+    for name, measure in ((label, ours), ('floor_unix', _floor)):
         for row, (total, common) in measure(args.calls, counter).items():
             print(f'{name:22} {row:10} {total:6.1f} function calls per call at the caller')
             if args.top:

@@ -214,11 +214,151 @@ error:
     return NULL;
 }
 
+/* ---- Reply matching for futures (futures_connection.py) -----------------------------------
+ *
+ * A connection carrying many futures used to read one reply per Python round (read, build a
+ * Frame, take the pending table's lock, pop the entry). take_replies does that for every
+ * small reply already received in one call: the pending table is a plain dict, popped here
+ * with the GIL held (no Python code runs between the lookup and the removal, so no lock is
+ * needed: whoever pops an entry completes its future). */
+
+enum { REPLY_READY, REPLY_NEED_MORE, REPLY_OTHER };
+
+/* What the bytes at base[start:end] hold: a whole small frame (*call_id, *pickle_len set), the
+ * start of one that can still arrive behind ``start``, or a frame frames.py must read. */
+static int reply_at(const unsigned char *base, Py_ssize_t start, Py_ssize_t end, Py_ssize_t cap,
+                    Py_ssize_t limit, uint64_t *call_id, Py_ssize_t *pickle_len) {
+    if (end - start < HEADER_SIZE) return REPLY_NEED_MORE;
+    const unsigned char *h = base + start;
+    int counted = h[10] | h[11] | h[12] | h[13] | h[14] | h[15];
+    uint64_t length = load_u64(h + 16);
+    if (counted || load_u64(h + 24)) return REPLY_OTHER;  /* Buffers, released ids, shm. */
+    if (length > (uint64_t)limit || length > (uint64_t)(cap - start - HEADER_SIZE))
+        return REPLY_OTHER;  /* Too large here: frames.py refuses it or reads it in parts. */
+    if ((uint64_t)(end - start - HEADER_SIZE) < length) return REPLY_NEED_MORE;
+    *call_id = load_u64(h);
+    *pickle_len = (Py_ssize_t)length;
+    return REPLY_READY;
+}
+
+/* Pops ``call_id`` from ``pending`` and appends (entry, pickle, ()) to ``replies`` (the empty
+ * tuple: a small frame's buffers); a reply to a call no longer pending (it timed out, or
+ * failed) is dropped. */
+static int match_reply(PyObject *pending, PyObject *replies, uint64_t call_id,
+                       const unsigned char *pickle, Py_ssize_t length) {
+    PyObject *key = PyLong_FromUnsignedLongLong(call_id);
+    if (key == NULL) return -1;
+    PyObject *entry = PyDict_GetItemWithError(pending, key);  /* Borrowed. */
+    if (entry == NULL) {
+        Py_DECREF(key);
+        return PyErr_Occurred() ? -1 : 0;
+    }
+    Py_INCREF(entry);
+    int failed = PyDict_DelItem(pending, key) < 0;
+    Py_DECREF(key);
+    PyObject *pickled = failed ? NULL : PyBytes_FromStringAndSize((const char *)pickle, length);
+    PyObject *none = pickled == NULL ? NULL : PyTuple_New(0);
+    PyObject *reply = none == NULL ? NULL : PyTuple_Pack(3, entry, pickled, none);
+    failed = reply == NULL || PyList_Append(replies, reply) < 0;
+    Py_XDECREF(reply);
+    Py_XDECREF(none);
+    Py_XDECREF(pickled);
+    Py_DECREF(entry);
+    return failed ? -1 : 0;
+}
+
+enum { TAKEN, NEXT_OTHER, STREAM_ENDED, WOULD_WAIT };
+
+/* take_replies(fd, buf, start, end, ancillary, limit, pending) ->
+ *     (replies, start, end, fds | None, status)
+ *
+ * Receives into ``buf`` (unread bytes are buf[start:end]) until a small frame is complete,
+ * then takes it and every other small frame already received: ``replies`` lists
+ * (entry, pickle, ()) for those whose call id ``pending`` held (popped from it). ``status`` says
+ * why it stopped: 0 nothing more is received, 1 the next frame is another kind (or does not
+ * fit, or is longer than ``limit``: frames.py reads it), 2 the stream ended, 3 the socket
+ * would block (it has a timeout). Descriptors received are returned, as recv_small's. */
+static PyObject *take_replies(PyObject *self, PyObject *args) {
+    int fd, ancillary;
+    Py_buffer view;
+    Py_ssize_t start, end, limit;
+    PyObject *pending;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "iw*nnpnO!", &fd, &view, &start, &end, &ancillary, &limit,
+                          &PyDict_Type, &pending))
+        return NULL;
+    unsigned char *base = view.buf;
+    Py_ssize_t cap = view.len;
+    PyObject *fds = NULL, *result = NULL, *replies = PyList_New(0);
+    int status = TAKEN, fds_error = 0, took = 0;
+    if (replies == NULL) goto done;
+    if (start < 0 || end < start || end > cap) {
+        PyErr_SetString(PyExc_ValueError, "take_replies: start and end outside the buffer");
+        goto done;
+    }
+    for (;;) {
+        uint64_t call_id;
+        Py_ssize_t length;
+        int found = reply_at(base, start, end, cap, limit, &call_id, &length);
+        if (found == REPLY_READY) {
+            if (match_reply(pending, replies, call_id, base + start + HEADER_SIZE, length) < 0)
+                goto done;
+            start += HEADER_SIZE + length;
+            took = 1;
+            continue;
+        }
+        if (found == REPLY_OTHER) { status = NEXT_OTHER; break; }
+        if (took) break;  /* What was received is taken; the rest of a frame is still coming. */
+        if (start == end) start = end = 0;  /* Nothing unread: receive at the front again. */
+        if (end == cap) { status = NEXT_OTHER; break; }  /* Full: frames.py moves it. */
+        Py_ssize_t n = receive(fd, (char *)base + end, cap - end, ancillary, &fds, &fds_error);
+        if (fds_error) goto done;
+        if (n < 0) {
+            int next = after_failure();
+            if (next == RETRY) continue;
+            if (next == WOULD_BLOCK) { status = WOULD_WAIT; break; }
+            goto done;
+        }
+        if (n == 0) { status = STREAM_ENDED; break; }
+        end += n;
+    }
+    result = Py_BuildValue("(OnnOi)", replies, start, end, fds ? fds : Py_None, status);
+done:
+    if (result == NULL && fds != NULL) {  /* Raising: close what came, nobody will. */
+        for (Py_ssize_t i = 0; i < PyList_GET_SIZE(fds); i++)
+            close((int)PyLong_AsLong(PyList_GET_ITEM(fds, i)));
+    }
+    Py_XDECREF(replies);
+    Py_XDECREF(fds);
+    PyBuffer_Release(&view);
+    return result;
+}
+
+/* peer_gone(fd) -> bool: whether an idle stream socket's peer closed it (or sent what no
+ * server sends unasked), without blocking: one recv(MSG_PEEK | MSG_DONTWAIT), and no Python
+ * exception for the usual answer (nothing there yet). */
+static PyObject *peer_gone(PyObject *self, PyObject *args) {
+    int fd;
+    char byte;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "i", &fd)) return NULL;
+    ssize_t n;
+    do {
+        n = recv(fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+    } while (n < 0 && errno == EINTR);
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) Py_RETURN_FALSE;
+    Py_RETURN_TRUE;  /* Ended (0), data nobody asked for (> 0), or broken (< 0). */
+}
+
 static PyMethodDef methods[] = {
     {"recv_small", recv_small, METH_VARARGS,
      "Receives until a small frame is complete; see frames.Reader."},
     {"send_small", send_small, METH_VARARGS,
      "Sends a small frame's header and pickle with one sendmsg; returns bytes sent."},
+    {"take_replies", take_replies, METH_VARARGS,
+     "Receives and takes the small replies already received, popped from a pending dict."},
+    {"peer_gone", peer_gone, METH_VARARGS,
+     "Whether an idle stream socket's peer closed it (one non-blocking peek)."},
     {NULL, NULL, 0, NULL},
 };
 

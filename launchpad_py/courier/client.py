@@ -55,9 +55,10 @@ def _seconds(timeout: Timeout) -> float | None:
     raise TypeError(f'timeout must be a float, int or timedelta (got {timeout!r})')
 
 
-def decode_reply(frame: frames.Frame, device_arrays: bool = False) -> Any:
-    """The call's value, or its remote exception raised here."""
-    status, value = serialization.decode(frame.pickled, frame.buffers, device_arrays=device_arrays)
+def decode_reply(pickled: bytes | memoryview, buffers: list, device_arrays: bool = False) -> Any:
+    """The call's value, or its remote exception raised here (a reply frame's pickle and
+    buffers: a futures connection matches replies without making ``frames.Frame``s)."""
+    status, value = serialization.decode(pickled, buffers, device_arrays=device_arrays)
     if status == 'ok':
         return value
     raise value.rebuild()
@@ -153,16 +154,19 @@ class Client:
         last = self._last_future
         if last is not None and getattr(last, 'settled', last.done)():
             self._last_future = None
-            self._note_failure(last)
+            if last._exception is not None:
+                self._note_failure(last)
         if self._stale:
             self._move()
 
     def _note_failure(self, future: concurrent.futures.Future) -> None:
-        if getattr(future, '_lp_noted', False):  # Seen already (by its callback or a call).
+        # Read from the done future's fields (a result or a cancellation leaves _exception
+        # None): _check_stale looks at the last future of every call.
+        exc = future._exception
+        if exc is None or getattr(future, '_lp_noted', False):  # Seen already (callback or call).
             return
         future._lp_noted = True  # type: ignore[attr-defined]
-        if not future.cancelled() and isinstance(future.exception(),
-                                                 errors.CourierUnavailableError):
+        if isinstance(exc, errors.CourierUnavailableError):
             self._stale = True
 
     @property
@@ -198,8 +202,13 @@ class Client:
     def call_future(self, method: str, *args, **kwargs) -> concurrent.futures.Future:
         if self._relocate is not None:
             self._check_stale()
+        request = (method, args, kwargs)
         try:
-            future = self._start_future((method, args, kwargs))
+            future = socket_channel.NO_SOCKET
+            if self._local is not None:
+                future = self._local.call_future(request, self._timeout, self._decode)
+            if future is socket_channel.NO_SOCKET:
+                future = self._grpc.call_future(request, self._decode)
         except errors.CourierUnavailableError:  # Failed before it started (asking who the
             self._stale = self._relocate is not None  # server is, at a gone address).
             raise
@@ -210,13 +219,6 @@ class Client:
             # background thread instead of the caller waiting in result().
             getattr(future, 'on_failure', future.add_done_callback)(self._note_failure)
         return future
-
-    def _start_future(self, request: tuple) -> concurrent.futures.Future:
-        if self._local is not None:
-            future = self._local.call_future(request, self._timeout, self._decode)
-            if future is not socket_channel.NO_SOCKET:
-                return future
-        return self._grpc.call_future(request, self._decode)
 
     def list_methods(self) -> list[str]:
         return self._grpc.list_methods()

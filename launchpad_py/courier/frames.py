@@ -42,6 +42,7 @@ _SMALL_READ = 64 * 1024
 # Received in-band buffers this large get their own anonymous mapping: zeroing
 # a ``bytearray`` page by page costs more than the transfer (numpy does the same).
 _MMAP_MIN = 4 * 1024 * 1024
+_TAKEN, _STREAM_ENDED = 0, 2  # Statuses of ``_cframes.take_replies``.
 
 
 class Connection(Protocol):
@@ -60,6 +61,9 @@ class Connection(Protocol):
         """Sends the frames ``send(hold=True)`` kept back."""
 
     def read(self) -> 'Frame': ...
+
+    #: Whether a send to a peer that closed may succeed (TCP), so ``peer_gone`` is worth asking.
+    may_go_unseen: bool
 
     def peer_gone(self) -> bool: ...
 
@@ -193,8 +197,14 @@ def send_small(sock: socket.socket, loop, call_id: int, kind: int, pickled: byte
         sent = loop.send_small(sock.fileno(), call_id, kind, pickled)
         if sent == _HEADER_SIZE + len(pickled):
             return
+    _send_rest(sock, call_id, kind, pickled, sent)
+
+
+def _send_rest(sock: socket.socket, call_id: int, kind: int, pickled: bytes, sent: int) -> None:
+    """Sends a small frame from byte ``sent`` on (the compiled loop sent the bytes before:
+    the socket has a timeout and would have blocked) with Python's ``sendall``."""
     frame = HEADER.pack(call_id, kind, 0, 0, len(pickled), 0, 0) + pickled
-    sock.sendall(memoryview(frame)[sent:] if sent else frame)  # Would block: it has a timeout.
+    sock.sendall(memoryview(frame)[sent:] if sent else frame)
 
 
 class Outbox:
@@ -224,7 +234,13 @@ class Outbox:
         with self.lock:
             held = self.held
             if not (hold or held):
-                send_small(self.sock, self.loop, call_id, kind, pickled)
+                loop = self.loop  # send_small's compiled branch, one Python call less.
+                if loop is None:
+                    send_small(self.sock, None, call_id, kind, pickled)
+                    return
+                sent = loop.send_small(self.sock.fileno(), call_id, kind, pickled)
+                if sent != _HEADER_SIZE + len(pickled):
+                    _send_rest(self.sock, call_id, kind, pickled, sent)
                 return
             held.append(HEADER.pack(call_id, kind, 0, 0, len(pickled), 0, 0) + pickled)
             if not hold:
@@ -289,8 +305,11 @@ class Reader:
 
     def __init__(self, sock: socket.socket, released: shm.ReleaseQueue | None,
                  scratch: int = 256 * 1024, *, descriptors: bool = True,
-                 max_frame_bytes: int | None = None):
+                 max_frame_bytes: int | None = None, on_released=None):
         self._sock = sock
+        # Given the ids of our segments a frame says its sender released (uds: its pool's
+        # ``release``), so a connection's ``read`` can be this reader's own.
+        self._on_released = on_released
         #: The compiled frame loop this reader and its connection's sends use, or None.
         self.loop = None if isinstance(sock, ssl.SSLSocket) else frame_loop.compiled()
         if self.loop is not None:  # Each frame then costs one Python call less.
@@ -363,16 +382,66 @@ class Reader:
 
     def read(self) -> Frame:
         """The next frame (a compiled reader's ``read`` is ``_read_compiled``)."""
-        frame = self._small_frame()
-        if frame is not None:
-            return frame
         if self._start == self._end:  # Nothing buffered: one receive usually brings a whole call.
             self._start = self._end = 0
             self._end = self._recv(self._view)
-            frame = self._small_frame()
-            if frame is not None:
-                return frame
+        frame = self._small_frame()
+        if frame is not None:
+            return frame
         return self._read_frame()
+
+    def take_replies(self, pending: dict) -> list[tuple]:
+        """The replies received so far (at least one frame is read), matched to ``pending``.
+
+        Every reply whose call id ``pending`` holds is popped from it and returned as
+        ``(entry, pickled, buffers)``; replies to calls no longer pending are dropped (so
+        the list may be empty: the caller looks again at what it waits for). The compiled
+        loop takes all small replies received in one call (``_cframes.take_replies``), the
+        pure one parses them in place; any other frame is read by ``_read_frame``.
+        """
+        replies: list[tuple] = []
+        if self.loop is not None:
+            replies, self._start, self._end, fds, status = self.loop.take_replies(
+                self._sock.fileno(), self._buf, self._start, self._end, self._descriptors,
+                self._small_limit, pending)
+            if fds:
+                self._fds.extend(fds)
+            if status == _TAKEN or replies:
+                return replies
+            if status == _STREAM_ENDED:
+                raise EOFError('the peer closed the connection')
+        elif self._take_buffered(pending, replies):
+            return replies
+        elif self._start == self._end:  # Nothing buffered: one receive usually brings them.
+            self._start = self._end = 0
+            self._end = self._recv(self._view)
+            if self._take_buffered(pending, replies):
+                return replies
+        frame = self._read_frame()  # Another kind of frame, or a small one not whole yet.
+        entry = pending.pop(frame.call_id, None)
+        if entry is not None:
+            replies.append((entry, frame.pickled, frame.buffers))
+        if self.loop is None:
+            self._take_buffered(pending, replies)
+        return replies
+
+    def _take_buffered(self, pending: dict, replies: list) -> bool:
+        """Takes the small frames wholly buffered (as ``take_replies``); whether there were any."""
+        buf, view, limit = self._buf, self._view, self._small_limit
+        first = start = self._start
+        end = self._end
+        while end - start >= _HEADER_SIZE:
+            call_id, _, n_released, n_buffers, pickle_len, segment_id, _ = \
+                _unpack_header(buf, start)
+            stop = start + _HEADER_SIZE + pickle_len
+            if stop > end or n_released or n_buffers or segment_id or pickle_len > limit:
+                break
+            entry = pending.pop(call_id, None)  # Atomic: whoever pops it completes it.
+            if entry is not None:
+                replies.append((entry, bytes(view[start + _HEADER_SIZE:stop]), ()))
+            start = stop
+        self._start = start
+        return start != first
 
     def _read_compiled(self) -> Frame:
         """The compiled loop receives a small frame; any other is read on in Python."""
@@ -440,6 +509,8 @@ class Reader:
             buffers = [segment[offset:offset + length] if buffer is None else buffer
                        for buffer, (offset, length) in zip(buffers, entries)]
         self._in_frame = False
+        if released and self._on_released is not None:
+            self._on_released(released)
         return Frame(call_id, kind, pickled, buffers, released)
 
     def has_small_frame(self) -> bool:

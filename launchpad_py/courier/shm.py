@@ -153,7 +153,9 @@ class ReleaseQueue:
     """
 
     def __init__(self):
-        self._ids: collections.deque[int] = collections.deque()
+        #: The ids waiting; empty is the usual case, tested without a call (``if queue.ids``).
+        self.ids: collections.deque[int] = collections.deque()
+        self._ids = self.ids
 
     def append(self, segment_id: int) -> None:
         self._ids.append(segment_id)

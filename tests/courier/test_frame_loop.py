@@ -9,23 +9,10 @@ import threading
 
 import numpy as np
 import pytest
+from frame_loops import loop  # noqa: F401 (the fixture)
 
 from launchpad_py import courier
 from launchpad_py.courier import frame_loop, frames, serialization, shm
-
-LOOPS = ['compiled', 'pure']
-
-
-@pytest.fixture(params=LOOPS)
-def loop(request, monkeypatch):
-    """Connections opened in the test run the named loop."""
-    if request.param == 'pure':
-        monkeypatch.setenv(frame_loop.PURE_ENV, '1')
-    else:
-        monkeypatch.delenv(frame_loop.PURE_ENV, raising=False)
-    assert frame_loop.active() == request.param
-    return request.param
-
 
 def _pair(descriptors: bool = True):
     left, right = socket.socketpair()

@@ -187,9 +187,11 @@ class GrpcCaller:
                 whole = grpc_chunks.join(chunks)
             except grpc.RpcError as exc:
                 raise self._error(exc, method, stubs) from None
-            return decode(frames.from_bytes(whole))
+            frame = frames.from_bytes(whole)
+            return decode(frame.pickled, frame.buffers)
         # A writable copy: arrays decoded from it behave as on every other path.
-        return decode(frames.from_bytes(bytearray(reply)))
+        frame = frames.from_bytes(bytearray(reply))
+        return decode(frame.pickled, frame.buffers)
 
     def call(self, request: tuple, decode: Callable) -> Any:
         try:

@@ -62,15 +62,24 @@ class Connection:
     def flush(self) -> None:
         self.outbox.flush()
 
+    #: A request written to a TCP connection its server closed is accepted by the kernel:
+    #: a pooled connection is asked ``peer_gone`` before it is used.
+    may_go_unseen = True
+
     def peer_gone(self) -> bool:
         """Whether an idle connection was closed by its server (e.g. it restarted since).
 
         Over TCP a request written to such a connection is accepted by the kernel
         and fails only when the reply is read, as if the server had died during
-        the call; this check lets the caller take a fresh connection instead.
+        the call; this check lets the caller take a fresh connection instead. The
+        compiled loop peeks without raising (``BlockingIOError`` for the usual
+        answer cost more than the system call).
         """
         if isinstance(self.sock, ssl.SSLSocket):
             return _tls_peer_gone(self.sock)
+        loop = self.reader.loop
+        if loop is not None:
+            return loop.peer_gone(self.sock.fileno())
         try:
             return self.sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) is not None
         except BlockingIOError:

@@ -192,14 +192,16 @@ class Connection:
         self.sock = sock
         self.released = shm.ReleaseQueue()  # Segments the peer sent us that we dropped.
         self.pool = shm.SegmentPool()  # Segments we write into.
-        self.reader = frames.Reader(sock, self.released)
+        self.reader = frames.Reader(sock, self.released, on_released=self.pool.release)
         self.outbox = frames.Outbox(sock, self.reader.loop)
+        # Segments the peer released are returned to the pool by the reader itself.
+        self.read = self.reader.read
 
     def send(self, call_id: int, kind: int, obj, counts=None, hold: bool = False) -> None:
         """Sends ``obj``; its size is added to ``counts.bytes_out`` (if given) before it leaves.
         ``hold``: a small frame may wait for the next send or ``flush`` (one write for both)."""
         pickled, buffers = serialization.encode(obj)
-        released = self.released.drain()
+        released = self.released.drain() if self.released.ids else ()
         if not buffers and not released:  # The small call: one write.
             self.outbox.small(call_id, kind, pickled, counts, hold)
             return
@@ -210,11 +212,8 @@ class Connection:
     def flush(self) -> None:
         self.outbox.flush()
 
-    def read(self) -> frames.Frame:
-        frame = self.reader.read()
-        if frame.released:
-            self.pool.release(frame.released)
-        return frame
+    #: A send to a Unix socket its server closed fails at once (EPIPE): nothing to ask ahead.
+    may_go_unseen = False
 
     def peer_gone(self) -> bool:
         """Never known ahead here: a send to a closed Unix socket fails at once (EPIPE)."""

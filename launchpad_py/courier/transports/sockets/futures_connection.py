@@ -13,6 +13,13 @@ observed otherwise (``add_done_callback``, ``concurrent.futures.wait`` and
 ``as_completed``, ``done()``), and after ``IDLE_READ`` seconds without
 progress for futures nobody looks at, so the server's replies never pile up.
 It sleeps while no call is pending.
+
+The pending table (call id -> future) is a plain dict read without a lock: an
+entry is added before its request leaves and popped by whoever completes it
+(the reader matching its reply, its deadline, or the connection failing), and
+a dict's ``pop`` is atomic, so each future is completed by one taker. With the
+compiled frame loop the reader matches every small reply already received in
+one call (``frames.Reader.take_replies``).
 """
 
 from __future__ import annotations
@@ -38,8 +45,9 @@ class FuturesConnection:
         self._connection = connection
         self._address = address
         self._ids = itertools.count(1)
-        self._pending: dict[int, tuple[call_future.CallFuture, str, Callable]] = {}
-        self._lock = threading.Lock()
+        #: Calls sent and not completed: call id -> (future, method, decode).
+        self.pending: dict[int, tuple[call_future.CallFuture, str, Callable]] = {}
+        self._lock = threading.Lock()  # The reading role and the callers waiting for it.
         self._reader: int | None = None  # The thread holding the reading role.
         # Futures whose callers wait, not reading: one of them is offered the role next.
         self._idle: dict[call_future.CallFuture, None] = {}
@@ -62,13 +70,14 @@ class FuturesConnection:
         went out (its server went away, and may be back): then nothing was sent, the
         connection is closed, and the caller may send the request on a new one."""
         call_id = next(self._ids)
-        deadline = None if not timeout else time.monotonic() + timeout
-        future = call_future.CallFuture(self, call_id, deadline)
-        with self._lock:
-            if self.closed:
+        future = call_future.CallFuture(self, call_id,
+                                        None if not timeout else time.monotonic() + timeout)
+        pending = self.pending
+        pending[call_id] = (future, request[0], decode)
+        if self.closed:  # Shut before or while it was added: whoever pops it fails it.
+            if pending.pop(call_id, None) is not None:
                 future.set_exception(self._unavailable(request[0], 'connection closed'))
-                return future
-            self._pending[call_id] = (future, request[0], decode)
+            return future
         if timeout:  # Registered first, so a fast reply always finds it to discard.
             self._timed = True
             deadlines.add(future._deadline, self, call_id)
@@ -77,8 +86,8 @@ class FuturesConnection:
         try:
             self._connection.send(call_id, socket_serving.FUTURE_REQUEST, request)
         except OSError as exc:
-            with self._lock:
-                self._pending.pop(call_id, None)
+            if pending.pop(call_id, None) is None:
+                return future  # Failed meanwhile (the connection shut): its error stands.
             if timeout:
                 deadlines.discard(self, call_id)
             self._shut(exc)  # Nobody else may be reading to notice the server is gone.
@@ -87,33 +96,41 @@ class FuturesConnection:
 
     def stale(self) -> bool:
         """Whether this idle connection was closed by its server (see ``peer_gone``)."""
-        return not self._pending and self._reader is None and self._connection.peer_gone()
+        return not self.pending and self._reader is None and self._connection.peer_gone()
 
     def _unavailable(self, method: str, why) -> errors.CourierError:
         return errors.CourierUnavailableError(
             f'server unavailable calling {method!r} on {self._address}: {why}')
 
-    def _fail(self, call_id: int, exc: BaseException) -> None:
-        with self._lock:
-            entry = self._pending.pop(call_id, None)
+    def expire(self, call_id: int) -> None:
+        """Fails the call with a timeout, unless it was completed first."""
+        entry = self.pending.pop(call_id, None)
         if entry is not None:
             self._watched.discard(call_id)
-            call_future.settle(entry[0], exc, failed=True)
+            call_future.settle(entry[0], errors.CourierTimeoutError(
+                f'timed out calling {entry[1]!r} on {self._address}'), failed=True)
             if self._timed:
                 deadlines.discard(self, call_id)
-
-    def expire(self, call_id: int) -> None:
-        entry = self._pending.get(call_id)
-        if entry is not None:
-            self._fail(call_id, errors.CourierTimeoutError(
-                f'timed out calling {entry[1]!r} on {self._address}'))
 
     # -- waiting and reading ------------------------------------------------------------
 
     def wait_for(self, future: call_future.CallFuture, timeout: float | None) -> None:
         """Returns once ``future`` is done or ``timeout`` passed, reading replies meanwhile."""
-        until = None if timeout is None else time.monotonic() + timeout
         me = threading.get_ident()
+        if self._reader is None:  # Nobody reads (the usual case): take the role directly.
+            with self._lock:
+                reading = (self._reader is None and not self.closed
+                           and future._state == call_future.PENDING)
+                if reading:
+                    self._reader = me
+            if reading:
+                try:
+                    self._read_until(
+                        future, None if timeout is None else time.monotonic() + timeout)
+                finally:
+                    self._leave()
+                return
+        until = None if timeout is None else time.monotonic() + timeout
         while future._state == call_future.PENDING:
             if self._reader == me:  # From a done-callback this thread runs while reading.
                 self._read_until(future, until)
@@ -142,10 +159,9 @@ class FuturesConnection:
             return
 
     def _read_until(self, future: call_future.CallFuture, until: float | None) -> None:
-        """Reads replies until ``future`` is done, ``until`` or its call's deadline passes;
-        then the replies already received (so waiting for them next costs nothing)."""
-        reader = self._connection.reader
-        while future._state == call_future.PENDING or reader.has_small_frame():
+        """Reads replies until ``future`` is done, ``until`` or its call's deadline passes
+        (each read takes every reply already received: waiting for those next costs nothing)."""
+        while future._state == call_future.PENDING:
             ends = future._deadline if until is None else min(until, future._deadline or until)
             if ends is not None and not self._readable(ends - time.monotonic()):
                 if future._deadline is not None and time.monotonic() >= future._deadline:
@@ -153,7 +169,7 @@ class FuturesConnection:
                 if until is not None and time.monotonic() >= until:
                     return
                 continue
-            self._read_one()
+            self._read_some()
 
     def _readable(self, seconds: float) -> bool:
         """Whether reading can start without waiting past ``seconds`` (a frame begun is read
@@ -170,28 +186,27 @@ class FuturesConnection:
         except (OSError, ValueError):
             return True  # Closed: the read says so.
 
-    def _read_one(self) -> None:
-        """Reads one reply and completes its future; on a broken connection fails them all."""
+    def _read_some(self) -> None:
+        """Reads the replies received (at least one frame) and completes their futures; on a
+        broken connection fails them all."""
         try:
-            frame = self._connection.read()
+            replies = self._connection.reader.take_replies(self.pending)
         except (EOFError, OSError) as exc:
             self._shut(exc)
             return
         self._progress += 1
-        with self._lock:
-            entry = self._pending.pop(frame.call_id, None)
-        if entry is None:
-            return  # Timed out already.
-        future, _, decode = entry
-        if self._timed:
-            deadlines.discard(self, frame.call_id)
-        self._watched.discard(frame.call_id)
-        try:
-            value = decode(frame)
-        except BaseException as exc:  # The remote exception, rebuilt.
-            call_future.settle(future, exc, failed=True)
-        else:
-            future.deliver(value)
+        timed, watched = self._timed, self._watched
+        for (future, _, decode), pickled, buffers in replies:
+            if timed:
+                deadlines.discard(self, future._call_id)
+            if watched:
+                watched.discard(future._call_id)
+            try:
+                value = decode(pickled, buffers)
+            except BaseException as exc:  # The remote exception, rebuilt.
+                call_future.settle(future, exc, failed=True)
+            else:
+                future.deliver(value)
 
     def _leave(self) -> None:
         """Gives up the reading role, offering it to a caller still waiting, else the thread."""
@@ -211,7 +226,7 @@ class FuturesConnection:
         call_id = future._call_id
         if call_id not in self._watched:
             self._watched.add(call_id)
-            if call_id not in self._pending:  # Delivered (or failed) meanwhile.
+            if call_id not in self.pending:  # Delivered (or failed) meanwhile.
                 self._watched.discard(call_id)
             elif self._reader is None:
                 self._nudge()
@@ -226,12 +241,12 @@ class FuturesConnection:
         while self._await_work():
             me = threading.get_ident()
             with self._lock:
-                if self._reader is not None or not self._pending:
+                if self._reader is not None or not self.pending:
                     continue
                 self._reader = me
             try:  # Until a caller wants to read, or nothing is left to read for.
-                while self._pending and not self._idle and not self.closed:
-                    self._read_one()
+                while self.pending and not self._idle and not self.closed:
+                    self._read_some()
             finally:
                 self._leave()
         self._connection.close()
@@ -247,11 +262,11 @@ class FuturesConnection:
             while not self.closed:
                 # Not while a caller waits in result(): it is offered the role and reads (the
                 # thread taking it back at once would spin against it for the GIL).
-                if self._reader is None and self._pending and not self._idle and (
+                if self._reader is None and self.pending and not self._idle and (
                         self._watched or self._progress == seen):
                     return True
                 self._asleep = True  # Before looking: a call submitted now wakes us.
-                if self._pending:
+                if self.pending:
                     self._asleep = False
                     seen = self._progress
                     self._wake.wait(IDLE_READ)
@@ -262,11 +277,14 @@ class FuturesConnection:
         return False
 
     def _shut(self, reason: BaseException) -> None:
-        with self._lock:
-            self.closed = True
-            pending, self._pending = self._pending, {}
+        self.closed = True  # First: a call added from now on is failed by its submitter.
+        pending = self.pending
         self._watched.clear()
-        for future, method, _ in pending.values():
+        while pending:
+            try:
+                _, (future, method, _) = pending.popitem()
+            except KeyError:  # Taken meanwhile by its reader or its deadline.
+                break
             call_future.settle(future, self._unavailable(method, reason), failed=True)
         if self._timed:
             deadlines.discard_all(self)

@@ -41,48 +41,43 @@ class SocketChannel:
 
     def call(self, request: tuple, timeout: float | None, decode: Callable) -> Any:
         """The reply's value, or ``NO_SOCKET`` when the server offers no such socket here."""
+        idle = self._idle
         for attempt in range(2):
-            connection = self._borrow(timeout)
-            if connection is None:
-                return _NO_SOCKET
+            try:  # Borrowed with list.pop, returned with list.append: atomic, no lock per call.
+                connection = idle.pop()
+            except IndexError:
+                connection = self._connect(timeout)
+                if connection is None:
+                    return _NO_SOCKET
+            else:
+                if connection.may_go_unseen and connection.peer_gone():
+                    connection.close()  # Its server went away (and may be back): a new one.
+                    connection = self._connect(timeout)
+                    if connection is None:
+                        return _NO_SOCKET
             try:
                 connection.send(0, socket_serving.SYNC_REQUEST, request)
             except OSError:  # A pooled connection whose server went away: not sent, retry.
                 connection.close()
                 continue
-            return self._await_reply(connection, request[0], timeout, decode)
-        return _NO_SOCKET
-
-    def _await_reply(self, connection: frames.Connection, method: str, timeout: float | None,
-                     decode: Callable) -> Any:
-        try:
-            if timeout:
-                connection.sock.settimeout(timeout)
-            frame = connection.read()
-            if timeout:
-                connection.sock.settimeout(None)
-        except TimeoutError:
-            connection.close()
-            raise errors.CourierTimeoutError(
-                f'timed out calling {method!r} on {self.address}') from None
-        except (EOFError, OSError) as exc:
-            connection.close()
-            raise errors.CourierUnavailableError(
-                f'server unavailable calling {method!r} on {self.address}: {exc}') from None
-        self._idle.append(connection)  # list.append and pop are atomic: no lock per call.
-        return decode(frame)
-
-    def _borrow(self, timeout: float | None) -> frames.Connection | None:
-        idle = self._idle
-        while idle:
             try:
-                connection = idle.pop()
-            except IndexError:  # Another caller took the last one.
-                break
-            if not connection.peer_gone():
-                return connection
-            connection.close()  # Its server went away (and may be back): take a new one.
-        return self._connect(timeout)
+                if timeout:
+                    connection.sock.settimeout(timeout)
+                frame = connection.read()
+                if timeout:
+                    connection.sock.settimeout(None)
+            except TimeoutError:
+                connection.close()
+                raise errors.CourierTimeoutError(
+                    f'timed out calling {request[0]!r} on {self.address}') from None
+            except (EOFError, OSError) as exc:
+                connection.close()
+                raise errors.CourierUnavailableError(
+                    f'server unavailable calling {request[0]!r} on {self.address}: {exc}'
+                ) from None
+            idle.append(connection)
+            return decode(frame.pickled, frame.buffers)
+        return _NO_SOCKET
 
     # -- futures ----------------------------------------------------------------------
 
@@ -90,9 +85,11 @@ class SocketChannel:
                     decode: Callable) -> concurrent.futures.Future | object:
         """The call's future, or ``NO_SOCKET`` when the server offers no such socket here."""
         for attempt in range(2):  # A connection its server closed is noticed, then replaced.
-            mux = self._futures_connection(timeout)
-            if mux is None:
-                return _NO_SOCKET
+            mux = self._mux
+            if mux is None or mux.closed or (not mux.pending and mux.stale()):
+                mux = self._futures_connection(timeout)
+                if mux is None:
+                    return _NO_SOCKET
             future = mux.submit(request, timeout, decode)
             if future is not None:
                 return future
