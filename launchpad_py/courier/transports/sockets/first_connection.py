@@ -64,7 +64,7 @@ def listening_descriptor(port: int, since: int) -> int | None:
     number, and another thread that closes one meanwhile leaves a hole below ``since``
     where the socket lands. Upwards only, such a socket cost the whole window and then a
     listing of every descriptor; at 1,000 local_mt nodes starting at once that was 46
-    probes a node on average, against 2 at 100 (``bench/launch_calls.json``).
+    probes a node on average, against 2 at 100 (``bench/launch_calls_before.json``).
     """
     for fd in _outwards(since, _WINDOW):
         if _listening_on(fd, port):
