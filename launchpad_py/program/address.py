@@ -91,6 +91,14 @@ class Directory:
         """How many addresses this process knows."""
         return len(self._values)
 
+    def size(self) -> int:
+        """How many keys this process keeps in all (known, expected, held, asked, ...): what a
+        process that launches program after program must not see grow."""
+        with self._changed:
+            return sum(len(keys) for keys in (
+                self._values, self._keys_of, self._expected, self._gone, self._held,
+                self._asked, self._relocating, self._down, self._final))
+
     def expect(self, keys: Iterable[str]) -> None:
         """Keys that nodes of a program launched here will report: lookups wait for them."""
         with self._changed:
@@ -120,6 +128,11 @@ class Directory:
                 self._gone.pop(key, None)
                 self._down.discard(key)
                 self._final.discard(key)
+            # Held and asked keys go too: a process that launches program after program
+            # (unpickling each one's addresses) kept every key it ever held.
+            self._held -= forgotten
+            self._asked -= forgotten
+            self._relocating -= forgotten
             self._changed.notify_all()  # A relocation waiting for one of them gives up.
 
     def tracks(self, key: str) -> bool:

@@ -10,6 +10,7 @@ that were waiting); this part only knows the workers and the program's stop scop
 from __future__ import annotations
 
 import logging
+import sys
 import threading
 import time
 
@@ -87,6 +88,7 @@ class Stopping:
         self._scope.handle_stop()
 
     def _kill_stragglers(self) -> None:
+        frames = sys._current_frames()  # Once for all stuck threads, not once each.
         for worker in self._workers:
             if worker.state in _ENDED:
                 continue
@@ -98,9 +100,9 @@ class Stopping:
                 # A thread cannot be killed: see stuck_threads.py for what happens instead.
                 worker.state = NodeState.KILLED
                 self.killed.append(f'{worker.name} (thread left running)')
-                stack = worker.stack()
+                stack = worker.stack(frames)
                 if stack:  # Only threads have one; a process that was never started has not.
                     self._stuck[worker.name] = stack
         if self._stuck and self._handlers is not None and self._handlers.is_alive():
-            self._stuck['the stop handlers'] = stuck_threads.thread_stack(self._handlers)
+            self._stuck['the stop handlers'] = stuck_threads.thread_stack(self._handlers, frames)
         self._deadline = None

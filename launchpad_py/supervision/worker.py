@@ -242,8 +242,9 @@ class Worker(abc.ABC):
         """The node's own counters to come (see ``node_metrics``); None where it cannot say."""
         return None
 
-    def stack(self) -> str:
-        """Where a node that cannot be killed is stuck (threads only)."""
+    def stack(self, frames: dict | None = None) -> str:
+        """Where a node that cannot be killed is stuck (threads only); ``frames``: a
+        ``sys._current_frames()`` taken once for every stuck node."""
         return ''
 
     def cleanup(self) -> None:

@@ -109,3 +109,27 @@ def test_waiting_servers_hold_no_extra_descriptors():
     finally:
         for server in servers:
             server.stop()
+
+
+def test_a_listening_socket_below_where_the_search_starts_is_found_at_once():
+    """A listening socket that took a descriptor below the search's start (another thread
+    closed one there meanwhile) is found within a few descriptors of the start: the upward
+    search looked through its whole window of 4,096 first."""
+    listener = socket.create_server(('127.0.0.1', 0))
+    fd = listener.fileno()
+    looked_at = []
+    real = first_connection._listening_on
+
+    def counting(fd: int, port: int) -> bool:
+        looked_at.append(fd)
+        return real(fd, port)
+
+    first_connection._listening_on = counting
+    try:
+        found = first_connection.listening_descriptor(listener.getsockname()[1],
+                                                      since=fd + 3)
+    finally:
+        first_connection._listening_on = real
+        listener.close()
+    assert found == fd
+    assert len(looked_at) <= 7

@@ -106,8 +106,8 @@ class ThreadWorker(Worker):
             threading.Thread(target=self._scope.handle_stop, name=f'lp-stop-{self.name}',
                              daemon=True).start()
 
-    def stack(self) -> str:
-        return stuck_threads.thread_stack(self._thread)
+    def stack(self, frames: dict | None = None) -> str:
+        return stuck_threads.thread_stack(self._thread, frames)
 
     def kill(self) -> bool:
         """A thread cannot be killed. A node removed alone that ignored its stop for the grace

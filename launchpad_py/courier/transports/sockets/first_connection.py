@@ -59,15 +59,30 @@ def can_wait(host: str) -> bool:
 def listening_descriptor(port: int, since: int) -> int | None:
     """The descriptor of this process's listening TCP socket on ``port``, or None.
 
-    Looked for from descriptor ``since`` on, then among all of the process's.
+    Looked for outwards from descriptor ``since`` (``since``, +1, -1, +2, ...), then among
+    all of the process's. Outwards, not upwards only: a new descriptor takes the lowest free
+    number, and another thread that closes one meanwhile leaves a hole below ``since``
+    where the socket lands. Upwards only, such a socket cost the whole window and then a
+    listing of every descriptor; at 1,000 local_mt nodes starting at once that was 46
+    probes a node on average, against 2 at 100 (``bench/launch_calls_before.json``).
     """
-    for fd in range(since, since + _WINDOW):  # Upwards: new descriptors are numbered so.
+    for fd in _outwards(since, _WINDOW):
         if _listening_on(fd, port):
             return fd
     for name in os.listdir('/proc/self/fd'):
         if _listening_on(int(name), port):
             return int(name)
     return None
+
+
+def _outwards(center: int, span: int):
+    """``center``, ``center + 1``, ``center - 1``, ... up to ``span`` numbers each way (none
+    below 0)."""
+    yield center
+    for step in range(1, span):
+        yield center + step
+        if center - step >= 0:
+            yield center - step
 
 
 def _listening_on(fd: int, port: int) -> bool:
