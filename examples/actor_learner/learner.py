@@ -58,7 +58,7 @@ class Learner:
         self._published: tuple = (None, None)  # (step, host parameters), made on request.
         self._env_steps = 0
         self._train_returns: collections.deque = collections.deque(maxlen=20)
-        self._unrolls: dict[int, _Received] = {}  # Actor index -> its unrolls received.
+        self._unrolls: dict[int, ReceivedUnrolls] = {}  # Actor index -> its unrolls received.
         self._waited_s = self._updating_s = 0.0  # Where the learner's loop spends its time.
         self._checkpoint_path = os.path.join(lp.checkpoint_dir(), 'learner.pkl')
         self._resume()
@@ -97,7 +97,7 @@ class Learner:
         """
         if source is not None:
             with self._lock:
-                self._unrolls.setdefault(source[0], _Received()).add(source[1])
+                self._unrolls.setdefault(source[0], ReceivedUnrolls()).add(source[1])
         self._queue.put(unroll)
         return None if newer_than is None else self.get_params(newer_than)
 
@@ -125,20 +125,27 @@ class Learner:
                                 for index, received in sorted(self._unrolls.items())}}
 
     def run(self) -> None:
-        start = time.monotonic()
+        start, compiled = time.monotonic(), False
         while not self._stop.is_set():
             began = time.perf_counter()
             batch = self._take_batch()
             if batch is None:
                 return
             taken = time.perf_counter()
+            stacked = self._stack(batch)
+            if not compiled:  # Every batch size, before this run's first step.
+                for size in self._sizes:
+                    if self._stop.is_set():
+                        return
+                    self._trainer.compile(stacked, size)
+                compiled = True
             with self._training:
-                metrics = self._trainer.update(self._stack(batch))
+                metrics = self._trainer.update(stacked)
                 with self._lock:
                     step = self._latest[0] + 1
                     self._latest = (step, self._trainer.params)
                     self._env_steps += sum(len(u['actions']) for u in batch)
-                    self._train_returns.extend(r for u in batch for r in u['episode_returns'])
+                    self._train_returns.extend(float(r) for u in batch for r in u['episode_returns'])
                     self._waited_s += taken - began
                     self._updating_s += time.perf_counter() - taken
             if self._config.checkpoint_every and step % self._config.checkpoint_every == 0:
@@ -161,7 +168,7 @@ class Learner:
             raise
 
 
-class _Received:
+class ReceivedUnrolls:
     """One actor's unroll numbers as they arrive: how many, how many distinct, one past
     the highest. Numbers below ``contiguous`` have all arrived; only later ones are kept."""
 

@@ -81,7 +81,8 @@ class Trainer:
     """Holds parameters and optimizer state on the learner's device; one jitted step.
 
     The step is compiled once per batch shape, so callers keep to a few batch
-    sizes (the learner takes powers of two times its batch size).
+    sizes (the learner takes powers of two times its batch size) and compile
+    each of them up front (``compile``).
     """
 
     def __init__(self, params: network.Params, learning_rate: float = 3e-3,
@@ -89,12 +90,15 @@ class Trainer:
         self.device = jax.devices()[0]
         self._optimizer = optax.chain(optax.clip_by_global_norm(1.0), optax.adam(learning_rate))
         self._params = jax.device_put(params, self.device)
-        self._opt_state = self._optimizer.init(self._params)
+        # Placed (committed) like the step's outputs, or the second step would compile again.
+        self._opt_state = jax.device_put(self._optimizer.init(self._params), self.device)
+        self.compiles = 0
         self._step = jax.jit(self._make_step(config))
         self._in_flight = None  # The newest step's metrics, maybe still being computed.
 
     def _make_step(self, config: LossConfig):
         def step(params, opt_state, batch):
+            self.compiles += 1  # Python runs only when jit traces, once per compile.
             grads, metrics = jax.grad(loss_fn, has_aux=True)(params, batch, config)
             updates, opt_state = self._optimizer.update(grads, opt_state, params)
             return optax.apply_updates(params, updates), opt_state, metrics
@@ -104,6 +108,15 @@ class Trainer:
     def params(self) -> network.Params:
         """The newest parameters, on the device (maybe still being computed)."""
         return self._params
+
+    def compile(self, batch: dict[str, np.ndarray], size: int) -> None:
+        """Compiles the step for batches of ``size`` now, running it on ``batch`` repeated
+        to that size and dropping the result: parameters stay as they are. A compile takes
+        seconds; in the middle of training it would stall the learner and the actors."""
+        repeated = {key: np.resize(value, (size, *value.shape[1:])) for key, value in batch.items()}
+        # Placed as update() places it: jit compiles again for arguments placed otherwise.
+        repeated = jax.device_put(repeated, self.device)
+        jax.block_until_ready(self._step(self._params, self._opt_state, repeated))
 
     def update(self, batch: dict[str, np.ndarray]) -> dict[str, jax.Array]:
         """Starts one step on ``batch`` and waits for the step before it to finish.
