@@ -6,13 +6,21 @@ GPU when JAX sees one, actors and evaluator stay on the CPU)::
     python -m bench.actor_learner_scaling --actors 2,4,8,14 --json bench/device/actor_learner_scaling.json
 
 Each point launches ``examples/actor_learner`` with ``local_mp`` and N actors,
-with a target return it never reaches, lets it warm up (``--warmup`` s: JAX
-compiles, queues fill), then reads the learner's ``progress()`` twice,
-``--seconds`` apart. Reported per point: env steps/s, learner updates/s, and
-the share of the learner loop's time spent waiting for a batch (starved) or
-updating (busy), and the CPU the learner's process used (in cores: near 1
-means its GIL, shared by the training loop and every actor's calls, is the
-limit); the scaling is each point's env steps/s over the first one's.
+with a target return it never reaches, waits for the learner's first update
+(it compiles its step for every batch size before that one), lets it run
+``--warmup`` s more (queues fill), then reads the learner's ``progress()``
+twice, ``--seconds`` apart. Reported per point: env steps/s, learner
+updates/s and unrolls per update (its batch grows with the supply), the share
+of the learner loop's time spent waiting for a batch (starved) or updating
+(busy), and the CPU the learner's process used (in cores: near 1 means its
+GIL, shared by the training loop and every actor's calls, is the limit) and
+all actors together (near the actor count: the actors are the limit); the
+scaling is each point's env steps/s over the first one's. The JSON is written
+after every point, so a run cut short keeps the points it finished.
+
+``--update-batches 16,64,128`` instead times the learner's update alone, in
+this process, on real unrolls: stacking, the jitted step, and a host copy of
+the parameters (what one actor's request costs after a step).
 """
 
 from __future__ import annotations
@@ -31,6 +39,8 @@ from examples.actor_learner import program as actor_learner
 
 from .futures_profile import thread_counters
 
+_COMPILE_S = 120.0  # At most this long for the learner's first update.
+
 
 def measure(actors: int, warmup: float, seconds: float) -> dict:
     config = dataclasses.replace(actor_learner.Config(), num_actors=actors,
@@ -43,19 +53,30 @@ def measure(actors: int, warmup: float, seconds: float) -> dict:
     pause = threading.Event()
     try:
         client = learner.dereference()
-        client.progress()  # Up and answering.
-        pid = next(s.pid for s in controller.statuses() if s.label == 'learner')
+        started = time.perf_counter()
+        while client.progress()['step'] < 1 and time.perf_counter() - started < _COMPILE_S:
+            pause.wait(0.5)  # Compiling its step for every batch size.
+        compiled_s = time.perf_counter() - started
+        pids = {s.label: [] for s in controller.statuses()}
+        for status in controller.statuses():
+            pids[status.label].append(status.pid)
         pause.wait(warmup)
-        first, start, cpu = client.progress(), time.perf_counter(), _cpu_seconds(pid)
+        first, start = client.progress(), time.perf_counter()
+        cpu = {label: _cpu_seconds(pids[label]) for label in ('learner', 'actor')}
         pause.wait(seconds)
         last, elapsed = client.progress(), time.perf_counter() - start
-        cpu = _cpu_seconds(pid) - cpu
+        cpu = {label: _cpu_seconds(pids[label]) - cpu[label] for label in cpu}
     finally:
         controller.stop()
     waited, updating = (_delta(first, last, key) for key in ('waited_s', 'updating_s'))
-    return {'actors': actors, 'seconds': elapsed, 'learner_cpu_cores': cpu / elapsed,
+    updates = _delta(first, last, 'step')
+    return {'actors': actors, 'seconds': elapsed, 'first_update_after_s': compiled_s,
+            'learner_cpu_cores': cpu['learner'] / elapsed,
+            'actors_cpu_cores': cpu['actor'] / elapsed,
             'env_steps_per_s': _delta(first, last, 'env_steps') / elapsed,
-            'updates_per_s': _delta(first, last, 'step') / elapsed,
+            'updates_per_s': updates / elapsed,
+            'unrolls_per_update': (_delta(first, last, 'env_steps') / config.unroll_length
+                                   / updates if updates else None),
             'learner_waiting': waited / (waited + updating) if waited + updating else None,
             'learner_updating': updating / (waited + updating) if waited + updating else None}
 
@@ -65,37 +86,94 @@ def _delta(first: dict, last: dict, key: str) -> float:
     return last.get(key, 0) - first.get(key, 0)
 
 
-def _cpu_seconds(pid: int) -> float:
-    """User and kernel CPU seconds of every thread of process ``pid`` so far."""
-    return sum(user + kernel for user, kernel, _, _ in thread_counters(pid).values())
+def _cpu_seconds(pids: list[int]) -> float:
+    """User and kernel CPU seconds of every thread of these processes so far."""
+    total = 0.0
+    for pid in pids:
+        try:
+            total += sum(user + kernel for user, kernel, _, _ in thread_counters(pid).values())
+        except OSError:  # Gone (it would be counted as a failure by the launcher).
+            pass
+    return total
 
 
 def _percent(share: float | None) -> str:
     return '-' if share is None else f'{share:.0%}'
 
 
+def time_updates(sizes: list[int], seconds: float) -> list[dict]:
+    """The learner's per-update cost at each batch size, in this process (JAX's default
+    device): wall and CPU ms per update (stack + step), and ms for one host copy of the
+    parameters after a step."""
+    import jax
+    from examples.actor_learner import learning, network, rollout
+    trainer = learning.Trainer(network.init(0, *rollout.env_spec()))
+    unroller = rollout.Unroller(seed=1, length=actor_learner.Config().unroll_length)
+    params = trainer.numpy_params()
+    unrolls = [unroller.unroll(params) for _ in range(max(sizes))]
+    rows = []
+    for size in sizes:
+        batch = unrolls[:size]
+        trainer.compile(learning.stack(batch), size)
+        updates, start, cpu = 0, time.perf_counter(), time.process_time()
+        while time.perf_counter() - start < seconds:
+            trainer.update(learning.stack(batch))
+            updates += 1
+        jax.block_until_ready(trainer.params)
+        wall, cpu = time.perf_counter() - start, time.process_time() - cpu
+        copy_start = time.perf_counter()
+        learning.to_numpy(trainer.params)
+        rows.append({'batch': size, 'ms_per_update': 1e3 * wall / updates,
+                     'cpu_ms_per_update': 1e3 * cpu / updates,
+                     'unrolls_per_s': size * updates / wall,
+                     'params_to_host_ms': 1e3 * (time.perf_counter() - copy_start),
+                     'device': str(trainer.device)})
+        print(f'batch {size:>4}: {rows[-1]["ms_per_update"]:6.2f} ms per update '
+              f'({rows[-1]["cpu_ms_per_update"]:.2f} ms CPU), {rows[-1]["unrolls_per_s"]:,.0f} '
+              f'unrolls/s; parameters to the host {rows[-1]["params_to_host_ms"]:.2f} ms '
+              f'({trainer.device})', flush=True)
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     parser.add_argument('--actors', default='2,4,8,14', help='comma list of actor counts')
-    parser.add_argument('--warmup', type=float, default=15.0, help='seconds before measuring')
-    parser.add_argument('--seconds', type=float, default=20.0, help='seconds measured')
+    parser.add_argument('--warmup', type=float, default=10.0,
+                        help='seconds from the learner\'s first update to measuring')
+    parser.add_argument('--seconds', type=float, default=15.0, help='seconds measured')
+    parser.add_argument('--update-batches', help='comma list of batch sizes: time the '
+                        'learner\'s update alone at each (no program is launched)')
     parser.add_argument('--json', help='write the results here')
     args = parser.parse_args()
     report = {'cpus': os.cpu_count(), 'load_average_start': os.getloadavg(), 'points': []}
+    if args.update_batches:
+        report['updates'] = time_updates([int(n) for n in args.update_batches.split(',')],
+                                         args.seconds)
+        _write(args.json, report)
+        return
     print(f'{"actors":>6} {"env steps/s":>12} {"scaling":>8} {"updates/s":>10} '
-          f'{"learner waiting":>16} {"updating":>9} {"learner CPU":>12}')
+          f'{"unrolls/update":>15} {"learner waiting":>16} {"updating":>9} '
+          f'{"learner CPU":>12} {"actors CPU":>11}')
     for actors in [int(n) for n in args.actors.split(',') if n]:
         point = measure(actors, args.warmup, args.seconds)
         report['points'].append(point)
         scaling = point['env_steps_per_s'] / report['points'][0]['env_steps_per_s']
         point['scaling'] = scaling
+        point['load_average'] = os.getloadavg()
+        unrolls = point['unrolls_per_update']
         print(f'{actors:>6} {point["env_steps_per_s"]:>12,.0f} {scaling:>7.2f}x '
-              f'{point["updates_per_s"]:>10.1f} {_percent(point["learner_waiting"]):>16} '
+              f'{point["updates_per_s"]:>10.1f} {"-" if unrolls is None else f"{unrolls:.1f}":>15} '
+              f'{_percent(point["learner_waiting"]):>16} '
               f'{_percent(point["learner_updating"]):>9} '
-              f'{point["learner_cpu_cores"]:>7.2f} cores', flush=True)
-    report['load_average_end'] = os.getloadavg()
-    if args.json:
-        with open(args.json, 'w') as out:
+              f'{point["learner_cpu_cores"]:>6.2f} cores {point["actors_cpu_cores"]:>5.2f} cores',
+              flush=True)
+        report['load_average_end'] = os.getloadavg()
+        _write(args.json, report)
+
+
+def _write(path: str | None, report: dict) -> None:
+    if path:
+        with open(path, 'w') as out:
             json.dump(report, out, indent=1)
 
 

@@ -5,7 +5,14 @@ Actors act with parameters that lag the learner's by a few updates; V-trace
 on-policy actor-critic when the lag is zero. Only the learner imports this module.
 
     trainer = Trainer(network.init(0, 4, 2), learning_rate=3e-3)
-    metrics = trainer.update(stack(trajectories))
+    metrics = trainer.update(stack(trajectories))   # device arrays: no wait for the values
+    actor_params = to_numpy(trainer.params)          # only when someone asks for them
+
+The host does as little as it can per update, because the learner's process
+also serves every actor's calls with its one GIL: an update hands the step to
+the device and returns (it waits only for the step before, so the host can
+stack the next batch while the device trains), metrics stay on the device until
+someone prints them, and parameters are copied to the host only on request.
 """
 
 from __future__ import annotations
@@ -42,8 +49,9 @@ def vtrace(values, bootstrap, rewards, discounts, rhos):
         acc = delta + discount * c * acc
         return acc, acc
 
+    # Unrolled: a loop on a GPU costs a host round trip per iteration; T is small.
     _, corrections = jax.lax.scan(backward, jnp.zeros(()), (deltas, discounts, clipped),
-                                  reverse=True)
+                                  reverse=True, unroll=True)
     targets = values + corrections
     next_targets = jnp.concatenate([targets[1:], bootstrap[None]])
     advantages = clipped * (rewards + discounts * next_targets - values)
@@ -70,27 +78,59 @@ def loss_fn(params, batch, config: LossConfig):
 
 
 class Trainer:
-    """Holds parameters and optimizer state on the learner's device; one jitted step."""
+    """Holds parameters and optimizer state on the learner's device; one jitted step.
+
+    The step is compiled once per batch shape, so callers keep to a few batch
+    sizes (the learner takes powers of two times its batch size) and compile
+    each of them up front (``compile``).
+    """
 
     def __init__(self, params: network.Params, learning_rate: float = 3e-3,
                  config: LossConfig = LossConfig()):
         self.device = jax.devices()[0]
         self._optimizer = optax.chain(optax.clip_by_global_norm(1.0), optax.adam(learning_rate))
         self._params = jax.device_put(params, self.device)
-        self._opt_state = self._optimizer.init(self._params)
+        # Placed (committed) like the step's outputs, or the second step would compile again.
+        self._opt_state = jax.device_put(self._optimizer.init(self._params), self.device)
+        self.compiles = 0
         self._step = jax.jit(self._make_step(config))
+        self._in_flight = None  # The newest step's metrics, maybe still being computed.
 
     def _make_step(self, config: LossConfig):
         def step(params, opt_state, batch):
+            self.compiles += 1  # Python runs only when jit traces, once per compile.
             grads, metrics = jax.grad(loss_fn, has_aux=True)(params, batch, config)
             updates, opt_state = self._optimizer.update(grads, opt_state, params)
             return optax.apply_updates(params, updates), opt_state, metrics
         return step
 
-    def update(self, batch: dict[str, np.ndarray]) -> dict[str, float]:
+    @property
+    def params(self) -> network.Params:
+        """The newest parameters, on the device (maybe still being computed)."""
+        return self._params
+
+    def compile(self, batch: dict[str, np.ndarray], size: int) -> None:
+        """Compiles the step for batches of ``size`` now, running it on ``batch`` repeated
+        to that size and dropping the result: parameters stay as they are. A compile takes
+        seconds; in the middle of training it would stall the learner and the actors."""
+        repeated = {key: np.resize(value, (size, *value.shape[1:])) for key, value in batch.items()}
+        # Placed as update() places it: jit compiles again for arguments placed otherwise.
+        repeated = jax.device_put(repeated, self.device)
+        jax.block_until_ready(self._step(self._params, self._opt_state, repeated))
+
+    def update(self, batch: dict[str, np.ndarray]) -> dict[str, jax.Array]:
+        """Starts one step on ``batch`` and waits for the step before it to finish.
+
+        Returns the step's metrics as device scalars: ``float()`` them only when
+        they are shown (each ``float`` waits for the device).
+        """
         batch = jax.device_put(batch, self.device)
-        self._params, self._opt_state, metrics = self._step(self._params, self._opt_state, batch)
-        return {name: float(value) for name, value in metrics.items()}
+        previous = self._in_flight
+        self._params, self._opt_state, self._in_flight = self._step(
+            self._params, self._opt_state, batch)
+        # Waiting here bounds the device's queue to two steps, as a full queue bounds the actors.
+        jax.block_until_ready(previous)
+        return self._in_flight
 
     def state(self) -> dict:
         """Parameters and optimizer state as host arrays: what a checkpoint holds."""
@@ -103,10 +143,19 @@ class Trainer:
 
     def numpy_params(self) -> network.Params:
         """The parameters as host numpy arrays, ready to ship to actors."""
-        return jax.tree_util.tree_map(np.asarray, jax.device_get(self._params))
+        return to_numpy(self._params)
+
+
+def to_numpy(params: network.Params) -> network.Params:
+    """Device parameters as host numpy arrays (one transfer for all of them)."""
+    return jax.tree_util.tree_map(np.asarray, jax.device_get(params))
 
 
 def stack(trajectories: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
-    """Unrolls → one batch with a leading batch axis (episode returns are dropped)."""
+    """Unrolls → one batch with a leading batch axis (episode returns are dropped).
+
+    One copy per field: each unroll arrived as its own buffers, and the device
+    wants one contiguous array per field.
+    """
     keys = ('obs', 'actions', 'rewards', 'dones', 'behaviour_logits')
     return {key: np.stack([t[key] for t in trajectories]) for key in keys}

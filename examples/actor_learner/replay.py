@@ -11,7 +11,7 @@ Two interchangeable paths, chosen when the program is built:
 
 from __future__ import annotations
 
-import queue
+import collections
 import threading
 
 import numpy as np
@@ -19,13 +19,33 @@ import numpy as np
 TABLE = 'unrolls'
 # Order of the arrays in a Reverb item; Reverb stores flat lists of arrays.
 FIELDS = ('obs', 'actions', 'rewards', 'dones', 'behaviour_logits', 'episode_returns')
-QUEUE_SIZE = 64
 
 
-def reverb_tables():
+def batch_sizes(batch_size: int, growth: int) -> tuple[int, ...]:
+    """The sizes a learner takes: ``batch_size`` times 1, 2, 4, ... up to ``growth``.
+
+    Few sizes, so the learner's jitted step compiles a few times, not once per size.
+
+        >>> batch_sizes(16, 8)
+        (16, 32, 64, 128)
+    """
+    if batch_size < 1 or growth < 1:
+        raise ValueError(f'batch_size and batch_growth must be at least 1 '
+                         f'(got {batch_size} and {growth})')
+    sizes = [batch_size]
+    while sizes[-1] * 2 <= batch_size * growth:
+        sizes.append(sizes[-1] * 2)
+    return tuple(sizes)
+
+
+def _largest_fitting(sizes: tuple[int, ...], available: int) -> int:
+    return max(size for size in sizes if size <= available)
+
+
+def reverb_tables(max_size: int):
     """The ReverbNode's tables: a FIFO queue, so each unroll is learned from once."""
     import reverb
-    return [reverb.Table.queue(name=TABLE, max_size=QUEUE_SIZE)]
+    return [reverb.Table.queue(name=TABLE, max_size=max_size)]
 
 
 def reverb_missing_reason() -> str | None:
@@ -38,30 +58,42 @@ def reverb_missing_reason() -> str | None:
 
 
 class InMemoryQueue:
-    """The learner's own unroll queue; ``put`` gives up when the program stops."""
+    """The learner's own unroll queue; ``put`` gives up when the program stops.
 
-    def __init__(self, stop: threading.Event, maxsize: int = QUEUE_SIZE):
-        self._queue: queue.Queue = queue.Queue(maxsize)
+    ``take`` returns as many of the waiting unrolls as one allowed batch size
+    holds, so the learner's consumption grows with the actors' supply: each
+    update costs the learner's host about the same whatever its batch size.
+    """
+
+    def __init__(self, stop: threading.Event, maxsize: int):
+        self._items: collections.deque = collections.deque()
+        self._maxsize = maxsize
         self._stop = stop
+        lock = threading.Lock()
+        self._room, self._ready = threading.Condition(lock), threading.Condition(lock)
 
     def put(self, unroll: dict[str, np.ndarray]) -> None:
-        while not self._stop.is_set():
-            try:
-                self._queue.put(unroll, timeout=0.5)
-                return
-            except queue.Full:
-                continue
+        with self._room:
+            # The timeout only notices a stop; a take wakes a waiting put.
+            while len(self._items) >= self._maxsize:
+                if self._stop.is_set():
+                    return
+                self._room.wait(0.5)
+            self._items.append(unroll)
+            self._ready.notify()
 
-    def take(self, count: int) -> list[dict[str, np.ndarray]] | None:
-        """``count`` unrolls, or None if the program stops first."""
-        batch = []
-        while len(batch) < count:
-            try:
-                batch.append(self._queue.get(timeout=0.5))
-            except queue.Empty:
+    def take(self, sizes: tuple[int, ...]) -> list[dict[str, np.ndarray]] | None:
+        """The oldest unrolls, as many as the largest of ``sizes`` that are waiting
+        (at least ``sizes[0]``: it waits for them), or None if the program stops first."""
+        with self._ready:
+            while len(self._items) < sizes[0]:
                 if self._stop.is_set():
                     return None
-        return batch
+                self._ready.wait(0.5)
+            count = _largest_fitting(sizes, len(self._items))
+            batch = [self._items.popleft() for _ in range(count)]
+            self._room.notify_all()
+            return batch
 
 
 class ReverbQueue:
@@ -79,11 +111,11 @@ class ReverbQueue:
     def put(self, unroll: dict[str, np.ndarray]) -> None:
         self._client.insert([unroll[name] for name in FIELDS], priorities={TABLE: 1.0})
 
-    def take(self, count: int) -> list[dict[str, np.ndarray]] | None:
-        """``count`` unrolls (this learner is the queue's only reader), or None on stop."""
-        while self._client.server_info(timeout=5)[TABLE].current_size < count:
+    def take(self, sizes: tuple[int, ...]) -> list[dict[str, np.ndarray]] | None:
+        """As ``InMemoryQueue.take`` (this learner is the queue's only reader), or None on stop."""
+        while (waiting := self._client.server_info(timeout=5)[TABLE].current_size) < sizes[0]:
             if self._stop.wait(0.05):
                 return None
-        samples = self._client.sample(TABLE, num_samples=count)
+        samples = self._client.sample(TABLE, num_samples=_largest_fitting(sizes, waiting))
         # An item written with insert() is one timestep holding the whole unroll.
         return [dict(zip(FIELDS, sample[0].data)) for sample in samples]

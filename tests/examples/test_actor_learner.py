@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import threading
 
 import pytest
 
@@ -69,3 +70,54 @@ def test_actors_joining_and_leaving_lose_and_double_count_no_unroll(tmp_path):
     assert sorted(unrolls) == [0, 1, 2, 3]
     for actor, (received, distinct, one_past_last) in unrolls.items():
         assert received == distinct == one_past_last, (actor, unrolls)
+
+
+def test_learner_takes_the_largest_allowed_batch_of_the_unrolls_waiting():
+    """The in-memory queue hands out as many of the waiting unrolls as the largest allowed
+    batch size holds, oldest first, and leaves the rest for the next update."""
+    from examples.actor_learner.replay import InMemoryQueue, batch_sizes
+    sizes = batch_sizes(4, 8)
+    assert sizes == (4, 8, 16, 32)
+    queue = InMemoryQueue(threading.Event(), maxsize=64)
+    for number in range(45):
+        queue.put({'number': number})
+    assert [u['number'] for u in queue.take(sizes)] == list(range(32))
+    assert [u['number'] for u in queue.take(sizes)] == list(range(32, 40))
+    assert [u['number'] for u in queue.take(sizes)] == list(range(40, 44))
+
+
+def test_batch_growth_below_one_is_refused_with_the_values():
+    """A batch size or growth below 1 is an error naming both values."""
+    from examples.actor_learner.replay import batch_sizes
+    with pytest.raises(ValueError, match=r'got 16 and 0'):
+        batch_sizes(16, 0)
+
+
+def test_learner_step_compiles_once_per_batch_size():
+    """The jitted step compiles once for each batch size the learner takes, up front: not
+    again for the first real update, a later one, or after restoring a checkpoint."""
+    from examples.actor_learner import learning, network, rollout
+    from examples.actor_learner.replay import batch_sizes
+    trainer = learning.Trainer(network.init(0, *rollout.env_spec()))
+    unroller = rollout.Unroller(seed=1, length=8)
+    unrolls = [unroller.unroll(trainer.numpy_params()) for _ in range(8)]
+    sizes = batch_sizes(2, 4)
+    for size in sizes:
+        trainer.compile(learning.stack(unrolls[:2]), size)
+    for size in sizes + sizes:
+        trainer.update(learning.stack(unrolls[:size]))
+    trainer.restore(trainer.state())
+    trainer.update(learning.stack(unrolls[:2]))
+    assert trainer.compiles == len(sizes)
+
+
+def test_received_unrolls_count_duplicates_and_gaps():
+    """The learner's per-actor count of unroll numbers tells a twice-sent or missing unroll
+    from a complete run, keeping only the numbers that arrived early."""
+    from examples.actor_learner.learner import ReceivedUnrolls
+    received = ReceivedUnrolls()
+    for number in (0, 1, 3, 3, 2, 1):
+        received.add(number)
+    assert received.summary() == [6, 4, 4]  # Received, distinct, one past the highest.
+    received.add(6)
+    assert received.summary() == [7, 5, 7]  # 4 and 5 missing.
