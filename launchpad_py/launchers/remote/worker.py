@@ -191,9 +191,6 @@ class RemoteWorker(MembersOverChannel, Worker):
         self.bind = bind
         self._reported_host: str | None = None
         self._setup = setup
-        if incarnation:  # The run before hears nothing more from us: no ping, no hello taken.
-            setup.workers.pop(run_id(self.label, self.index, incarnation - 1), None)
-        setup.workers[self.worker_id] = self  # Its hello comes to us from now on.
         self._sink = output.make_sink(setup.mode, self.name, setup.log_dir, setup.test,
                                       keep_log=setup.keep_logs)
         self._starter = placement.starter or CommandStarter(placement.argv)
@@ -206,6 +203,11 @@ class RemoteWorker(MembersOverChannel, Worker):
         self._run_over = False  # Its starter ended: no connection is taken any more.
         self._probe = metrics_probe.MetricsProbe()
         self._lock = threading.Lock()
+        # Registered last: the heartbeat thread pings every registered worker at any moment,
+        # and one half built (a restart's, no starter yet) ended the heartbeat for good.
+        if incarnation:  # The run before hears nothing more from us: no ping, no hello taken.
+            setup.workers.pop(run_id(self.label, self.index, incarnation - 1), None)
+        setup.workers[self.worker_id] = self  # Its hello comes to us from now on.
 
     @property
     def pid(self) -> int | None:
