@@ -165,3 +165,28 @@ def test_killing_a_run_cuts_its_channel_at_once(tmp_path):
         connection.close()
         worker._starter.ended.set()
         setup.finish()
+
+
+class _PingedOnArrival(dict):
+    """A launch's workers, each pinged the moment it is registered: the heartbeat thread
+    pings whatever worker it finds there, at any moment."""
+
+    def __setitem__(self, worker_id: str, worker: RemoteWorker) -> None:
+        super().__setitem__(worker_id, worker)
+        if worker.needs_heartbeat:
+            worker.send('ping')
+
+
+def test_a_worker_is_registered_only_once_it_is_built(tmp_path):
+    """A node's first run and its restart can be pinged as soon as the heartbeat sees them.
+    The restart's worker was registered before it had a starter: the heartbeat thread
+    failed on it (AttributeError) and ended, and 5 s later every node ended itself."""
+    setup = _Setup(lp.Program('runs'), 'output_to_files', True, str(tmp_path), False)
+    setup.workers = _PingedOnArrival()
+    try:
+        first = RemoteWorker(_Executable(), Placement([], 'h1', '127.0.0.1', starter=_NewPod()),
+                             setup, Events())
+        restart = first.restarted()
+        assert list(setup.workers.values()) == [restart]
+    finally:
+        setup.finish()
