@@ -190,3 +190,31 @@ def test_a_worker_is_registered_only_once_it_is_built(tmp_path):
         assert list(setup.workers.values()) == [restart]
     finally:
         setup.finish()
+
+
+class _DeletedPod(_NewPod):
+    """A run whose pod is deleted through the API when it ends (its container runs on)."""
+
+    def taken_away(self) -> str | None:
+        return 'pod p was deleted while the program ran' if self.ended.is_set() else None
+
+
+def test_a_run_whose_pod_was_deleted_is_cut_off_at_once(tmp_path):
+    """Its pod deleted while its node still runs (podman stops the container seconds later):
+    the launcher cuts the node's channel and reports its end at once. It waited 5 s for last
+    words that could not change the verdict, and a deleted coordinator's program took 7.3 s
+    to stop."""
+    setup = _Setup(lp.Program('runs'), 'output_to_files', True, str(tmp_path), False)
+    worker = RemoteWorker(_Executable(), Placement([], 'h1', '127.0.0.1', starter=_DeletedPod()),
+                          setup, Events())
+    worker.start()
+    connection = _dial(worker._starter.boot)
+    try:
+        assert connection.poll(10)  # Taken: the launcher sends it its executable.
+        worker._starter.ended.set()
+        assert _ends_within(connection, 2)
+        event = worker.events.queue.get(timeout=2)
+        assert isinstance(event, Exited) and 'was deleted' in event.failure.summary, event
+    finally:
+        connection.close()
+        setup.finish()

@@ -316,8 +316,12 @@ class RemoteWorker(MembersOverChannel, Worker):
         with self._lock:
             self._run_over = True
             channel = self._channel
-        # The starter is gone, so the channel is closed or about to be: read the last words.
-        if channel is not None and not self._channel_closed.wait(5):
+        # The starter is gone, so the channel is closed or about to be: read the last words,
+        # unless the scheduler took the node (a pod deleted: its container may stop seconds
+        # later, and nothing the node says changes the verdict; a deleted coordinator's
+        # program stopped 7.3 s after, 5 of them waiting here).
+        last_words_s = 0 if self._starter.taken_away() is not None else 5
+        if channel is not None and not self._channel_closed.wait(last_words_s):
             # Still connected though its starter ended (a pod deleted, its container not
             # stopped yet): cut, it ends itself, rather than serve beside its restart.
             channel.cut()
