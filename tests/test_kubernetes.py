@@ -16,6 +16,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -197,6 +198,36 @@ def test_pod_deleted_by_someone_else_fails_the_program(cluster):
     with pytest.raises(lp.NodeFailedError,
                        match=rf"'victim'.*pod {victim} was deleted while the program ran"):
         controller.wait(timeout=60)
+    wait_for(lambda: cluster.objects() == [], timeout=15, what='every object to be deleted')
+
+
+@needs_ssh_hosts
+def test_pods_killed_after_the_grace_are_deleted_together(cluster):
+    """A stop kills the nodes that ignored it one after another; their pods' deletions go out
+    together, not one API round trip after the other (each DELETE here is answered only once
+    all three have come, or after 10 s)."""
+    program = lp.Program('deaf')
+    for _ in range(3):
+        program.add_node(lp.PyNode(ignore_stop), label='deaf')
+    controller = lp.launch(program, launch_type='kubernetes',
+                           resources=image_for_every_group(program), kubernetes_options=options())
+    together = threading.Barrier(3, timeout=10)
+    seen = []
+    end_container = cluster.store.on_pod_deleted
+
+    def answer_when_all_came(pod: dict) -> None:  # Runs in the DELETE's request thread.
+        seen.append(pod['metadata']['name'])
+        if len(seen) <= 3:  # Not the root Job's cascade afterwards.
+            try:
+                together.wait()
+            except threading.BrokenBarrierError:
+                pass
+        end_container(pod)
+
+    cluster.store.on_pod_deleted = answer_when_all_came
+    controller.stop(grace=1, timeout=60)
+    assert sorted(controller.killed_nodes) == ['deaf/0', 'deaf/1', 'deaf/2']
+    assert not together.broken, f'the deletions came one at a time: {seen}'
     wait_for(lambda: cluster.objects() == [], timeout=15, what='every object to be deleted')
 
 

@@ -197,3 +197,56 @@ def test_a_stalled_node_delays_no_other_node_s_heartbeat(tmp_path):
             assert connections[1].recv() == ('ping',)
     finally:
         _end(setup, [stalled, healthy], connections)
+
+
+class _PingedOnArrival(dict):
+    """A launch's workers, each pinged the moment it is registered: the heartbeat thread
+    pings whatever worker it finds there, at any moment."""
+
+    def __setitem__(self, worker_id: str, worker: RemoteWorker) -> None:
+        super().__setitem__(worker_id, worker)
+        if worker.needs_heartbeat:
+            worker.send('ping')
+
+
+def test_a_worker_is_registered_only_once_it_is_built(tmp_path):
+    """A node's first run and its restart can be pinged as soon as the heartbeat sees them.
+    The restart's worker was registered before it had a starter: the heartbeat thread
+    failed on it (AttributeError) and ended, and 5 s later every node ended itself."""
+    setup = _Setup(lp.Program('runs'), 'output_to_files', True, str(tmp_path), False)
+    setup.workers = _PingedOnArrival()
+    try:
+        first = RemoteWorker(_Executable(), Placement([], 'h1', '127.0.0.1', starter=_NewPod()),
+                             setup, Events())
+        restart = first.restarted()
+        assert list(setup.workers.values()) == [restart]
+    finally:
+        setup.finish()
+
+
+class _DeletedPod(_NewPod):
+    """A run whose pod is deleted through the API when it ends (its container runs on)."""
+
+    def taken_away(self) -> str | None:
+        return 'pod p was deleted while the program ran' if self.ended.is_set() else None
+
+
+def test_a_run_whose_pod_was_deleted_is_cut_off_at_once(tmp_path):
+    """Its pod deleted while its node still runs (podman stops the container seconds later):
+    the launcher cuts the node's channel and reports its end at once. It waited 5 s for last
+    words that could not change the verdict, and a deleted coordinator's program took 7.3 s
+    to stop."""
+    setup = _Setup(lp.Program('runs'), 'output_to_files', True, str(tmp_path), False)
+    worker = RemoteWorker(_Executable(), Placement([], 'h1', '127.0.0.1', starter=_DeletedPod()),
+                          setup, Events())
+    worker.start()
+    connection = _dial(worker._starter.boot)
+    try:
+        assert connection.poll(10)  # Taken: the launcher sends it its executable.
+        worker._starter.ended.set()
+        assert _ends_within(connection, 2)
+        event = worker.events.queue.get(timeout=2)
+        assert isinstance(event, Exited) and 'was deleted' in event.failure.summary, event
+    finally:
+        connection.close()
+        setup.finish()

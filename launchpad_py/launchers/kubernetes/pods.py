@@ -10,9 +10,10 @@ worker when the pod has ended, with its exit code.
 
 Creates go through a bounded pool (``create_concurrency`` in flight), so a
 launch of a thousand pods neither waits on a thousand round trips one after
-the other nor floods the API server; one watch of the launch's pods feeds
-every starter. A restart is a new pod (``-r1``, ``-r2``...: same node label,
-new IP): it reports its new address, which its clients look up in the
+the other nor floods the API server; so do the deletions of pods killed at
+the end of a stop's grace period, which the stop asks for one node after
+another; one watch of the launch's pods feeds every starter. A restart is a
+new pod (``-r1``, ``-r2``...: same node label, new IP): it reports its new address, which its clients look up in the
 launch's address book (``supervision/launch_kit/address_book.py``). A pod the cluster
 ended (evicted, its node lost, preempted, deleted) is ``taken_away``, with a
 ``lost_by`` reason: under ``lp.Restart`` it comes back without counting
@@ -72,6 +73,15 @@ class Deployment:
     @property
     def finished(self) -> bool:
         return self._finished.is_set()
+
+    def delete_soon(self, pod: str) -> None:
+        """Deletes ``pod`` on the pool, without waiting for the API server: a stop kills its
+        stragglers one after another, and six deletions in a row took 2.3 s of one stop
+        under load (``finish`` waits for those in flight before it deletes the root)."""
+        try:
+            self.creates.submit(self.cluster.delete_pod, pod)
+        except RuntimeError:  # finish() has begun: deleting the root Job takes the pod too.
+            pass
 
     def _keep_lease(self, created_at: float) -> None:
         """Moves the root's deadline to ``lease_seconds`` from now, a few times per lease."""
@@ -188,6 +198,7 @@ class PodStarter(Starter):
         self._lost_by: str | None = None  # The short reason of ``_taken``.
         self._terminating = False
         self._stopping = False  # The stop reached the node: a deletion now is part of it.
+        self._deleting = False  # Its deletion was asked for (terminate runs twice at a stop).
         self._ended = threading.Event()
 
     def start(self, boot: dict, sink) -> None:
@@ -280,8 +291,9 @@ class PodStarter(Starter):
 
     def terminate(self) -> bool:
         self._terminating = True
-        if self._created and not self._ended.is_set():
-            self._deployment.cluster.delete_pod(self.pod_name)
+        if self._created and not self._ended.is_set() and not self._deleting:
+            self._deleting = True
+            self._deployment.delete_soon(self.pod_name)
         return self._created
 
     def close(self) -> None:

@@ -201,9 +201,6 @@ class RemoteWorker(MembersOverChannel, Worker):
         self.bind = bind
         self._reported_host: str | None = None
         self._setup = setup
-        if incarnation:  # The run before hears nothing more from us: no ping, no hello taken.
-            setup.workers.pop(run_id(self.label, self.index, incarnation - 1), None)
-        setup.workers[self.worker_id] = self  # Its hello comes to us from now on.
         self._sink = output.make_sink(setup.mode, self.name, setup.log_dir, setup.test,
                                       keep_log=setup.keep_logs)
         self._starter = placement.starter or CommandStarter(placement.argv)
@@ -216,6 +213,11 @@ class RemoteWorker(MembersOverChannel, Worker):
         self._run_over = False  # Its starter ended: no connection is taken any more.
         self._probe = metrics_probe.MetricsProbe()
         self._lock = threading.Lock()
+        # Registered last: the heartbeat thread pings every registered worker at any moment,
+        # and one half built (a restart's, no starter yet) ended the heartbeat for good.
+        if incarnation:  # The run before hears nothing more from us: no ping, no hello taken.
+            setup.workers.pop(run_id(self.label, self.index, incarnation - 1), None)
+        setup.workers[self.worker_id] = self  # Its hello comes to us from now on.
 
     @property
     def pid(self) -> int | None:
@@ -332,8 +334,12 @@ class RemoteWorker(MembersOverChannel, Worker):
         with self._lock:
             self._run_over = True
             channel = self._channel
-        # The starter is gone, so the channel is closed or about to be: read the last words.
-        if channel is not None and not self._channel_closed.wait(5):
+        # The starter is gone, so the channel is closed or about to be: read the last words,
+        # unless the scheduler took the node (a pod deleted: its container may stop seconds
+        # later, and nothing the node says changes the verdict; a deleted coordinator's
+        # program stopped 7.3 s after, 5 of them waiting here).
+        last_words_s = 0 if self._starter.taken_away() is not None else 5
+        if channel is not None and not self._channel_closed.wait(last_words_s):
             # Still connected though its starter ended (a pod deleted, its container not
             # stopped yet): cut, it ends itself, rather than serve beside its restart.
             channel.cut()
