@@ -41,17 +41,24 @@ from .harness import Budget
 
 _TICK = os.sysconf('SC_CLK_TCK')
 
-# A courier server of ``echo`` that also tells its threads' names (by native id).
-SERVER = r'''
-import sys, threading
-from launchpad_py import courier
 class Echo:
+    """``echo``, and the names of the serving process's threads (by native id)."""
+
     def echo(self, x):
         return x
+
     def ping(self):
         return None
+
     def threads(self):
         return {t.native_id: t.name for t in threading.enumerate()}
+
+
+# A courier server of ``Echo`` in a process of its own.
+SERVER = r'''
+import sys
+from launchpad_py import courier
+from bench.futures_profile import Echo
 server = courier.Server(Echo(), thread_pool_size=16).start()
 print(server.address, flush=True)
 sys.stdin.read()
@@ -160,19 +167,6 @@ def courier_peer(transport: str):
             process.stdin.close()
             process.wait(30)
     return measure
-
-
-class Echo:
-    """``echo`` served by a launched node, which also tells its threads' names."""
-
-    def echo(self, x):
-        return x
-
-    def ping(self):
-        return None
-
-    def threads(self):
-        return {t.native_id: t.name for t in threading.enumerate()}
 
 
 def launched_peer(depth: int, calls: int) -> dict:

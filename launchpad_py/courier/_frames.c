@@ -86,6 +86,15 @@ static Py_ssize_t receive(int fd, char *into, Py_ssize_t room, int ancillary, Py
     return n;
 }
 
+/* Closes every descriptor in the list ``fds`` (NULL: none): those received with a frame
+ * that is not handed over because the call raises. */
+static void close_all(PyObject *fds) {
+    if (fds == NULL)
+        return;
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(fds); i++)
+        close((int)PyLong_AsLong(PyList_GET_ITEM(fds, i)));
+}
+
 /* recv_small(fd, buf, start, end, ancillary, limit) ->
  *     (pickled | None, call_id, kind, start, end, fds | None, eof)
  *
@@ -152,10 +161,8 @@ static PyObject *recv_small(PyObject *self, PyObject *args) {
                            (unsigned long long)call_id, kind, start, end,
                            fds ? fds : Py_None, eof);
 done:
-    if (result == NULL && fds != NULL) {  /* Raising: close what came, nobody will. */
-        for (Py_ssize_t i = 0; i < PyList_GET_SIZE(fds); i++)
-            close((int)PyLong_AsLong(PyList_GET_ITEM(fds, i)));
-    }
+    if (result == NULL)  /* Raising: close what came, nobody will. */
+        close_all(fds);
     Py_XDECREF(pickled);
     Py_XDECREF(fds);
     PyBuffer_Release(&view);
@@ -324,10 +331,8 @@ static PyObject *take_replies(PyObject *self, PyObject *args) {
     }
     result = Py_BuildValue("(OnnOi)", replies, start, end, fds ? fds : Py_None, status);
 done:
-    if (result == NULL && fds != NULL) {  /* Raising: close what came, nobody will. */
-        for (Py_ssize_t i = 0; i < PyList_GET_SIZE(fds); i++)
-            close((int)PyLong_AsLong(PyList_GET_ITEM(fds, i)));
-    }
+    if (result == NULL)  /* Raising: close what came, nobody will. */
+        close_all(fds);
     Py_XDECREF(replies);
     Py_XDECREF(fds);
     PyBuffer_Release(&view);
