@@ -95,3 +95,46 @@ def test_agent_serves_nodes_whose_descriptors_are_above_1023(silent_launcher):
     agent.stdin.close()
     assert agent.wait(timeout=30) == 0
     agent.stdout.close()
+
+
+# A stand-in for an agent's session: it reports node 0 killed by SIGKILL as soon as asked to
+# start it, then ends at once (the signal that killed the node ends the agent too) or lives on.
+_KILLED_WITH_ITS_AGENT = r'''
+import sys
+for line in sys.stdin:
+    if '"start"' in line:
+        print('x 0 -9', flush=True)
+        if sys.argv[1] == 'ends':
+            sys.exit(137)
+'''
+
+
+def _fake_agent(fate: str):
+    from launchpad_py.launchers.remote.host_agents import AgentStarter, HostAgent
+    agent = HostAgent(['fake-agent'], 'h1', open_session=lambda: subprocess.Popen(
+        [sys.executable, '-c', _KILLED_WITH_ITS_AGENT, fate], stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True))
+    starter = AgentStarter(agent)
+    agent.start(starter, {})
+    return agent, starter
+
+
+def test_a_node_killed_together_with_its_agent_is_lost_with_the_host():
+    """Slurm's scancel of an agent's step kills the agent and its node with one signal; the
+    agent can report its node killed just before it dies itself. The node was counted as
+    failed (a flaky restart test under Slurm); it is lost with its host, like its siblings."""
+    agent, starter = _fake_agent('ends')
+    try:
+        assert starter.wait() == -9
+        assert starter.lost_by() == 'host_lost'
+    finally:
+        agent.close()
+
+
+def test_a_node_killed_while_its_agent_lives_on_failed():
+    agent, starter = _fake_agent('lives')
+    try:
+        assert starter.wait() == -9
+        assert starter.lost_by() is None
+    finally:
+        agent.close()

@@ -63,6 +63,7 @@ class HostAgent:
         self._write_lock = threading.Lock()
         self._closed = threading.Event()
         self._ended: str | None = None  # How the agent's session ended, once it has.
+        self._session: _Session | None = None  # The session open now, or the last one.
         self._errors: collections.deque[str] = collections.deque(maxlen=10)
         self._threads: list[threading.Thread] = []
 
@@ -76,6 +77,7 @@ class HostAgent:
             self._ensure_session()
             node_id = next(self._ids)
             self._nodes[node_id] = starter
+            starter.session = self._session
         self._send({'start': node_id, 'boot': boot})
         return node_id
 
@@ -126,6 +128,7 @@ class HostAgent:
     def _open(self) -> None:
         # A session of its own: Ctrl-C in the terminal goes to the launcher, which stops the
         # nodes gracefully, instead of cutting the host's session.
+        self._session = _Session()
         if self._open_session is not None:
             self._process = self._open_session()
         else:
@@ -187,10 +190,11 @@ class HostAgent:
         if self._code_answer is None:  # A start may wait for the code, holding the lock.
             self._code_answer = f'the agent session ended ({ended})'
         self._code_settled.set()
+        ours = self._closed.is_set()
         with self._lock:
+            self._session.end(unasked=not ours)
             self._ended = ended
             lost, self._nodes = list(self._nodes.values()), {}
-        ours = self._closed.is_set()
         for starter in lost:
             starter.exited(None, f'the agent session on {self.host} ended ({ended})',
                            host_lost=not ours)
@@ -218,16 +222,38 @@ class HostAgent:
             thread.join(_CLOSE_TIMEOUT_S)
 
 
+class _Session:
+    """One session of a host's agent: whether it has ended, and whether we asked it to."""
+
+    def __init__(self):
+        self.unasked = False
+        self._ended = threading.Event()
+
+    def end(self, unasked: bool) -> None:
+        self.unasked = unasked
+        self._ended.set()
+
+    def ended_unasked(self, within: float) -> bool:
+        """Whether it ended without our asking, waiting up to ``within`` s for its end."""
+        return self._ended.wait(within) and self.unasked
+
+
+# A node killed by a signal whose agent's session ends unasked this soon after died with it.
+SAME_BLOW_S = 1.0
+
+
 class AgentStarter(Starter):
     """One node, started by its host's agent (see ``HostAgent``)."""
 
     def __init__(self, agent: HostAgent):
         self.agent = agent
+        self.session: _Session | None = None  # Set by the agent when it starts the node.
         self.take_line: Callable[[str], None] | None = None
         self._id: int | None = None
         self._code: int | None = None
         self._lost: str | None = None
         self._host_lost = False
+        self._asked_session = False
         self._exited = threading.Event()
 
     def start(self, boot: dict, sink: output.Sink) -> None:
@@ -241,6 +267,14 @@ class AgentStarter(Starter):
         self._exited.set()
 
     def lost_by(self) -> str | None:
+        """'host_lost' when the node ended with its agent's session. A signal that ends the
+        agent and its node together (Slurm cancelling the agent's step, the kernel ending a
+        pod) can reach the node first: the agent, still alive for a moment, reports its node
+        killed, then its session ends. Such a node counts as lost with it, not failed."""
+        if not self._host_lost and self._code is not None and self._code < 0 \
+                and self.session is not None and not self._asked_session:
+            self._asked_session = True  # Once: a plain kill waits here only once.
+            self._host_lost = self.session.ended_unasked(SAME_BLOW_S)
         return 'host_lost' if self._host_lost else None
 
     def wait(self) -> int | None:
