@@ -427,18 +427,12 @@ class Reader:
 
     def _take_buffered(self, pending: dict, replies: list) -> bool:
         """Takes the small frames wholly buffered (as ``take_replies``); whether there were any."""
-        buf, view, limit = self._buf, self._view, self._small_limit
         first = start = self._start
-        end = self._end
-        while end - start >= _HEADER_SIZE:
-            call_id, _, n_released, n_buffers, pickle_len, segment_id, _ = \
-                _unpack_header(buf, start)
-            stop = start + _HEADER_SIZE + pickle_len
-            if stop > end or n_released or n_buffers or segment_id or pickle_len > limit:
-                break
+        while (small := self._small_at(start)) is not None:
+            call_id, _, begin, stop = small
             entry = pending.pop(call_id, None)  # Atomic: whoever pops it completes it.
             if entry is not None:
-                replies.append((entry, bytes(view[start + _HEADER_SIZE:stop]), ()))
+                replies.append((entry, bytes(self._view[begin:stop]), ()))
             start = stop
         self._start = start
         return start != first
@@ -458,7 +452,17 @@ class Reader:
 
     def _small_frame(self) -> Frame | None:
         """The next frame, when it is small (no buffers, nothing released) and wholly buffered."""
-        start, end = self._start, self._end
+        small = self._small_at(self._start)
+        if small is None:
+            return None
+        call_id, kind, begin, stop = small
+        self._start = stop
+        return Frame(call_id, kind, bytes(self._view[begin:stop]), [], [])
+
+    def _small_at(self, start: int) -> tuple[int, int, int, int] | None:
+        """``(call_id, kind, begin, stop)`` of the small frame (no buffers, nothing released,
+        its pickle from ``begin`` to ``stop``) wholly buffered at ``start``; else None."""
+        end = self._end
         if end - start < _HEADER_SIZE:
             return None
         call_id, kind, n_released, n_buffers, pickle_len, segment_id, _ = \
@@ -467,8 +471,7 @@ class Reader:
         stop = begin + pickle_len
         if stop > end or n_released or n_buffers or segment_id or pickle_len > self._small_limit:
             return None
-        self._start = stop
-        return Frame(call_id, kind, bytes(self._view[begin:stop]), [], [])
+        return call_id, kind, begin, stop
 
     def _read_frame(self) -> Frame:
         """Any frame, its parts received as they come (large buffers straight into place)."""

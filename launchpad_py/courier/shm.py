@@ -155,15 +155,14 @@ class ReleaseQueue:
     def __init__(self):
         #: The ids waiting; empty is the usual case, tested without a call (``if queue.ids``).
         self.ids: collections.deque[int] = collections.deque()
-        self._ids = self.ids
 
     def append(self, segment_id: int) -> None:
-        self._ids.append(segment_id)
+        self.ids.append(segment_id)
 
     def drain(self, limit: int = 1024) -> list[int] | tuple:
-        if not self._ids:
+        if not self.ids:
             return ()
         out = []
-        while self._ids and len(out) < limit:
-            out.append(self._ids.popleft())
+        while self.ids and len(out) < limit:
+            out.append(self.ids.popleft())
         return out
