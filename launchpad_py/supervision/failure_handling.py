@@ -155,10 +155,10 @@ class Failures:
         if failure.by_scheduler and failure.lost_by is None:
             return False  # What the scheduler took away for good (a Slurm job) is not given back.
         counted = counted_restarts(worker)
+        uncounted = worker.restarts - counted
         if failure.lost_by is None and not policy.allows(counted):
             return False
-        if failure.lost_by is not None and not policy.allows_uncounted(
-                worker.restarts - counted):
+        if failure.lost_by is not None and not policy.allows_uncounted(uncounted):
             return False
         delay = policy.delay(counted, self._rng)
         worker.state, worker.failure = NodeState.RESTARTING, failure
@@ -171,7 +171,7 @@ class Failures:
             _log.warning('node %s of program %r was lost (%s): %s; restart in %.1fs, not '
                          'counted against max_restarts (uncounted restart %d of %d)',
                          worker.name, self._name, failure.lost_by, failure.summary, delay,
-                         worker.restarts - counted + 1, policy.max_uncounted)
+                         uncounted + 1, policy.max_uncounted)
         return True
 
     def _with_policy_note(self, worker: Worker, failure: FailureReport) -> FailureReport:
@@ -183,7 +183,7 @@ class Failures:
             note = policy.exhausted(counted_restarts(worker))
         else:
             note = f'lost by {failure.lost_by}; ' + policy.exhausted_uncounted(
-                {why: n for why, n in worker.restart_reasons.items() if why != 'failed'})
+                uncounted_restarts(worker))
         return FailureReport(f'{failure.summary} ({note})', f'{failure.traceback}\n({note})',
                              failure.exception, failure.by_scheduler, failure.raised,
                              failure.lost_by)
@@ -218,7 +218,12 @@ class Failures:
 
 def counted_restarts(worker: Worker) -> int:
     """The restarts that count against ``max_restarts``: not those after a platform's loss."""
-    return worker.restarts - sum(n for why, n in worker.restart_reasons.items() if why != 'failed')
+    return worker.restarts - sum(uncounted_restarts(worker).values())
+
+
+def uncounted_restarts(worker: Worker) -> dict[str, int]:
+    """The restarts after a platform's loss (bounded by ``max_uncounted``), by reason."""
+    return {why: n for why, n in worker.restart_reasons.items() if why != 'failed'}
 
 
 def _who(worker: Worker, failure: FailureReport) -> str:
