@@ -60,9 +60,7 @@ class AgentStep(AgentStarter):
         lost = super().lost_by()
         if lost is not None and self._failed is None:  # Asked once: the answer must not
             # change once the host is back (a failed host leaves the job: ``--no-kill``).
-            hosts = job_hosts(self._job)
-            self._failed = node_failed(self.agent.host) or bool(hosts) and \
-                self.agent.host not in hosts
+            self._failed = host_failed(self._job, self.agent.host)
         return 'node_failure' if lost is not None and self._failed else lost
 
 
@@ -77,6 +75,13 @@ def node_failed(host: str) -> bool:
         return False
     state = re.search(r'\bState=(\S+)', shown)
     return bool(state) and any(s in state.group(1) for s in _FAILED_NODE_STATES)
+
+
+def host_failed(job: Job, host: str) -> bool:
+    """Whether Slurm reports ``host`` down or failing, or took it out of ``job`` (which
+    ``--no-kill`` keeps running without it)."""
+    hosts = job_hosts(job)
+    return node_failed(host) or bool(hosts) and host not in hosts
 
 
 def job_hosts(job: Job) -> set[str]:

@@ -106,9 +106,7 @@ class SlurmStep(remote.CommandStarter):
         if (self._failed is None and self._ran_on and not self._ended_by_us
                 and process is not None and process.poll() is not None
                 and self._job.ended_by() is None):
-            hosts = host_steps.job_hosts(self._job)
-            self._failed = host_steps.node_failed(self._ran_on) or bool(hosts) and \
-                self._ran_on not in hosts
+            self._failed = host_steps.host_failed(self._job, self._ran_on)
         return 'node_failure' if self._failed else None
 
     def host_gone(self) -> bool:
