@@ -13,9 +13,9 @@ launch of a thousand pods neither waits on a thousand round trips one after
 the other nor floods the API server; so do the deletions of pods killed at
 the end of a stop's grace period, which the stop asks for one node after
 another; one watch of the launch's pods feeds every starter. A restart is a
-new pod (``-r1``, ``-r2``...: same node label, new IP): it reports its new address, which its clients look up in the
-launch's address book (``supervision/launch_kit/address_book.py``). A pod the cluster
-ended (evicted, its node lost, preempted, deleted) is ``taken_away``, with a
+new pod (``-r1``, ``-r2``...: same node label, new IP): it reports its new
+address, which its clients look up in the launch's address book
+(``supervision/launch_kit/address_book.py``). A pod the cluster ended (evicted, its node lost, preempted, deleted) is ``taken_away``, with a
 ``lost_by`` reason: under ``lp.Restart`` it comes back without counting
 against ``max_restarts``.
 """
