@@ -49,7 +49,7 @@ if [ "${1:-up}" = worker ]; then
 fi
 
 if [ "${1:-up}" = down ]; then
-  rm -f "$S/address"
+  rm -f "$S/address" "$S/ray_bin"
   pids=$(ours)  # Taken once: a killed raylet's agents are then no one's children.
   [ -z "$pids" ] && exit 0
   kill $pids 2>/dev/null || true
@@ -63,7 +63,9 @@ if [ "${1:-up}" = down ]; then
   exit 0
 fi
 
-if [ -f "$S/address" ] && timeout 20 "$PWD/.venv/bin/python" - "$HEAD:$PORT" <<'EOF' 2>/dev/null; then
+# Up only if the Ray it runs from is still there: a cluster started from a checkout since
+# deleted has no Python left to start workers with, and every actor waits forever.
+if [ -f "$S/address" ] && [ -x "$(cat "$S/ray_bin" 2>/dev/null)" ] && timeout 20 "$PWD/.venv/bin/python" - "$HEAD:$PORT" <<'EOF' 2>/dev/null; then
 import sys, ray
 ray.init(address=sys.argv[1], logging_level='ERROR', log_to_driver=False)
 alive = [n for n in ray.nodes() if n['Alive']]
@@ -84,5 +86,6 @@ small=(--disable-usage-stats --object-store-memory=$((80 * 1024 * 1024)))
 for i in 1 2 3; do
   worker $i
 done
+echo "$RAY" >"$S/ray_bin"
 echo "$HEAD:$PORT" >"$S/address"
 echo "ray_cluster.sh: head $HEAD:$PORT, workers h1 h2 h3"
