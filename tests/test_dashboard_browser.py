@@ -60,6 +60,7 @@ def program():
     finally:
         controller.stop()
         controller.dashboard.close()
+    assert controller.killed_nodes == []  # Every node heeds the stop: none waits out the grace.
 
 
 def _state(driver, node: str) -> str | None:
