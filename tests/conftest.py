@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import logging
 import os
 import re
 import shlex
@@ -13,6 +14,7 @@ import sys
 import tempfile
 import threading
 import time
+import warnings
 
 import psutil
 import pytest
@@ -92,6 +94,47 @@ def no_leaks():
         process.kill()
     assert not leaked_threads, f'threads left running: {leaked_threads}'
     assert not alive, f'processes left running: {[p.cmdline() for p in alive]}'
+
+
+class _GraceKills(logging.Handler):
+    """Collects the supervisor's "killed ... after the grace period" reports of this process."""
+
+    def __init__(self):
+        super().__init__(logging.WARNING)
+        self.kills: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if record.msg == 'program %r: killed %s after the %.0fs grace period':
+            name, killed, grace = record.args
+            if grace >= _default_grace():
+                self.kills.append(f'program {name!r}: {killed}')
+
+
+def _default_grace() -> float:
+    from launchpad_py import flags
+    return flags.TERMINATION_NOTICE_SECS.default
+
+
+@pytest.fixture(autouse=True)
+def no_default_grace_wait():
+    """Warns when a test's program killed a node only after the default grace period (10 s).
+
+    The test then sat through those seconds for nothing: a test node should heed the
+    stop (``lp.stop_event()``, a stop handler), and a test of the kill should give a
+    short grace. A warning, not a failure: the suite's time, not behaviour.
+    """
+    handler = _GraceKills()
+    logger = logging.getLogger('launchpad_py.supervision.controller')
+    logger.addHandler(handler)
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
+    for kill in handler.kills:
+        warnings.warn(pytest.PytestWarning(
+            f'{kill} ignored the stop and was killed after the default {_default_grace():.0f}s '
+            'grace period, which the test waited out: make the node heed the stop, or give '
+            'the program a short grace where the kill is what the test checks'))
 
 
 def private_host(name: str, **options):
