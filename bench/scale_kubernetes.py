@@ -19,14 +19,17 @@ pod agent per pod forks its nodes, see ``launchers/kubernetes/packing.py``), and
   last pod (the launcher's creates go ``create_concurrency`` at a time);
 - ready: until ``lp.launch`` returned (every pod ran, dialed back, got its
   executable and reported ready);
-- stop: ``controller.stop()`` until every node ended;
+- stop: ``controller.stop()`` until every node ended, and how many nodes the stop killed
+  at the end of its grace period (``killed_at_grace_end``);
 - API requests by kind: pod creates, pod listings, watches, log follows, and
   gets of a single pod (per-pod polling would show there: it is 0);
 - peak RSS, PSS and USS: the largest sums of resident memory over this process and
   every process below it (the pods), sampled every half second by a process of its own. RSS counts shared
   pages in each process (an upper bound, far too high for packed pods, whose
   nodes are forks of one agent); PSS splits them among their sharers; USS counts
-  only each process's own pages (what ending it would free).
+  only each process's own pages (what ending it would free);
+- one pod's memory once every node is ready: the median USS, PSS and RSS (MiB) of up to
+  40 pod processes (``remote_node_main``, or a packed pod's agent without its forks).
 
 A launch that fails is recorded too (``failed``: its error), and every point
 carries the date and commit of its run; ``--merge`` keeps a file's earlier
@@ -86,6 +89,27 @@ def sample_memory(root: int) -> None:
             rss, pss, uss = rss + memory.rss, pss + memory.pss, uss + memory.uss
         peak = [max(peak[0], rss), max(peak[1], pss), max(peak[2], uss)]
     print(json.dumps(peak), flush=True)
+
+
+def pod_memory(root: int, most: int = 40) -> dict:
+    """Median USS, PSS and RSS in MiB of up to ``most`` of ``root``'s pod processes (a
+    pod's first process: its node, or a packed pod's agent)."""
+    rows = []
+    for process in psutil.Process(root).children(recursive=True):
+        try:
+            if 'launchpad_py.node_side.' not in ' '.join(process.cmdline()):
+                continue
+            memory = process.memory_full_info()
+        except psutil.Error:
+            continue
+        rows.append((memory.uss, memory.pss, memory.rss))
+        if len(rows) == most:
+            break
+    if not rows:
+        return {}
+    middle = [sorted(column)[len(rows) // 2] for column in zip(*rows)]
+    return {f'pod_{name}_mib': round(value / 2**20, 1)
+            for name, value in zip(('uss', 'pss', 'rss'), middle)} | {'pods_measured': len(rows)}
 
 
 def _requests(calls: list[tuple]) -> dict[str, int]:
@@ -151,10 +175,12 @@ def run_point(nodes: int, concurrency: int, workdir: str, per_pod: int = 1) -> d
                                    kubernetes_options={'launcher_address': '127.0.0.1',
                                                        'create_concurrency': concurrency})
             ready = time.time() - start
+            one_pod = pod_memory(os.getpid())
             stopping = time.time()
             controller.stop()
             controller.wait(timeout=600)
             stop = time.time() - stopping
+            killed = len(controller.killed_nodes)
         finally:
             peak = json.loads(sampler.communicate('', timeout=120)[0])
     finally:
@@ -165,8 +191,10 @@ def run_point(nodes: int, concurrency: int, workdir: str, per_pod: int = 1) -> d
             'create_concurrency': concurrency,
             'created_s': round(seen['created'][pods - 1] - start, 2), 'ready_s': round(ready, 2),
             'ready_per_node_ms': round(1000 * ready / nodes, 2), 'stop_s': round(stop, 2),
+            'killed_at_grace_end': killed,
             'peak_rss_gib': round(peak[0] / 2**30, 2), 'peak_pss_gib': round(peak[1] / 2**30, 2),
-            'peak_uss_gib': round(peak[2] / 2**30, 2), 'api_requests': seen['requests']}
+            'peak_uss_gib': round(peak[2] / 2**30, 2), **one_pod,
+            'api_requests': seen['requests']}
 
 
 def main() -> None:

@@ -1,11 +1,13 @@
-"""Node classes and functions used by the tests, importable from node processes."""
+"""Node classes and functions used by the tests, importable from node processes.
+
+numpy is imported inside the methods that use it: ``bench/scale_kubernetes.py`` runs
+``serve_forever`` in a thousand pods, whose memory must be what a user's node costs.
+"""
 
 from __future__ import annotations
 
 import os
 import threading
-
-import numpy as np
 
 import launchpad_py as lp
 
@@ -17,9 +19,11 @@ class Pinger:
         return ('pong', value)
 
     def double(self, array):
+        import numpy as np  # noqa: PLC0415 (see the module docstring)
         return np.asarray(array) * 2
 
     def make_array(self, n):
+        import numpy as np  # noqa: PLC0415 (see the module docstring)
         return np.arange(n, dtype=np.float32)
 
     def fail(self, message):

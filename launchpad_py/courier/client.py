@@ -34,12 +34,15 @@ from __future__ import annotations
 import concurrent.futures
 import datetime
 import functools
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from launchpad_py.courier import auth, errors, frames, serialization
-from launchpad_py.courier.transports import grpc_chunks, grpc_client, interface, registry
+from launchpad_py.courier.transports import grpc_chunks, interface, registry
 from launchpad_py.courier.transports.sockets import socket_channel
 from launchpad_py.courier.transports.tls import TlsCredentials
+
+if TYPE_CHECKING:  # Loaded by the first gRPC call, not here (see transports/registry.py).
+    from launchpad_py.courier.transports import grpc_client
 
 Timeout = float | int | datetime.timedelta | None
 TRANSPORTS = registry.CHOICES

@@ -14,8 +14,6 @@ as ``__cause__`` and a note naming the node and method.
 
 from __future__ import annotations
 
-import grpc
-
 
 class CourierError(Exception):
     """A call could not be carried out by the transport."""
@@ -53,7 +51,11 @@ class RemoteTraceback(Exception):
 
 
 def translate_rpc_error(error: grpc.RpcError, address: str, method: str) -> CourierError:
-    """Maps a gRPC status to the courier exception tree, naming address and method."""
+    """Maps a gRPC status to the courier exception tree, naming address and method.
+
+    grpc is imported here, not with the module: only a process that made a gRPC call
+    has an error to map, and one that never did should not load gRPC (issue 25)."""
+    import grpc  # noqa: PLC0415
     code = error.code() if hasattr(error, 'code') else None
     details = error.details() if hasattr(error, 'details') else str(error)
     where = f'calling {method!r} on {address}'

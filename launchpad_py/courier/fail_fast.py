@@ -28,10 +28,10 @@ import threading
 import weakref
 from typing import Callable, Iterable
 
-import grpc
-
 POLL_SECONDS = 0.05
-_TRANSIENT_FAILURE = grpc.ChannelConnectivity.TRANSIENT_FAILURE.value[0]
+#: ``grpc.ChannelConnectivity.TRANSIENT_FAILURE``'s number, which ``_state`` reads; named
+#: here so that this module (loaded by every ``launchpad_py`` import) does not load gRPC.
+_TRANSIENT_FAILURE = 3
 
 _rules: list[frozenset[str] | None] = []
 _cond = threading.Condition()

@@ -30,7 +30,7 @@ import time
 from typing import Any, Callable
 
 from launchpad_py.courier import auth, errors, frames, messages, stats
-from launchpad_py.courier.transports import grpc_chunks, grpc_server, interface, registry, tcp
+from launchpad_py.courier.transports import grpc_chunks, interface, registry, tcp
 from launchpad_py.courier.transports import tls as tls_module
 
 _clock = time.perf_counter
@@ -82,7 +82,7 @@ class Server:
                  max_frame_bytes: int = tcp.MAX_FRAME_BYTES,
                  tls: tls_module.TlsCredentials | None = None,
                  identity: str | None = None,
-                 idle_timeout: float = grpc_server.IDLE_SECONDS):
+                 idle_timeout: float = interface.IDLE_SECONDS):
         if not isinstance(thread_pool_size, int) or thread_pool_size < 1:
             raise ValueError(f'thread_pool_size must be a positive int (got {thread_pool_size!r})')
         self._secret = auth.secret_for(f'{host}:{port}' if port else None, secret)

@@ -90,8 +90,33 @@ class Channel:
         else:
             self._lock.release()
 
+    def post(self, frame: bytes) -> None:
+        """Sends ``frame`` (one whole message, see ``frame``) without making the caller wait.
+
+        For the stop: one supervisor thread asks hundreds of nodes to stop, and blocking
+        sends, each handing the GIL over and waiting to get it back in a busy launcher,
+        took 9.5 s for 300 pods (32 ms each, load 100), most of a 10 s grace period. Unlike
+        a ``nudge`` the message is never dropped: what cannot go now goes on a thread.
+        """
+        if not self._lock.acquire(blocking=False):  # A send in progress: ours goes after it.
+            threading.Thread(target=self._send_later, args=(frame,), daemon=True).start()
+            return
+        try:
+            sent = _send_now(self._connection.fileno(), frame)
+        except OSError:  # Closed: the reader will notice.
+            sent = len(frame)
+        if sent < len(frame):
+            threading.Thread(target=self._finish, args=(frame[sent:],), daemon=True).start()
+        else:
+            self._lock.release()
+
+    def _send_later(self, frame: bytes) -> None:
+        self._lock.acquire()
+        self._finish(frame)
+
     def _finish(self, rest: bytes) -> None:
-        """Sends the rest of a nudge, holding the lock it left held (frames never interleave)."""
+        """Sends the rest of a nudge or post, holding the lock it left held (frames never
+        interleave)."""
         try:
             with socket.socket(fileno=os.dup(self._connection.fileno())) as sock:
                 sock.sendall(rest)

@@ -14,8 +14,6 @@ import threading
 import time
 from typing import Iterable, Iterator
 
-import grpc
-
 from launchpad_py.courier import frames
 
 MAX_MESSAGE_BYTES = 1 << 30
@@ -84,6 +82,7 @@ class ReplyStash:
         with self._lock:
             entry = self._stash.pop(bytes(token), None)
         if entry is None:
+            import grpc  # noqa: PLC0415 (a gRPC call is running: it is loaded)
             context.abort(grpc.StatusCode.NOT_FOUND,
                           f'no pending chunked reply (expired after {STASH_SECONDS:.0f} s?)')
         yield from split(entry[1], self.limit)

@@ -31,7 +31,7 @@ _log = logging.getLogger('launchpad_py.courier')
 
 # A gRPC connection with no call in flight for this long is closed (the client reconnects
 # on its next call): strangers cannot hold connections open, as on the raw-TCP port.
-IDLE_SECONDS = 60.0
+IDLE_SECONDS = interface.IDLE_SECONDS
 # Unlimited message sizes; SO_REUSEPORT off so two servers can never silently share a port.
 GRPC_OPTIONS = [
     ('grpc.max_send_message_length', -1),

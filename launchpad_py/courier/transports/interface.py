@@ -27,6 +27,9 @@ from typing import Any, Callable, Protocol
 
 from launchpad_py.courier import auth
 
+#: How long a gRPC connection may go without a call before the server closes it.
+IDLE_SECONDS = 60.0
+
 
 @dataclasses.dataclass(frozen=True)
 class ServerOptions:

@@ -3,16 +3,32 @@ picks the first that reaches its server.
 
 To add a transport, write its ``listen`` and ``dial`` (see ``interface.py``) and
 add its ``Transport`` here; ``courier.Server`` and ``courier.Client`` name none.
+
+gRPC's modules (and gRPC, 12 MiB) load on a process's first gRPC listen or dial, not
+with ``courier``: every ``launchpad_py`` import loads this module, and a node that never
+serves nor calls (a ``PyNode`` in a pod of its own, a thousand of them on one machine:
+issue 25) should not pay for it.
 """
 
 from __future__ import annotations
 
-from launchpad_py.courier.transports import (grpc_client, grpc_server, interface, tcp, uds,
-                                             uds_server)
+import importlib
+
+from launchpad_py.courier.transports import interface, tcp, uds, uds_server
+
+
+def _on_first_use(module: str, function: str):
+    """``module.function``, with ``module`` imported at the first call."""
+    def call(*args):
+        return getattr(importlib.import_module(module), function)(*args)
+    return call
+
 
 GRPC = interface.Transport(
     name='grpc', address='the port the server address names',
-    listen=grpc_server.listen, dial=grpc_client.dial, choices=('auto', 'tcp', 'grpc'))
+    listen=_on_first_use('launchpad_py.courier.transports.grpc_server', 'listen'),
+    dial=_on_first_use('launchpad_py.courier.transports.grpc_client', 'dial'),
+    choices=('auto', 'tcp', 'grpc'))
 UNIX = interface.Transport(
     name='unix', address='a socket file named after a loopback address\'s port (uds.py)',
     listen=uds_server.listen, dial=uds.dial, choices=('auto',), forget=uds.forget)

@@ -20,8 +20,7 @@ import struct
 from typing import Callable
 
 from launchpad_py.courier import auth, errors, frames, serialization
-from launchpad_py.courier.transports import (grpc_chunks, grpc_client, interface, tcp_handshakes,
-                                             uds)
+from launchpad_py.courier.transports import grpc_chunks, interface, tcp_handshakes, uds
 from launchpad_py.courier.transports.sockets import socket_channel, socket_serving
 
 _log = logging.getLogger('launchpad_py.courier')
@@ -241,6 +240,7 @@ class _TcpPort:
         self._host = dial.address.rpartition(':')[0].strip('[]')
         self._secret = dial.secret
         self._tls = None if dial.tls is None else dial.tls.client_context()
+        from launchpad_py.courier.transports import grpc_client  # noqa: PLC0415 (registry.py)
         self._grpc = grpc_client.GrpcCaller(dial.address, dial.timeout, dial.wait_for_ready,
                                             grpc_chunks.MAX_MESSAGE_BYTES, dial.secret, dial.tls,
                                             dial.expected)

@@ -23,8 +23,6 @@ import ssl
 import subprocess
 import tempfile
 
-import grpc
-
 # The name inside the certificate; gRPC checks it instead of the address's host.
 SERVER_NAME = 'launchpad_py'
 GRPC_CHANNEL_OPTIONS = [('grpc.ssl_target_name_override', SERVER_NAME)]
@@ -77,11 +75,13 @@ class TlsCredentials:
         return self._context(ssl.PROTOCOL_TLS_CLIENT)
 
     def grpc_server_credentials(self) -> grpc.ServerCredentials:
+        import grpc  # noqa: PLC0415 (only gRPC's own listener needs it: courier/transports/)
         return grpc.ssl_server_credentials([(self.private_key, self.certificate)],
                                            root_certificates=self.certificate,
                                            require_client_auth=True)
 
     def grpc_channel_credentials(self) -> grpc.ChannelCredentials:
+        import grpc  # noqa: PLC0415 (only gRPC's own channels need it)
         return grpc.ssl_channel_credentials(root_certificates=self.certificate,
                                             private_key=self.private_key,
                                             certificate_chain=self.certificate)

@@ -25,6 +25,7 @@ from launchpad_py.launchers.remote.setup import (HEARTBEAT_TIMEOUT_S, SILENCE_TI
 from launchpad_py.program import Executable
 
 _PING = node_process.frame('ping')  # Encoded once: a heartbeat round is one send per node.
+_STOP = node_process.frame('stop')  # Likewise for the stop, asked of every node in a row.
 
 
 class Starter(abc.ABC):
@@ -370,7 +371,7 @@ class RemoteWorker(MembersOverChannel, Worker):
             channel = self._channel
         self._starter.stop_requested()
         if channel is not None:  # Before 'run' too: the node then ends without running.
-            channel.send('stop')
+            channel.post(_STOP)  # Never waits: the stop asks every node from one thread.
 
     def kill(self) -> bool:
         """Cuts the node's connections; it then kills its own process group."""
