@@ -18,10 +18,15 @@ class NodeState(str, enum.Enum):
     STOPPED = 'stopped'     # ended after a stop request
     FAILED = 'failed'       # raised, or crashed
     KILLED = 'killed'       # did not end within the grace period
+    #: Removed from its elastic group, it ignored its stop past the grace period and could not
+    #: be killed (a ``local_mt`` thread): no longer supervised, it may still run. Not "stopped",
+    #: which would hide a thread that still uses CPU and may still serve.
+    LEFT_RUNNING = 'left_running'
 
 
 #: The states a node does not leave.
-ENDED = (NodeState.FINISHED, NodeState.STOPPED, NodeState.FAILED, NodeState.KILLED)
+ENDED = (NodeState.FINISHED, NodeState.STOPPED, NodeState.FAILED, NodeState.KILLED,
+         NodeState.LEFT_RUNNING)
 
 
 @dataclasses.dataclass

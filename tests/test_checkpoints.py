@@ -107,6 +107,7 @@ def _saved_step(path) -> int:
         return 0
 
 
+@pytest.mark.timeout(660)  # Its own waits allow 300 s each: a loaded machine compiles slowly.
 def test_actor_learner_learner_resumes_after_sigkill_with_its_step_and_return(
         tmp_path, monkeypatch):
     """The example's learner checkpoints every few steps; SIGKILLed under lp.Restart, the new

@@ -12,6 +12,8 @@ import shutil
 import pytest
 
 import launchpad_py as lp
+from conftest import needs_ssh_hosts, ssh_host
+from restart_nodes import Member
 from tests.observe_nodes import Bomb, Counted, call_forever
 
 CHROMIUM = shutil.which('chromium') or shutil.which('chromium-browser')
@@ -123,6 +125,30 @@ def test_big_group_is_one_card_of_counts_whose_members_open_a_page_at_a_time(bro
         card.find_element(By.CSS_SELECTOR, '.next').click()
         WebDriverWait(browser, 30).until(lambda d: _state(d, f'worker/{size - 1}') == 'running')
         assert _state(browser, 'worker/0') is None
+    finally:
+        controller.stop()
+        controller.dashboard.close()
+
+
+@needs_ssh_hosts
+def test_a_node_restarted_after_its_host_was_lost_shows_why_on_its_card(browser):
+    """Under ssh, the session to the node's host dropped (as by a network cut): the node comes
+    back uncounted, and its card says so next to its restarts: '1 (host_lost 1)'."""
+    from test_lost_nodes import _back_after, _drop_session_to
+    program = lp.Program('lost_on_page')
+    program.add_node(lp.CourierNode(Member), label='member')
+    host = ssh_host('h2')
+    controller = lp.launch(program, launch_type='ssh', resources={'member': host},
+                           failure_policy={'member': lp.Restart(max_restarts=0,
+                                                                backoff=(0.05, 0.2))},
+                           dashboard=True)
+    try:
+        browser.get(controller.dashboard.url)
+        WebDriverWait(browser, 30).until(lambda d: _state(d, 'member/0') == 'running')
+        _drop_session_to(host.host)
+        _back_after(controller, 1)
+        card = browser.find_element(By.CSS_SELECTOR, '.card[data-node="member/0"] .stats')
+        WebDriverWait(browser, 30).until(lambda d: '1 (host_lost 1)' in card.text)
     finally:
         controller.stop()
         controller.dashboard.close()

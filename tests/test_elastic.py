@@ -9,6 +9,7 @@ import threading
 import pytest
 
 import launchpad_py as lp
+from launchpad_py.observability import prometheus
 from conftest import host_name, needs_ssh_hosts, ssh_host, wait_for
 from restart_nodes import Member, Watcher, ignore_stop
 
@@ -232,9 +233,11 @@ def test_under_test_mt_a_removed_node_stops_alone_and_the_others_run_on():
     assert sorted(_STOPPED) == ['member/0', 'member/1', 'member/2']  # The program's stop.
 
 
-def test_under_test_mt_a_removed_node_that_ignores_its_stop_is_reported_and_counted_gone(caplog):
+def test_under_test_mt_a_removed_node_that_ignores_its_stop_is_reported_as_left_running(caplog):
     """Threads cannot be killed: a removed node still running after the grace period is
-    named in a warning with its stack and counted as gone; the removal completes."""
+    named in a warning with its stack and ends LEFT_RUNNING (not STOPPED, which would hide a
+    thread still running), as statuses, statistics and Prometheus say; the removal
+    completes."""
     program = lp.Program('stubborn_mt')
     with program.group('member', elastic=True):
         program.add_node(lp.PyNode(_stubborn))
@@ -242,10 +245,15 @@ def test_under_test_mt_a_removed_node_that_ignores_its_stop_is_reported_and_coun
         with lp.launch(program, launch_type='test_mt') as controller:
             controller.add_nodes('member', 1)
             (gone,) = controller.remove_nodes('member', 1, grace=0.5, timeout=30)
-            assert gone.index == 1 and gone.state == lp.NodeState.STOPPED
+            assert gone.index == 1 and gone.state == lp.NodeState.LEFT_RUNNING
             assert 'node member/1 did not return within the grace period' in caplog.text
             assert '_stubborn' in caplog.text  # Its stack.
             assert controller.is_running
+            states = {s.name: s.state.value for s in controller.statistics()}
+            assert states == {'member/0': 'running', 'member/1': 'left_running'}
+            text = prometheus.exposition('stubborn_mt', controller.statistics())
+            assert ('lp_node_state{program="stubborn_mt",node="member/1",state="left_running"} 1'
+                    in text)
         # The program stops though the removed node's thread runs on, and says so.
         assert not controller.is_running
         left = [t for t in threading.enumerate() if t.name == 'lp-node-member/1']

@@ -154,6 +154,7 @@ border-radius:8px;padding:8px;margin-bottom:12px;overflow:auto}
 .state-stopped rect,.state.state-stopped{fill:#cfcfcf;background:#cfcfcf}
 .state-failed rect,.state.state-failed{fill:#f28b82;background:#f28b82}
 .state-killed rect,.state.state-killed{fill:#b39ddb;background:#b39ddb}
+.state-left_running rect,.state.state-left_running{fill:#e6a0c4;background:#e6a0c4}
 #cards{display:grid;grid-template-columns:repeat(auto-fill,minmax(380px,1fr));gap:12px}
 .card{background:#fff;border:1px solid #ddd;border-radius:8px;padding:8px 12px}
 .card h3{margin:0 0 2px;font-size:14px}.state{padding:1px 8px;border-radius:9px;font-size:12px}
@@ -227,7 +228,8 @@ function show(node) {
   }
 }
 const PAGE = 50;
-const ORDER = ['failed', 'killed', 'restarting', 'starting', 'running', 'finished', 'stopped'];
+const ORDER = ['failed', 'killed', 'left_running', 'restarting', 'starting', 'running',
+               'finished', 'stopped'];
 const esc = s => String(s).replace(/[&<>"]/g, ch => ({'&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;'}[ch]));
 function showGroup(label, group) {
   const states = Object.entries(group.states).sort((a, b) => ORDER.indexOf(a[0]) - ORDER.indexOf(b[0]));

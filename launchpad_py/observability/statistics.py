@@ -18,9 +18,7 @@ import dataclasses
 import threading
 import time
 
-from launchpad_py.node_state import NodeState
-
-_ENDED = (NodeState.FINISHED, NodeState.STOPPED, NodeState.FAILED, NodeState.KILLED)
+from launchpad_py.node_state import ENDED as _ENDED, NodeState
 #: Rates are taken over at least this many seconds, when the history allows.
 RATE_WINDOW_S = 1.0
 #: Samples kept per node for the dashboard's plots (one per ``SAMPLE_SPACING_S`` at most).

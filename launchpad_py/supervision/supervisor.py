@@ -174,8 +174,8 @@ class Supervisor:
             return
         worker.exit_code, worker.ended_at = exit_code, time.time()
         self._alarms.cancel(('remove', worker))
-        if worker.removing:  # Removed from its elastic group: however it ended, it stopped.
-            worker.state = NodeState.STOPPED
+        if worker.removing:  # Removed from its elastic group: it stopped, or a thread runs on.
+            worker.state = NodeState.LEFT_RUNNING if worker.left_running else NodeState.STOPPED
         elif failure is not None:
             then = self.failures.on_failure(worker, failure, self.stopping.begun)
             if then is Then.ABORT_LAUNCH:

@@ -199,6 +199,7 @@ class Worker(abc.ABC):
         self.restart_reasons: dict[str, int] = {}
         self.removing = False    # Asked to stop alone (an elastic group shrinks).
         self.retired = False     # Replaced by its restart: its late events are ignored.
+        self.left_running = False  # Removed, past its grace, and could not be killed (a thread).
 
     @property
     def name(self) -> str:

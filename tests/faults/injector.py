@@ -65,11 +65,16 @@ def _node_processes(run_dir: str) -> list[tuple[int, str]]:
     return alive
 
 
-def _first_nodes(run_dir: str, launcher: subprocess.Popen) -> list[tuple[int, str]]:
-    """The node processes alive now, waiting for the first if none is (not past the launch)."""
+def _first_nodes(run_dir: str, launcher: subprocess.Popen,
+                 group: str | None = None) -> list[tuple[int, str]]:
+    """The node processes alive now (of ``group`` only, if given), waiting for the first if
+    none is (not past the launch): a planned fault's victim may start late on a loaded
+    machine, and striking nothing would test nothing."""
+    def alive() -> list[tuple[int, str]]:
+        return [n for n in _node_processes(run_dir)
+                if group is None or n[1].split('/')[0] == group]
     deadline = time.monotonic() + HANG_S
-    while not (nodes := _node_processes(run_dir)) and launcher.poll() is None \
-            and time.monotonic() < deadline:
+    while not (nodes := alive()) and launcher.poll() is None and time.monotonic() < deadline:
         threading.Event().wait(0.01)  # Polling the pids file the launcher appends to.
     return nodes
 
@@ -98,7 +103,7 @@ def _choose(rng, launcher: subprocess.Popen, run_dir: str, launch_type: str,
         victim, kind = plan
         if victim == 'launcher':
             return launcher.pid, Fault('launcher', kind)
-        nodes = [n for n in _node_processes(run_dir) if n[1].split('/')[0] == victim]
+        nodes = _first_nodes(run_dir, launcher, victim)
         if not nodes:
             return None, Fault(victim, 'missed')
         pid, name = rng.choice(nodes)
@@ -175,11 +180,19 @@ def _stop_seconds(fault: Fault, outcome: dict | None, result: dict | None) -> fl
     return outcome['ended_at'] - began - frozen
 
 
-def _wait_gone(token: str, seconds: float) -> int:
+def _wait_gone(token: str, seconds: float) -> list[str]:
+    """The run's processes still there after ``seconds``, as 'pid: command line' (what a left
+    process was is the first thing its trace needs; the run's fake cluster may end it soon)."""
     deadline = time.monotonic() + seconds
     while marked_processes(token) and time.monotonic() < deadline:
         threading.Event().wait(0.1)  # Polling the process table; nothing announces an exit.
-    return len(marked_processes(token))
+    left = []
+    for process in marked_processes(token):
+        try:
+            left.append(f'{process.pid}: {" ".join(process.cmdline())[:300]}')
+        except psutil.Error:  # Gone meanwhile.
+            pass
+    return left
 
 
 def one_run(rng, launch_type: str, hosts: list[str], plan: tuple[str, str] | None = None,
@@ -210,13 +223,14 @@ def one_run(rng, launch_type: str, hosts: list[str], plan: tuple[str, str] | Non
         hang = True
         launcher.kill()
         launcher.wait()
-    left = _wait_gone(token, CLEAN_S if not hang else HANG_S)
+    left_processes = _wait_gone(token, CLEAN_S if not hang else HANG_S)
     outcome = _read_json(os.path.join(run_dir, 'outcome.json'))
     result = _read_json(os.path.join(run_dir, 'result.json'))
     ended = 'gone' if outcome is None else (
         outcome['outcome'] if outcome['outcome'] != 'failed' else f'failed:{outcome["label"]}')
     stop_requested = result['stop_requested_at'] if result else None
-    return {'fault': dataclasses.asdict(fault), 'run_dir': run_dir, 'hang': hang, 'left': left,
+    return {'fault': dataclasses.asdict(fault), 'run_dir': run_dir, 'hang': hang,
+            'left': len(left_processes), 'left_processes': left_processes,
             'expected': sorted(expected_end(fault, stop_requested)), 'ended': ended,
             'why': (outcome or {}).get('why'), 'restarts': (outcome or {}).get('restarts', {}),
             'stop_s': _stop_seconds(fault, outcome, result),

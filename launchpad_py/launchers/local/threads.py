@@ -9,7 +9,7 @@ A node of an elastic group has a scope of its own inside the program's
 (``runtime.node_scope``), so ``remove_nodes`` stops it alone: its stop handlers and
 checkpoint hooks run, its stop event is set, its server stops and its thread returns.
 One that has not returned within the grace period is reported with its stack and
-counted as gone (a thread cannot be killed); the removal completes for the program.
+ends as ``LEFT_RUNNING`` (a thread cannot be killed); the removal completes for the program.
 Node threads are daemon threads, so such a thread does not hold up the program's
 stop or the process's exit; the program's end names it again, as left running.
 """
@@ -111,13 +111,14 @@ class ThreadWorker(Worker):
 
     def kill(self) -> bool:
         """A thread cannot be killed. A node removed alone that ignored its stop for the grace
-        period is reported, with its stack, and counted as gone; its thread runs on unseen."""
+        period is reported, with its stack, and ends ``LEFT_RUNNING``; its thread runs on unseen."""
         if not (self.can_stop_alone and self.removing) or not self._thread.is_alive():
             return False
         _log.warning('node %s did not return within the grace period after its removal; it '
-                     'is counted as gone, but its thread runs on (threads cannot be killed):\n%s',
+                     'ends as left_running: its thread runs on (threads cannot be killed):\n%s',
                      self.name, self.stack())
         self._left_running.append(self)
+        self.left_running = True  # Its state says so: LEFT_RUNNING, not STOPPED.
         self._exited(None, None)
         return True
 
