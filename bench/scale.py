@@ -151,7 +151,8 @@ def fan_out_once(launch_type: str, nodes: int, scratch: str) -> dict:
         controller = lp.launch(program, launch_type=launch_type,
                                **launch_arguments(launch_type, program, mark))
         ready = time.perf_counter() - start
-        spent = {**cpu.read(exclude_s=sampler.cpu_s), **gc_time.close(),
+        collections = gc_time.close()  # First: reading /proc makes objects, and collections.
+        spent = {**cpu.read(exclude_s=sampler.cpu_s), **collections,
                  'launcher_threads': threading.active_count()}
         controller.wait(timeout=900)
         ended_at = time.time()
