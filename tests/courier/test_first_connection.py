@@ -187,6 +187,7 @@ def test_watching_and_forgetting_make_no_system_call_under_the_lock():
     epoll = watcher._epoll = _LockWatchingEpoll(watcher)
     listeners = [socket.create_server(('127.0.0.1', 0)) for _ in range(3)]
     started = threading.Event()
+    threads_before = set(threading.enumerate())
     try:
         for listener in listeners:
             watcher.watch(listener.fileno(), started.set)
@@ -194,6 +195,9 @@ def test_watching_and_forgetting_make_no_system_call_under_the_lock():
         assert started.wait(10)  # The first connection started its listener.
         for listener in listeners[1:]:
             watcher.forget(listener.fileno())
+        for thread in set(threading.enumerate()) - threads_before:
+            thread.join(10)  # With nothing left to watch, the watcher's thread ends.
+            assert not thread.is_alive()
     finally:
         for listener in listeners:
             listener.close()
