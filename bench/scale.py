@@ -25,8 +25,12 @@ For each launch type and node count, ``--reps`` launches of issue 25's program
 Then once per point, fan-in: one counter and N client nodes making
 ``--fan_in_calls`` sync calls each; calls/s is the server's, between its
 first and its last call. Each point records the machine's load average
-(``os.getloadavg()``) when it started and when it ended, and the ready time per
-node in milliseconds.
+(``os.getloadavg()``) when it started and when it ended, the ready time per
+node in milliseconds, and the CPU per node from launch to ready (``bench/tree_cpu.py``:
+user+sys of the launching process, less the memory sampler's thread, and of every process
+below it; far less moved by the machine's load than wall time), split into the launching
+process's (``launcher_cpu``) and the processes below it (``nodes_cpu``); each run also keeps
+the launching process's garbage collections and their time, and its threads at ready.
 
 One invocation can measure every launcher (the slurm points read
 ``SLURM_CONF``, /tmp/lp-slurm/slurm.conf when unset):
@@ -60,7 +64,7 @@ import uuid
 import psutil
 
 import launchpad_py as lp
-from bench import scale_nodes
+from bench import scale_nodes, tree_cpu
 
 
 #: Marks a run's node processes on the ssh hosts, which are not our descendants (in their
@@ -89,6 +93,8 @@ class PeakUss:
 
     def __init__(self, mark: str | None = None):
         self.peak = 0
+        #: This thread's CPU seconds up to its last sample: no part of the launch it watches.
+        self.cpu_s = 0.0
         self._mark = mark
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name='uss-sampler', daemon=True)
@@ -105,6 +111,7 @@ class PeakUss:
                 except (psutil.NoSuchProcess, psutil.AccessDenied):
                     pass
             self.peak = max(self.peak, total)
+            self.cpu_s = time.thread_time()
             if self._stop.wait(1.0):
                 return
 
@@ -136,22 +143,29 @@ def fan_out_once(launch_type: str, nodes: int, scratch: str) -> dict:
     result_path = os.path.join(scratch, f'fan_out_{launch_type}_{nodes}.json')
     mark = uuid.uuid4().hex
     sampler = PeakUss(mark)
+    gc_time = tree_cpu.GcTime()
+    cpu = tree_cpu.TreeCpu(exclude_s=sampler.cpu_s)
     start = time.perf_counter()
     try:
         program = scale_nodes.fan_out(nodes, result_path)
         controller = lp.launch(program, launch_type=launch_type,
                                **launch_arguments(launch_type, program, mark))
         ready = time.perf_counter() - start
+        collections = gc_time.close()  # First: reading /proc makes objects, and collections.
+        spent = {**cpu.read(exclude_s=sampler.cpu_s), **collections,
+                 'launcher_threads': threading.active_count()}
         controller.wait(timeout=900)
         ended_at = time.time()
     finally:
+        gc_time.close()
         peak = sampler.stop()
     with open(result_path) as result:
         caller = json.load(result)
     os.remove(result_path)
     return {'ready_s': ready, 'answered': caller['answered'],
             'fan_out_calls_per_s': caller['calls_per_s'],
-            'stop_s': ended_at - caller['stop_requested_at'], 'peak_uss_gib': peak / 2**30}
+            'stop_s': ended_at - caller['stop_requested_at'], 'peak_uss_gib': peak / 2**30,
+            **spent}
 
 
 def fan_in_once(launch_type: str, nodes: int, calls: int) -> dict:
@@ -192,6 +206,11 @@ def summarize(runs: list[dict]) -> dict:
             row[f'{key}_max'] = max(values)
     if 'ready_s_median' in row:
         row['ready_ms_per_node_median'] = 1000 * row['ready_s_median'] / runs[0]['nodes']
+    for key in ('cpu_s', 'launcher_cpu_s', 'nodes_cpu_s'):  # CPU from launch to ready.
+        values = [r[key] for r in ok if key in r]
+        if values:
+            name = key[:-len('_s')]
+            row[f'{name}_ms_per_node_median'] = 1000 * statistics.median(values) / runs[0]['nodes']
     row['errors'] = [r['error'] for r in runs if 'error' in r]
     return row
 

@@ -2,7 +2,8 @@
 
 ``launch`` (``lp.launch``), ``registry`` (every backend: name, resources and options
 types, capabilities; plugins through the ``launchpad_py.launchers`` entry points),
-``options`` (the launch's options as one value), ``signals`` (Ctrl-C) and
+``options`` (the launch's options as one value), ``signals`` (Ctrl-C), ``gc_pause`` (no
+full garbage collection while a launch is under way) and
 ``start_program`` (the launch sequence local processes and the remote core share). One folder per
 backend: ``local/``, ``remote/`` (shared by the multi-host ones), ``ssh/``, ``slurm/``,
 ``kubernetes/``, ``ray/``.

@@ -8,7 +8,7 @@ from typing import Any, Mapping, Sequence
 
 from launchpad_py import errors, flags, process_limits
 from launchpad_py.supervision import controller
-from launchpad_py.launchers import registry, signals
+from launchpad_py.launchers import gc_pause, registry, signals
 from launchpad_py.launchers.options import LaunchOptions
 from launchpad_py.program import Program
 from launchpad_py.program import graph as program_graph
@@ -83,9 +83,11 @@ def launch(programs: Program | Sequence[Program], launch_type=None, xm_resources
 
 
 def _start(launcher, program: Program, options: LaunchOptions) -> controller.ProgramController:
-    """``launcher(program, options)``; running out of threads or processes names the limits."""
+    """``launcher(program, options)``, with no full garbage collection until it returns
+    (``gc_pause``); running out of threads or processes names the limits."""
     try:
-        return launcher(program, options)
+        with gc_pause.paused():
+            return launcher(program, options)
     except (RuntimeError, OSError) as exc:
         if not process_limits.is_exhausted(exc):
             raise

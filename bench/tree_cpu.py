@@ -1,0 +1,92 @@
+"""CPU time of a launch: the launching process and every process below it, load aside.
+
+Ready times on a shared machine move with the load (other work takes the cores, the
+launch waits), but the CPU seconds the launch itself spends barely do: so "is launch
+cost flat per node?" is asked of CPU per node beside wall time per node.
+
+    cpu = TreeCpu()
+    controller = lp.launch(program)
+    spent = cpu.read(exclude_s=sampler.cpu_s)   # {'cpu_s', 'launcher_cpu_s', 'nodes_cpu_s', ...}
+
+``launcher_cpu_s`` is the launching process (all its threads; for ``local_mt`` the nodes
+too), less ``exclude_s``: the CPU of a thread of its own that is no part of the launch
+(bench/scale.py's memory sampler). ``nodes_cpu_s`` is every process below it (fork server,
+node processes, reaped or alive), read from /proc at ``read()``; alive nodes keep running
+while they are read, which the time the reading took (``read_s``) bounds.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import time
+
+import psutil
+
+
+def _own_cpu() -> float:
+    times = os.times()
+    return times.user + times.system
+
+
+def _reaped_cpu() -> float:
+    times = os.times()
+    return times.children_user + times.children_system
+
+
+def _process_cpu(process: psutil.Process) -> float:
+    """A process's CPU with its reaped children's (a fork server's ended nodes)."""
+    t = process.cpu_times()
+    return t.user + t.system + t.children_user + t.children_system
+
+
+def _below(me: psutil.Process) -> dict[int, float]:
+    spent = {}
+    for process in me.children(recursive=True):
+        try:
+            spent[process.pid] = _process_cpu(process)
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+            pass
+    return spent
+
+
+class GcTime:
+    """Collections and the seconds they took in this process (``gc.callbacks``) while open."""
+
+    def __init__(self):
+        self.collections = [0, 0, 0]
+        self.seconds = 0.0
+        self._started: float | None = None
+        gc.callbacks.append(self._callback)
+
+    def _callback(self, phase: str, info: dict) -> None:
+        if phase == 'start':
+            self._started = time.perf_counter()
+        elif self._started is not None:
+            self.seconds += time.perf_counter() - self._started
+            self.collections[info['generation']] += 1
+            self._started = None
+
+    def close(self) -> dict:
+        if self._callback in gc.callbacks:
+            gc.callbacks.remove(self._callback)
+        return {'gc_collections': self.collections, 'gc_s': self.seconds}
+
+
+class TreeCpu:
+    """CPU spent by this process and its descendants since it was made."""
+
+    def __init__(self, exclude_s: float = 0.0):
+        self._me = psutil.Process()
+        self._own = _own_cpu() - exclude_s
+        self._reaped = _reaped_cpu()
+        self._below = _below(self._me)  # Normally none: a launch starts its own.
+
+    def read(self, exclude_s: float = 0.0) -> dict:
+        start = time.perf_counter()
+        launcher = _own_cpu() - exclude_s - self._own
+        below = _below(self._me)
+        nodes = _reaped_cpu() - self._reaped + sum(
+            spent - self._below.get(pid, 0.0) for pid, spent in below.items())
+        return {'cpu_s': launcher + nodes, 'launcher_cpu_s': launcher, 'nodes_cpu_s': nodes,
+                'processes_below': len(below), 'read_s': time.perf_counter() - start}
