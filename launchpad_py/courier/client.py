@@ -32,6 +32,7 @@ the program layer (``follow_known_addresses``); any other string never moves.
 from __future__ import annotations
 
 import concurrent.futures
+from concurrent.futures import _base
 import datetime
 import functools
 from typing import TYPE_CHECKING, Any, Callable
@@ -45,6 +46,8 @@ if TYPE_CHECKING:  # Loaded by the first gRPC call, not here (see transports/reg
     from launchpad_py.courier.transports import grpc_client
 
 Timeout = float | int | datetime.timedelta | None
+# A Future's states in which ``done()`` is true.
+_DONE = frozenset({_base.CANCELLED, _base.CANCELLED_AND_NOTIFIED, _base.FINISHED})
 TRANSPORTS = registry.CHOICES
 
 def _seconds(timeout: Timeout) -> float | None:
@@ -61,7 +64,10 @@ def _seconds(timeout: Timeout) -> float | None:
 def decode_reply(pickled: bytes | memoryview, buffers: list, device_arrays: bool = False) -> Any:
     """The call's value, or its remote exception raised here (a reply frame's pickle and
     buffers: a futures connection matches replies without making ``frames.Frame``s)."""
-    status, value = serialization.decode(pickled, buffers, device_arrays=device_arrays)
+    if device_arrays or serialization.device_decodes:
+        status, value = serialization.decode(pickled, buffers, device_arrays=device_arrays)
+    else:  # ``serialization.decode``'s common case, one Python call less per reply.
+        status, value = serialization.plain_loads(pickled, buffers=buffers)
     if status == 'ok':
         return value
     raise value.rebuild()
@@ -124,7 +130,8 @@ class Client:
         self._stale = False  # A call failed unavailable: ask ``relocate`` before the next.
         self._last_future: concurrent.futures.Future | None = None
         self._connect(address)
-        self._decode = functools.partial(decode_reply, device_arrays=device_arrays)
+        self._decode = functools.partial(decode_reply, device_arrays=True) \
+            if device_arrays else decode_reply
         self._futures = _FutureMethods(self)
 
     def _connect(self, address: str) -> None:
@@ -155,7 +162,9 @@ class Client:
         """Moves first if the last call failed unavailable; a future's failure counts
         even when its callback has not run yet (its caller may wake first)."""
         last = self._last_future
-        if last is not None and getattr(last, 'settled', last.done)():
+        # Its state read, not ``done()``: a socket future asked ``done()`` would have its
+        # reply delivered by its connection's background thread (see call_future.py).
+        if last is not None and last._state in _DONE:
             self._last_future = None
             if last._exception is not None:
                 self._note_failure(last)
@@ -190,7 +199,9 @@ class Client:
 
     def call(self, method: str, *args, **kwargs) -> Any:
         if self._relocate is not None:
-            self._check_stale()
+            last = self._last_future  # As in call_future.
+            if self._stale or (last is not None and last._state in _DONE):
+                self._check_stale()
         request = (method, args, kwargs)
         try:
             if self._local is not None:
@@ -204,7 +215,9 @@ class Client:
 
     def call_future(self, method: str, *args, **kwargs) -> concurrent.futures.Future:
         if self._relocate is not None:
-            self._check_stale()
+            last = self._last_future  # _check_stale's "nothing to do" inline: once per call.
+            if self._stale or (last is not None and last._state in _DONE):
+                self._check_stale()
         request = (method, args, kwargs)
         try:
             future = socket_channel.NO_SOCKET

@@ -32,6 +32,7 @@ REQUEST, REPLY, CHUNKED = 1, 2, 4
 HEADER = struct.Struct('<QBxHIQQQ')
 _HEADER_SIZE = HEADER.size
 _unpack_header = HEADER.unpack_from
+_pack_header = HEADER.pack
 _ENTRY = struct.Struct('<qQ')
 _BUFFER_ALIGN = 16
 _PADDING = bytes(_BUFFER_ALIGN)
@@ -234,9 +235,10 @@ class Outbox:
         with self.lock:
             held = self.held
             if not (hold or held):
-                loop = self.loop  # send_small's compiled branch, one Python call less.
+                loop = self.loop  # send_small's branches inline, one Python call less.
                 if loop is None:
-                    send_small(self.sock, None, call_id, kind, pickled)
+                    self.sock.sendall(_pack_header(call_id, kind, 0, 0, len(pickled), 0, 0)
+                                      + pickled)
                     return
                 sent = loop.send_small(self.sock.fileno(), call_id, kind, pickled)
                 if sent != _HEADER_SIZE + len(pickled):
@@ -382,12 +384,22 @@ class Reader:
 
     def read(self) -> Frame:
         """The next frame (a compiled reader's ``read`` is ``_read_compiled``)."""
-        if self._start == self._end:  # Nothing buffered: one receive usually brings a whole call.
-            self._start = self._end = 0
+        start = self._start
+        if start == self._end:  # Nothing buffered: one receive usually brings a whole call.
+            start = self._start = 0
             self._end = self._recv(self._view)
-        frame = self._small_frame()
-        if frame is not None:
-            return frame
+        # A small frame (no buffers, nothing released, no segment) wholly here is the usual
+        # reply; parsed inline, since the pure loop runs this once per call.
+        end = self._end
+        if end - start >= _HEADER_SIZE:
+            call_id, kind, n_released, n_buffers, pickle_len, segment_id, _ = \
+                _unpack_header(self._buf, start)
+            begin = start + _HEADER_SIZE
+            stop = begin + pickle_len
+            if not (stop > end or n_released or n_buffers or segment_id
+                    or pickle_len > self._small_limit):
+                self._start = stop
+                return Frame(call_id, kind, self._buf[begin:stop], (), ())
         return self._read_frame()
 
     def take_replies(self, pending: dict) -> list[tuple]:
@@ -428,11 +440,17 @@ class Reader:
     def _take_buffered(self, pending: dict, replies: list) -> bool:
         """Takes the small frames wholly buffered (as ``take_replies``); whether there were any."""
         first = start = self._start
-        while (small := self._small_at(start)) is not None:
-            call_id, _, begin, stop = small
+        buf, end, limit = self._buf, self._end, self._small_limit
+        while end - start >= _HEADER_SIZE:  # Small frames, parsed inline as in ``read``.
+            call_id, _, n_released, n_buffers, pickle_len, segment_id, _ = \
+                _unpack_header(buf, start)
+            begin = start + _HEADER_SIZE
+            stop = begin + pickle_len
+            if stop > end or n_released or n_buffers or segment_id or pickle_len > limit:
+                break
             entry = pending.pop(call_id, None)  # Atomic: whoever pops it completes it.
             if entry is not None:
-                replies.append((entry, bytes(self._view[begin:stop]), ()))
+                replies.append((entry, buf[begin:stop], ()))
             start = stop
         self._start = start
         return start != first
@@ -449,29 +467,6 @@ class Reader:
         if eof:
             raise EOFError('the peer closed the connection')
         return self._read_frame()
-
-    def _small_frame(self) -> Frame | None:
-        """The next frame, when it is small (no buffers, nothing released) and wholly buffered."""
-        small = self._small_at(self._start)
-        if small is None:
-            return None
-        call_id, kind, begin, stop = small
-        self._start = stop
-        return Frame(call_id, kind, bytes(self._view[begin:stop]), [], [])
-
-    def _small_at(self, start: int) -> tuple[int, int, int, int] | None:
-        """``(call_id, kind, begin, stop)`` of the small frame (no buffers, nothing released,
-        its pickle from ``begin`` to ``stop``) wholly buffered at ``start``; else None."""
-        end = self._end
-        if end - start < _HEADER_SIZE:
-            return None
-        call_id, kind, n_released, n_buffers, pickle_len, segment_id, _ = \
-            _unpack_header(self._buf, start)
-        begin = start + _HEADER_SIZE
-        stop = begin + pickle_len
-        if stop > end or n_released or n_buffers or segment_id or pickle_len > self._small_limit:
-            return None
-        return call_id, kind, begin, stop
 
     def _read_frame(self) -> Frame:
         """Any frame, its parts received as they come (large buffers straight into place)."""

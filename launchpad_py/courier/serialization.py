@@ -131,13 +131,31 @@ def _describe(obj: Any) -> str:
     return f'a {type(obj).__name__}'
 
 
+#: How many ``decode(device_arrays=True)`` run now, in any thread. While none does, no
+#: thread's flag can be set, so a plain decode needs neither to read nor to set it: the
+#: usual call then costs ``pickle.loads`` alone (callers on the hot path test this first).
+device_decodes = 0
+_device_decodes_lock = threading.Lock()
+plain_loads = pickle.loads  # ``decode`` while ``device_decodes`` is 0 and no device arrays.
+
+
 def decode(pickled: bytes | memoryview, buffers: list, *, device_arrays: bool = False) -> Any:
     """Inverse of ``encode``; arrays are built over ``buffers`` without copying."""
-    previous = getattr(_decoding, 'device_arrays', False)
-    if not (device_arrays or previous):  # The common case: nothing to set or restore.
+    if not (device_arrays or device_decodes):  # The common case: nothing to set or restore.
         return pickle.loads(pickled, buffers=buffers)
+    previous = getattr(_decoding, 'device_arrays', False)
+    if not (device_arrays or previous):
+        return pickle.loads(pickled, buffers=buffers)
+    _count_device_decodes(1)
     _decoding.device_arrays = device_arrays
     try:
         return pickle.loads(pickled, buffers=buffers)
     finally:
         _decoding.device_arrays = previous
+        _count_device_decodes(-1)
+
+
+def _count_device_decodes(step: int) -> None:
+    global device_decodes
+    with _device_decodes_lock:  # ``+=`` on a global is no atomic step between threads.
+        device_decodes += step

@@ -32,3 +32,15 @@ def test_device_arrays_on_request(transport):
         assert type(client.jax_arange(4)['values']) is type(result)
     assert isinstance(result, jax.Array)
     np.testing.assert_array_equal(np.asarray(result), np.arange(4))
+
+
+def test_a_plain_decode_after_device_decodes_skips_the_flag_again():
+    """Once every device-arrays decode has ended (one by raising), none is counted: a plain
+    decode takes its fast path and a reply's JAX arrays arrive as numpy arrays again."""
+    from launchpad_py.courier import serialization
+    pickled, buffers = serialization.encode(('ok', jax.numpy.arange(3)))
+    assert isinstance(serialization.decode(pickled, buffers, device_arrays=True)[1], jax.Array)
+    with pytest.raises(Exception):
+        serialization.decode(b'not a pickle', [], device_arrays=True)
+    assert serialization.device_decodes == 0
+    assert type(courier.client.decode_reply(pickled, buffers)) is np.ndarray
