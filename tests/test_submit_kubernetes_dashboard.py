@@ -105,10 +105,14 @@ def test_the_dashboard_forward_ends_with_the_program(cluster):
 
 @pytest.fixture
 def unrouted_cluster(tmp_path, monkeypatch):
-    """A fake cluster whose pods report a pod IP this machine has no route to (TEST-NET-1)."""
+    """A fake cluster whose pods report a pod IP this machine has no route to.
+
+    The loopback broadcast address fails at once (ENETUNREACH), as a pod network with no
+    route does; a black-holed address (TEST-NET-1) takes the same branch of
+    ``dashboard_relay.open_for`` but only after its 3 s probe timeout, twice per test."""
     from fake_kube import FakeCluster, FakeNode
     (tmp_path / 'kube').mkdir()
-    with FakeCluster(str(tmp_path / 'kube'), [FakeNode('far', pod_ip='192.0.2.7')]) as fake:
+    with FakeCluster(str(tmp_path / 'kube'), [FakeNode('far', pod_ip='127.255.255.255')]) as fake:
         monkeypatch.setenv('KUBECONFIG', fake.kubeconfig)
         yield fake
         for program in submitted_programs():
