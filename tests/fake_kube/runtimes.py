@@ -181,6 +181,7 @@ class PodmanRuntime:
 
     def __init__(self):
         self.token = secrets_module.token_hex(6)
+        self.swept: list[str] = []
         self._secrets: dict[str, list[str]] = {}  # Per pod, the podman secrets made for it.
 
     def start(self, pod: dict, netns: str | None, secrets: dict[str, dict[str, bytes]],
@@ -225,7 +226,8 @@ class PodmanRuntime:
 
     def sweep(self) -> None:
         """Removes every pod this runtime started, with its containers and secrets."""
-        for name in self.left():
+        self.swept = self.left()  # What no handle removed: a fault run records it.
+        for name in self.swept:
             _remove(name, [])
         for pod, names in list(self._secrets.items()):
             _remove(None, names)
