@@ -241,7 +241,7 @@ def one_run(rng, launch_type: str, hosts: list[str], plan: tuple[str, str] | Non
         hang = False
     except subprocess.TimeoutExpired:
         hang = True
-        _dump_stacks([launcher.pid, *(p.pid for p in marked_processes(token))],
+        _dump_stacks(sorted({launcher.pid, *(p.pid for p in marked_processes(token))}),
                      os.path.join(run_dir, 'hang_stacks.txt'))
         launcher.kill()
         launcher.wait()
