@@ -1,10 +1,18 @@
-"""The fake cluster's kubelet (tests/fake_kube) where a pod ends while its container starts."""
+"""The fake cluster's kubelet (tests/fake_kube) where a pod ends while its container starts,
+and where podman times out while starting one."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+
+import pytest
+
 from conftest import wait_for
 from fake_kube import IMAGE, FakeCluster, FakeNode
-from fake_kube.runtimes import ProcessRuntime
+from fake_kube.runtimes import PodmanRuntime, ProcessRuntime
+
+_BASE = 'localhost/lp-base:latest'  # Has sleep(1); the podman tests' base image.
 
 
 class _DeletedWhileStarting(ProcessRuntime):
@@ -20,10 +28,10 @@ class _DeletedWhileStarting(ProcessRuntime):
         return handle
 
 
-def _pod(name: str) -> dict:
+def _pod(name: str, image: str = IMAGE) -> dict:
     return {'apiVersion': 'v1', 'kind': 'Pod', 'metadata': {'name': name},
             'spec': {'restartPolicy': 'Never', 'containers': [
-                {'name': 'node', 'image': IMAGE, 'command': ['sleep', '600']}]}}
+                {'name': 'node', 'image': image, 'command': ['sleep', '600']}]}}
 
 
 def test_a_pod_deleted_while_its_container_starts_is_ended_and_the_kubelet_goes_on(tmp_path):
@@ -36,3 +44,35 @@ def test_a_pod_deleted_while_its_container_starts_is_ended_and_the_kubelet_goes_
         cluster.store.create('pods', 'default', _pod('next'))
         wait_for(lambda: cluster.kubelet.running() == ['next'], timeout=30,
                  what="only the next pod's container running")
+
+
+class _TimesOutAfterPlaying(PodmanRuntime):
+    """``podman kube play`` of pod 'slow' made its pod, then timed out (as under load)."""
+
+    def start(self, pod, netns, secrets, directory, log_path):
+        handle = super().start(pod, netns, secrets, directory, log_path)
+        if pod['metadata']['name'] == 'slow':
+            raise subprocess.TimeoutExpired(['podman', 'kube', 'play'], 120)
+        return handle
+
+
+@pytest.mark.skipif(os.environ.get('LP_K8S_PODMAN') != '1',
+                    reason='podman pods; set LP_K8S_PODMAN=1 (root, the lp-base image)')
+def test_a_podman_pod_whose_start_timed_out_is_removed_and_the_kubelet_goes_on(tmp_path,
+                                                                               monkeypatch):
+    """The kubelet goes on to the next pod, and after the cluster's close no podman pod of
+    its runtime is left: the timeout killed the kubelet's loop before and left the pod."""
+    conf = tmp_path / 'containers.conf'
+    conf.write_text('[engine]\nruntime = "runc"\n')  # As test_kubernetes_podman's fixture.
+    monkeypatch.setenv('CONTAINERS_CONF', str(conf))
+    runtime = _TimesOutAfterPlaying()
+    try:
+        with FakeCluster(str(tmp_path), [FakeNode('n1')], images=(_BASE,),
+                         runtime=runtime) as cluster:
+            cluster.store.create('pods', 'default', _pod('slow', _BASE))
+            cluster.store.create('pods', 'default', _pod('next', _BASE))
+            wait_for(lambda: cluster.kubelet.running() == ['next'], timeout=120,
+                     what="the next pod's container running")
+        assert runtime.left() == []
+    finally:
+        runtime.sweep()

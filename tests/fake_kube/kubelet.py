@@ -154,7 +154,11 @@ class Kubelet:
         try:
             handle = self.runtime.start(pod, node.netns, self._secret_files(pod), directory,
                                         os.path.join(directory, 'log'))
-        except (ApiError, subprocess.CalledProcessError) as exc:
+        except (ApiError, subprocess.SubprocessError) as exc:
+            # A podman call that timed out (kube play under load) may have made the pod
+            # anyway: the runtime removes what it made, and this loop goes on with the
+            # next pods (it died here before, and no pod started after).
+            getattr(self.runtime, 'discard', lambda name: None)(meta['name'])
             message = getattr(exc, 'stderr', None) or str(exc)
             self._set_status(pod, phase='Pending', containerStatuses=self._container(pod, {
                 'waiting': {'reason': 'CreateContainerError', 'message': message.strip()}}))
@@ -294,15 +298,26 @@ class Kubelet:
                                               'controller': True}]}})
 
     def close(self) -> None:
-        """Stops the controllers and ends every container still running."""
+        """Stops the controllers and ends every container still running; then the runtime
+        removes whatever it started that is still there (``sweep``), whatever happened to
+        the handles: a podman call that hung or timed out under load left pods before."""
         self._closing.set()
-        self._thread.join(10)
+        self._thread.join(_START_S)  # A container starting now is then known (or discarded).
         with self._lock:
             running = [h for key, h in self._handles.items() if not self._ended[key].is_set()]
         for handle in running:
-            handle.terminate(0)
+            try:
+                handle.terminate(0)
+            except subprocess.SubprocessError:
+                pass  # The sweep below removes it.
+        deadline = time.monotonic() + 60
         for reaper in self._reapers:  # Their clean-up done: no podman pod outlives the cluster.
-            reaper.join(60)
+            reaper.join(max(0.0, deadline - time.monotonic()))
+        getattr(self.runtime, 'sweep', lambda: None)()
+
+
+#: How long starting one container may take (podman's own calls time out at 120 s).
+_START_S = 150
 
 
 def _seconds_since(timestamp: str) -> float:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets as secrets_module
 import signal
 import subprocess
 import sys
@@ -144,23 +145,51 @@ class PodmanHandle:
         podman('pod', 'stop', '-t', str(int(grace)), self.pod, check=False)
 
     def remove(self) -> None:
-        podman('pod', 'rm', '-f', self.pod, check=False)
-        for name in self._secrets:
-            podman('secret', 'rm', name, check=False)
-            podman('volume', 'rm', '-f', name, check=False)  # kube play keeps one per secret.
+        _remove(self.pod, self._secrets)
+        del self._secrets[:]  # The runtime's record of them, shared: its sweep skips them.
+
+
+#: A generous bound on one podman call at teardown (under load they take tens of seconds).
+_SWEEP_S = 300
+
+
+def _remove(pod: str | None, secrets: list[str]) -> None:
+    """``podman pod rm -f`` of ``pod`` (its containers go with it) and its secrets, each
+    already gone being fine."""
+    calls = [('pod', 'rm', '-f', pod)] if pod else []
+    for name in secrets:  # kube play keeps a volume per secret.
+        calls += [('secret', 'rm', name), ('volume', 'rm', '-f', name)]
+    for call in calls:
+        try:
+            podman(*call, check=False, timeout=_SWEEP_S)
+        except subprocess.TimeoutExpired:
+            pass  # The sweep at the cluster's close tries again; ``left`` reports it.
+
+
+#: The label on every podman pod a ``PodmanRuntime`` plays: its value is the runtime's token.
+RUNTIME_LABEL = 'launchpad-py-fake-kube/runtime'
 
 
 class PodmanRuntime:
+    """Plays pods under podman, each labelled with this runtime's token, so that ``sweep``
+    removes every pod it started (and ``left`` lists them) whatever its handle knows: a
+    ``podman`` call that hung or timed out under load left pods no handle held."""
+
     #: As ``ProcessRuntime.kubeconfig``: mounted into a pod with a service account.
     kubeconfig: str | None = None
     _KUBE_DIR = '/var/run/launchpad-py-fake-kube'
 
+    def __init__(self):
+        self.token = secrets_module.token_hex(6)
+        self.swept: list[str] = []
+        self._secrets: dict[str, list[str]] = {}  # Per pod, the podman secrets made for it.
+
     def start(self, pod: dict, netns: str | None, secrets: dict[str, dict[str, bytes]],
               directory: str, log_path: str) -> PodmanHandle:
         secrets = dict(secrets)
+        names = self._secrets.setdefault(pod['metadata']['name'], [])
         if pod['spec'].get('serviceAccountName') and self.kubeconfig:
             pod = self._with_kubeconfig(pod, secrets)
-        names = []
         volumes = {v['name']: v for v in pod['spec'].get('volumes') or ()}
         for mount in pod['spec']['containers'][0].get('volumeMounts') or ():
             if 'secret' not in volumes[mount['name']]:
@@ -171,11 +200,12 @@ class PodmanRuntime:
             with tempfile.NamedTemporaryFile('w', suffix='.yaml', dir=directory,
                                              delete=False) as out:
                 json.dump(plain, out)  # JSON is YAML.
+            names.append(name)  # Before it exists: a create that times out may still make it.
             podman('secret', 'create', name, out.name)
             os.remove(out.name)  # Its only copy now is podman's.
-            names.append(name)
         metadata = {k: v for k, v in pod['metadata'].items()
                     if k not in ('uid', 'resourceVersion', 'creationTimestamp')}
+        metadata['labels'] = {**(metadata.get('labels') or {}), RUNTIME_LABEL: self.token}
         played = {'apiVersion': 'v1', 'kind': 'Pod', 'metadata': metadata, 'spec': pod['spec']}
         path = os.path.join(directory, 'pod.yaml')
         with open(path, 'w') as out:
@@ -183,6 +213,25 @@ class PodmanRuntime:
         podman('kube', 'play', '--network', 'host', path, netns=netns)
         return PodmanHandle(pod['metadata']['name'], pod['spec']['containers'][0]['name'], names,
                             log_path)
+
+    def discard(self, name: str) -> None:
+        """Removes pod ``name`` and its secrets, after a start that failed part way."""
+        _remove(name, self._secrets.pop(name, []))
+
+    def left(self) -> list[str]:
+        """The podman pods this runtime started that still exist (any state)."""
+        found = podman('pod', 'ps', '--filter', f'label={RUNTIME_LABEL}={self.token}',
+                       '--format', '{{.Name}}', check=False, timeout=_SWEEP_S)
+        return found.stdout.split()
+
+    def sweep(self) -> None:
+        """Removes every pod this runtime started, with its containers and secrets."""
+        self.swept = self.left()  # What no handle removed: a fault run records it.
+        for name in self.swept:
+            _remove(name, [])
+        for pod, names in list(self._secrets.items()):
+            _remove(None, names)
+            self._secrets.pop(pod, None)
 
     def _with_kubeconfig(self, pod: dict, secrets: dict[str, dict[str, bytes]]) -> dict:
         """The pod with the fake's kubeconfig mounted as one more Secret, and KUBECONFIG

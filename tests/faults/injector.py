@@ -9,7 +9,9 @@ the fault a SIGKILL, a SIGSTOP held for a random pause
 then counts what the issue asks: whether the program ended as its policy
 says (``expected`` vs ``ended``), a hang (no end within ``HANG_S``),
 processes left ``CLEAN_S`` after the end, a stop slower than the grace
-period + 1 s, and lost or doubled updates (``fault_checks``).
+period + 1 s, and lost or doubled updates (``fault_checks``). A hung run's
+threads (launcher and nodes, by ``py-spy dump`` where installed) are written to
+``hang_stacks.txt`` in its run directory before it is killed.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -195,6 +198,23 @@ def _wait_gone(token: str, seconds: float) -> list[str]:
     return left
 
 
+def _dump_stacks(pids: list[int], path: str) -> None:
+    """Every thread's stack of each of ``pids`` (``py-spy dump``, if installed) into
+    ``path``: what a hung run was doing, taken before it is killed."""
+    spy = shutil.which('py-spy') or os.path.join(os.path.dirname(sys.executable), 'py-spy')
+    with open(path, 'w') as out:
+        if not os.path.exists(spy):
+            out.write('py-spy not installed (pip install py-spy): no stacks\n')
+            return
+        for pid in pids:
+            try:
+                dump = subprocess.run([spy, 'dump', '--pid', str(pid)], capture_output=True,
+                                      text=True, timeout=60)
+                out.write(f'== {pid}\n{dump.stdout}{dump.stderr}\n')
+            except subprocess.TimeoutExpired:
+                out.write(f'== {pid}: py-spy dump timed out\n')
+
+
 def one_run(rng, launch_type: str, hosts: list[str], plan: tuple[str, str] | None = None,
             delay: float | None = None, strike=inject, env: dict | None = None) -> dict:
     """Launches, strikes one fault, and returns what happened (see the module docstring).
@@ -221,6 +241,8 @@ def one_run(rng, launch_type: str, hosts: list[str], plan: tuple[str, str] | Non
         hang = False
     except subprocess.TimeoutExpired:
         hang = True
+        _dump_stacks(sorted({launcher.pid, *(p.pid for p in marked_processes(token))}),
+                     os.path.join(run_dir, 'hang_stacks.txt'))
         launcher.kill()
         launcher.wait()
     left_processes = _wait_gone(token, CLEAN_S if not hang else HANG_S)

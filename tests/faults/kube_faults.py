@@ -12,7 +12,8 @@ SIGKILLed or paused (SIGSTOP, a random pause, SIGCONT), or the pod is deleted
 through the API (a preemption, ``kubectl delete pod``) or evicted by the
 kubelet (node pressure). ``injector.one_run`` judges the run as for the other
 launchers; this module adds what a cluster can leave behind: API objects
-(Jobs, Secrets, Pods) and containers the kubelet still runs.
+(Jobs, Secrets, Pods), containers the kubelet still runs, and under podman the
+pods left after the cluster's close (and those only its final sweep removed).
 """
 
 from __future__ import annotations
@@ -151,6 +152,10 @@ def kube_run(rng, workdir: str, runtime=None, image: str = IMAGE, path: str = PR
         run = one_run(rng, 'kubernetes', [], plan=plan, delay=delay, strike=PodFaults(cluster),
                       env={'KUBECONFIG': cluster.kubeconfig, IMAGE_ENV: image, PATH_ENV: path})
         run['objects_left'], run['containers_left'] = _left_in(cluster)
+    if hasattr(cluster.kubelet.runtime, 'left'):  # Podman: pods left even after the sweep
+        # (a fault), and those only the sweep removed (their handles had lost them).
+        run['podman_left'] = len(cluster.kubelet.runtime.left())
+        run['podman_swept'] = len(cluster.kubelet.runtime.swept)
     run['rescheduled'] = rescheduled(run['run_dir'])
     return run
 

@@ -4,9 +4,10 @@ Opt-in: ``LP_K8S_FAULT_RUNS=100 .venv/bin/python -m pytest tests/faults/test_kub
 runs on the fake API server with pods as local processes; ``LP_K8S_FAULT_PODMAN=5`` runs
 pods under podman (root, the lp-base image; see test_kubernetes_podman.py). With
 ``LP_FAULT_REPORT=DIR`` both write their runs and totals into ``DIR/faults_kubernetes.json``,
-each under its own key. The faults (``kube_faults``): a SIGKILL or a pause of a pod's
+each under its own key (the podman set's: ``LP_FAULT_KEY``, else ``podman_YYYYMMDD``). The faults (``kube_faults``): a SIGKILL or a pause of a pod's
 process, its pod deleted through the API, or evicted. The counts are those of
-test_fault_runs.py, plus API objects and containers left after the run; all must be 0.
+test_fault_runs.py, plus API objects and containers left after the run, and under podman
+pods left after the fake cluster's close; all must be 0.
 Two fixed runs (a deleted params pod, an evicted coordinator) are in the default suite.
 """
 
@@ -16,6 +17,7 @@ import collections
 import json
 import os
 import random
+import subprocess
 import time
 
 import pytest
@@ -26,12 +28,15 @@ from test_fault_runs import _line, _problems, _summary
 
 RUNS = int(os.environ.get('LP_K8S_FAULT_RUNS', '0'))
 PODMAN_RUNS = int(os.environ.get('LP_K8S_FAULT_PODMAN', '0'))
+#: The podman set's key in the report: ``LP_FAULT_KEY``, or one per day (earlier sets kept).
+PODMAN_KEY = os.environ.get('LP_FAULT_KEY') or time.strftime('podman_%Y%m%d', time.gmtime())
 pytestmark = [needs_kubernetes_client, needs_ssh_hosts]
 
 
 def _kube_problems(run: dict) -> dict[str, int]:
     return {**_problems(run), 'objects_left': run['objects_left'],
-            'containers_left': run['containers_left']}
+            'containers_left': run['containers_left'],
+            'podman_left': run.get('podman_left', 0)}
 
 
 def _runs(key: str, count: int, tmp_path, **cluster) -> dict:
@@ -40,7 +45,10 @@ def _runs(key: str, count: int, tmp_path, **cluster) -> dict:
     seed = int(os.environ.get('LP_FAULT_SEED', '14'))
     rng = random.Random(seed)
     runs = []
-    started = {'seed': seed, 'load_at_start': [round(x, 2) for x in os.getloadavg()],
+    commit = subprocess.run(['git', 'rev-parse', '--short', 'HEAD'], capture_output=True,
+                            text=True, cwd=os.path.dirname(__file__)).stdout.strip()
+    started = {'seed': seed, 'commit': commit,
+               'load_at_start': [round(x, 2) for x in os.getloadavg()],
                'started_at': time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}
     for index in range(count):
         runs.append(kube_run(rng, str(tmp_path / f'run{index}'), **cluster))
@@ -56,7 +64,8 @@ def _kube_summary(runs: list[dict], planned: int) -> dict:
     for run in runs:
         totals.update(_kube_problems(run))
     return {**_summary(runs), 'planned_runs': planned, 'objects_left': totals['objects_left'],
-            'containers_left': totals['containers_left'],
+            'containers_left': totals['containers_left'], 'podman_left': totals['podman_left'],
+            'podman_swept': sum(run.get('podman_swept', 0) for run in runs),
             'rescheduled': sum(run.get('rescheduled', 0) for run in runs),
             'load_after': [round(x, 2) for x in os.getloadavg()],
             'ended_at': time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}
@@ -109,15 +118,15 @@ def test_random_pod_faults_under_podman_end_as_the_policy_says(tmp_path, monkeyp
     image = built.replace('lp-k8s-test', 'lp-k8s-faults')
     podman('tag', built, image)
     try:
-        result = _runs('podman', PODMAN_RUNS, tmp_path, runtime=SharedTmpPodman(), image=image,
-                       path=PODMAN_PATH)
+        result = _runs(PODMAN_KEY, PODMAN_RUNS, tmp_path, runtime=SharedTmpPodman(),
+                       image=image, path=PODMAN_PATH)
     finally:
         podman('untag', image, image, check=False)
     left = [name for name in podman('pod', 'ps', '--filter', 'label=launchpad-py/program',
                                     '--format', '{{.Name}}').stdout.split()
             if name.startswith('fault-run-')]  # Not other tests' pods, running meanwhile.
     result['summary'].update(image=image, podman_pods_left_at_end=len(left))
-    _record('podman', result)
+    _record(PODMAN_KEY, result)
     assert not left, left
     _assert_clean(result)
 
