@@ -14,6 +14,7 @@ the submission code there cost it megabytes it never used (issue 25). Only the f
 """
 
 import importlib as _importlib
+from importlib.util import find_spec as _find_spec
 
 # Flags (defined on import: --lp_launch_type, --lp_termination_notice_secs)
 from launchpad_py import flags
@@ -98,6 +99,8 @@ __all__ = ['flags', 'LAUNCH_TYPE', *_LAZY]
 def __getattr__(name):
     """Imports the module behind a public name on first use and keeps the value here."""
     module = _LAZY.get(name)
+    if module is None and not name.startswith('_') and _find_spec(f'{__name__}.{name}'):
+        module = f'{__name__}.{name}'  # a subpackage the eager __init__ had loaded: lp.launchers
     if module is None:
         raise AttributeError(f'module {__name__!r} has no attribute {name!r}')
     loaded = _importlib.import_module(module)

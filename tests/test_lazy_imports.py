@@ -110,3 +110,12 @@ def test_app_run_still_parses_the_launch_type_flag():
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == 'local_mp'
+
+
+def test_a_subpackage_is_still_an_attribute():
+    """``lp.launchers`` and ``lp.program``, which the eager ``__init__`` left loaded, still
+    resolve (importing the subpackage)."""
+    loaded = _loaded_after('import launchpad_py as lp\n'
+                           'assert lp.launchers.LaunchType("local_mp") is lp.LaunchType("local_mp")\n',
+                           LAUNCHER_SIDE)
+    assert loaded['launchpad_py.launchers'] is True
