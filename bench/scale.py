@@ -64,6 +64,7 @@ import uuid
 import psutil
 
 import launchpad_py as lp
+from launchpad_py.launchers.options import LaunchOptions
 from bench import scale_nodes, tree_cpu
 
 
@@ -280,7 +281,7 @@ def main() -> None:
         with open(args.json, 'w') as f:
             json.dump({'machine': {'cpus': os.cpu_count(), 'python': platform.python_version(),
                                    'memory_gib': psutil.virtual_memory().total / 2**30},
-                       'grace_s': lp.launchers.options.LaunchOptions().grace,
+                       'grace_s': LaunchOptions().grace,
                        'fresh_process': args.fresh_process,
                        'points': points}, f, indent=2)
 

@@ -6,85 +6,108 @@
     server = p.add_node(lp.CourierNode(Server), label='server')
     p.add_node(lp.PyNode(client_main, server), label='client')
     lp.launch(p, launch_type='local_mp').wait()
+
+Public names resolve on first use (PEP 562 ``__getattr__``): a single-node pod imports
+this package on its way to ``node_side``, and loading every launcher, the dashboard and
+the submission code there cost it megabytes it never used (issue 25). Only the flags
+(defined on import, so ``app.run`` parses ``--lp_*``) and the errors load eagerly.
 """
+
+import importlib as _importlib
+from importlib.util import find_spec as _find_spec
 
 # Flags (defined on import: --lp_launch_type, --lp_termination_notice_secs)
 from launchpad_py import flags
 from launchpad_py.flags import LAUNCH_TYPE
 
-# RPC, usable on its own
-from launchpad_py import courier
-from launchpad_py.courier import batched_handler
+# Public name -> the module that defines it; imported when the name is first read.
+_LAZY = {
+    # RPC, usable on its own
+    'courier': 'launchpad_py.courier',
+    'batched_handler': 'launchpad_py.courier',
+    # Setup: programs, nodes, handles, addresses
+    'AbstractAddressBuilder': 'launchpad_py.program',
+    'Address': 'launchpad_py.program',
+    'Deferred': 'launchpad_py.program',
+    'GroupHandle': 'launchpad_py.program',
+    'GroupMembers': 'launchpad_py.program',
+    'Handle': 'launchpad_py.program',
+    'Program': 'launchpad_py.program',
+    'SimpleLocalAddressBuilder': 'launchpad_py.program',
+    'get_port_from_address': 'launchpad_py.program',
+    'maybe_dereference': 'launchpad_py.program',
+    'CourierClient': 'launchpad_py.nodes',
+    'CourierHandle': 'launchpad_py.nodes',
+    'CourierNode': 'launchpad_py.nodes',
+    'PyClassNode': 'launchpad_py.nodes',
+    'PyNode': 'launchpad_py.nodes',
+    # More node types: caching, colocation, replay (reverb is imported only when used)
+    'CacherHandle': 'launchpad_py.nodes',
+    'CacherNode': 'launchpad_py.nodes',
+    'ColocationHandle': 'launchpad_py.nodes',
+    'ColocationNode': 'launchpad_py.nodes',
+    'MultiProcessingColocation': 'launchpad_py.nodes',
+    'MultiThreadingColocation': 'launchpad_py.nodes',
+    'ReverbHandle': 'launchpad_py.nodes',
+    'ReverbNode': 'launchpad_py.nodes',
+    # Inside a running node
+    'NodeContext': 'launchpad_py.node_side.runtime',
+    'get_node_context': 'launchpad_py.node_side.runtime',
+    'checkpoint_dir': 'launchpad_py.node_side.checkpoints',
+    'register_checkpoint_handler': 'launchpad_py.node_side.checkpoints',
+    # Launch, and what happens when nodes fail
+    'Restart': 'launchpad_py.program.failure_policy',
+    'StopProgram': 'launchpad_py.program.failure_policy',
+    'LaunchType': 'launchpad_py.launchers',
+    'NodeState': 'launchpad_py.launchers',
+    'NodeStatus': 'launchpad_py.launchers',
+    'ProgramController': 'launchpad_py.launchers',
+    'PythonProcess': 'launchpad_py.launchers',
+    'RayResources': 'launchpad_py.launchers',
+    'SlurmResources': 'launchpad_py.launchers',
+    'SshHost': 'launchpad_py.launchers',
+    'KubernetesResources': 'launchpad_py.launchers',
+    'is_local_launch': 'launchpad_py.launchers',
+    'is_local_launch_or_test': 'launchpad_py.launchers',
+    'launch': 'launchpad_py.launchers',
+    # Programs that outlive the terminal: submitted to a cluster, found again by id
+    'submit': 'launchpad_py.submission.submit',
+    'SubmittedProgram': 'launchpad_py.submission.submitted',
+    'attach': 'launchpad_py.submission.submitted',
+    # Stopping a program
+    'make_program_stopper': 'launchpad_py.node_side.program_stop',
+    'register_stop_handler': 'launchpad_py.node_side.program_stop',
+    'stop': 'launchpad_py.node_side.program_stop',
+    'stop_event': 'launchpad_py.node_side.program_stop',
+    'unregister_stop_handler': 'launchpad_py.node_side.program_stop',
+    'wait_for_stop': 'launchpad_py.node_side.program_stop',
+    # Errors
+    'LaunchError': 'launchpad_py.errors',
+    'LaunchpadError': 'launchpad_py.errors',
+    'NodeFailedError': 'launchpad_py.errors',
+    'NodeSerializationError': 'launchpad_py.errors',
+    'NotRunningError': 'launchpad_py.errors',
+    'ProgramError': 'launchpad_py.errors',
+    'ResourcesError': 'launchpad_py.errors',
+    'StuckNodesError': 'launchpad_py.errors',
+    'UnknownLaunchTypeError': 'launchpad_py.errors',
+}
 
-# Setup: programs, nodes, handles, addresses
-from launchpad_py.program import AbstractAddressBuilder
-from launchpad_py.program import Address
-from launchpad_py.program import Deferred
-from launchpad_py.program import GroupHandle
-from launchpad_py.program import GroupMembers
-from launchpad_py.program import Handle
-from launchpad_py.program import Program
-from launchpad_py.program import SimpleLocalAddressBuilder
-from launchpad_py.program import get_port_from_address
-from launchpad_py.program import maybe_dereference
-from launchpad_py.nodes import CourierClient
-from launchpad_py.nodes import CourierHandle
-from launchpad_py.nodes import CourierNode
-from launchpad_py.nodes import PyClassNode
-from launchpad_py.nodes import PyNode
+__all__ = ['flags', 'LAUNCH_TYPE', *_LAZY]
 
-# More node types: caching, colocation, replay (reverb is imported only when used)
-from launchpad_py.nodes import CacherHandle
-from launchpad_py.nodes import CacherNode
-from launchpad_py.nodes import ColocationHandle
-from launchpad_py.nodes import ColocationNode
-from launchpad_py.nodes import MultiProcessingColocation
-from launchpad_py.nodes import MultiThreadingColocation
-from launchpad_py.nodes import ReverbHandle
-from launchpad_py.nodes import ReverbNode
 
-# Inside a running node
-from launchpad_py.node_side.runtime import NodeContext
-from launchpad_py.node_side.runtime import get_node_context
-from launchpad_py.node_side.checkpoints import checkpoint_dir
-from launchpad_py.node_side.checkpoints import register_checkpoint_handler
+def __getattr__(name):
+    """Imports the module behind a public name on first use and keeps the value here."""
+    module = _LAZY.get(name)
+    if module is None and not name.startswith('_') and _find_spec(f'{__name__}.{name}'):
+        module = f'{__name__}.{name}'  # a subpackage the eager __init__ had loaded: lp.launchers
+    if module is None:
+        raise AttributeError(f'module {__name__!r} has no attribute {name!r}')
+    loaded = _importlib.import_module(module)
+    value = loaded if module == f'{__name__}.{name}' else getattr(loaded, name)
+    globals()[name] = value
+    return value
 
-# Launch, and what happens when nodes fail
-from launchpad_py.program.failure_policy import Restart
-from launchpad_py.program.failure_policy import StopProgram
-from launchpad_py.launchers import LaunchType
-from launchpad_py.launchers import NodeState
-from launchpad_py.launchers import NodeStatus
-from launchpad_py.launchers import ProgramController
-from launchpad_py.launchers import PythonProcess
-from launchpad_py.launchers import RayResources
-from launchpad_py.launchers import SlurmResources
-from launchpad_py.launchers import SshHost
-from launchpad_py.launchers import KubernetesResources
-from launchpad_py.launchers import is_local_launch
-from launchpad_py.launchers import is_local_launch_or_test
-from launchpad_py.launchers import launch
 
-# Programs that outlive the terminal: submitted to a cluster, found again by id
-from launchpad_py.submission.submit import submit
-from launchpad_py.submission.submitted import SubmittedProgram
-from launchpad_py.submission.submitted import attach
-
-# Stopping a program
-from launchpad_py.node_side.program_stop import make_program_stopper
-from launchpad_py.node_side.program_stop import register_stop_handler
-from launchpad_py.node_side.program_stop import stop
-from launchpad_py.node_side.program_stop import stop_event
-from launchpad_py.node_side.program_stop import unregister_stop_handler
-from launchpad_py.node_side.program_stop import wait_for_stop
-
-# Errors
-from launchpad_py.errors import LaunchError
-from launchpad_py.errors import LaunchpadError
-from launchpad_py.errors import NodeFailedError
-from launchpad_py.errors import NodeSerializationError
-from launchpad_py.errors import NotRunningError
-from launchpad_py.errors import ProgramError
-from launchpad_py.errors import ResourcesError
-from launchpad_py.errors import StuckNodesError
-from launchpad_py.errors import UnknownLaunchTypeError
+def __dir__():
+    return sorted(set(globals()) | set(_LAZY))

@@ -12,11 +12,14 @@ import sys
 import pytest
 
 HEAVY = ('numpy', 'grpc')
+# What a node never uses: the launchers, the dashboard's web server, cluster submission.
+LAUNCHER_SIDE = ('launchpad_py.launchers', 'launchpad_py.observability',
+                 'launchpad_py.submission', 'http.server')
 
 
-def _loaded_after(code: str) -> dict:
-    """Runs ``code`` in a fresh interpreter; which of ``HEAVY`` it left in ``sys.modules``."""
-    script = code + f'\nimport json, sys\nprint(json.dumps({{m: m in sys.modules for m in {HEAVY!r}}}))'
+def _loaded_after(code: str, names=HEAVY) -> dict:
+    """Runs ``code`` in a fresh interpreter; which of ``names`` it left in ``sys.modules``."""
+    script = code + f'\nimport json, sys\nprint(json.dumps({{m: m in sys.modules for m in {names!r}}}))'
     done = subprocess.run([sys.executable, '-c', script], capture_output=True, text=True,
                           timeout=120)
     assert done.returncode == 0, done.stderr
@@ -71,3 +74,48 @@ def test_a_grpc_failure_still_maps_to_the_courier_tree():
     error = errors.translate_rpc_error(Refused(), '127.0.0.1:1', 'step')
     assert isinstance(error, errors.CourierUnavailableError)
     assert "'step' on 127.0.0.1:1: connection refused" in str(error)
+
+
+@pytest.mark.parametrize('module', ['launchpad_py', 'launchpad_py.node_side.remote_node_main'])
+def test_a_node_does_not_load_launcher_side_code(module):
+    """The package and a pod's entry point leave launchers, dashboard and submission
+    unloaded: public names resolve on first use (issue 25)."""
+    assert _loaded_after(f'import {module}', LAUNCHER_SIDE) == dict.fromkeys(LAUNCHER_SIDE, False)
+
+
+def test_a_public_name_loads_its_module_on_first_use():
+    """``lp.launch`` and ``from launchpad_py import X`` still work, loading what they need."""
+    loaded = _loaded_after('import launchpad_py as lp\n'
+                           'from launchpad_py import Program, launch\n'
+                           'assert lp.launch is launch and lp.Program is Program\n'
+                           "assert 'launch' in dir(lp) and 'launch' in lp.__all__\n",
+                           LAUNCHER_SIDE)
+    assert loaded['launchpad_py.launchers'] is True
+
+
+def test_an_unknown_name_is_an_attribute_error():
+    import launchpad_py as lp
+    with pytest.raises(AttributeError, match="no attribute 'no_such_name'"):
+        lp.no_such_name  # noqa: B018
+
+
+def test_app_run_still_parses_the_launch_type_flag():
+    """The flags stay defined on import, so absl's ``app.run`` accepts ``--lp_launch_type``."""
+    script = ('from absl import app\n'
+              'import launchpad_py as lp\n'
+              'def main(argv):\n'
+              '    print(lp.flags.LAUNCH_TYPE.value)\n'
+              'app.run(main)\n')
+    done = subprocess.run([sys.executable, '-c', script, '--lp_launch_type=local_mp'],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == 'local_mp'
+
+
+def test_a_subpackage_is_still_an_attribute():
+    """``lp.launchers`` and ``lp.program``, which the eager ``__init__`` left loaded, still
+    resolve (importing the subpackage)."""
+    loaded = _loaded_after('import launchpad_py as lp\n'
+                           'assert lp.launchers.LaunchType("local_mp") is lp.LaunchType("local_mp")\n',
+                           LAUNCHER_SIDE)
+    assert loaded['launchpad_py.launchers'] is True
