@@ -277,6 +277,8 @@ def main() -> None:
     report = {'load_average_start': os.getloadavg(), 'cpus': os.cpu_count(), 'runs': []}
     for callers in [int(n) for n in args.fanin.split(',') if n]:
         for peer in args.peers.split(','):
+            if peer != 'floor_unix' and peer not in PEER_TRANSPORTS:
+                continue  # No fan-in form (``launchpad_launched`` measures a launched program).
             result = fanin(peer, callers)
             print(f'{peer} fan-in {callers}: {result["calls_per_s"]:,.0f} calls/s; server user '
                   f'{result["server_user_us"]:.2f} µs kernel {result["server_kernel_us"]:.2f} µs '

@@ -355,6 +355,142 @@ static PyObject *peer_gone(PyObject *self, PyObject *args) {
     Py_RETURN_TRUE;  /* Ended (0), data nobody asked for (> 0), or broken (< 0). */
 }
 
+/* ---- A server's answer and its next request in one release of the GIL (socket_serving.py) --
+ *
+ * A reader thread that answers a synchronous call sends the reply, then waits for the next
+ * request: two system calls, and between them the thread used to take the GIL back only to
+ * release it again. With many connections' readers contending for one GIL, each
+ * re-acquisition may wait for another thread's turn (a futex and a context switch). Here the
+ * reply leaves and the next request's first receive is made in one release; recv_small then
+ * takes the frame apart (and receives the rest, if a frame came in parts). */
+
+/* Sends header and pickle (all of it unless the socket fails or would block) and, once all
+ * is sent and ``receive_too``, receives once into ``into``: called without the GIL. */
+static void send_then_receive(int fd, unsigned char *header, const char *pickle,
+                              Py_ssize_t pickle_len, Py_ssize_t *sent, int *send_errno,
+                              int receive_too, char *into, Py_ssize_t room,
+                              struct msghdr *in_msg, Py_ssize_t *received, int *recv_errno) {
+    Py_ssize_t total = HEADER_SIZE + pickle_len;
+    while (*sent < total) {
+        struct iovec iov[2];
+        int count = 0;
+        if (*sent < HEADER_SIZE) {
+            iov[count].iov_base = header + *sent;
+            iov[count++].iov_len = (size_t)(HEADER_SIZE - *sent);
+            iov[count].iov_base = (void *)pickle;
+            iov[count++].iov_len = (size_t)pickle_len;
+        } else {
+            iov[count].iov_base = (void *)(pickle + (*sent - HEADER_SIZE));
+            iov[count++].iov_len = (size_t)(total - *sent);
+        }
+        struct msghdr msg;
+        memset(&msg, 0, sizeof msg);
+        msg.msg_iov = iov;
+        msg.msg_iovlen = (size_t)count;
+        Py_ssize_t n = sendmsg(fd, &msg, MSG_NOSIGNAL);
+        if (n < 0) { *send_errno = errno; return; }  /* Python finishes (or raises). */
+        *sent += n;
+    }
+    if (!receive_too) return;
+    if (in_msg != NULL) {
+        struct iovec iov = {into, (size_t)room};
+        in_msg->msg_iov = &iov;
+        in_msg->msg_iovlen = 1;
+        *received = recvmsg(fd, in_msg, MSG_CMSG_CLOEXEC);
+        in_msg->msg_iov = NULL;
+    } else {
+        *received = recv(fd, into, (size_t)room, 0);
+    }
+    if (*received < 0) *recv_errno = errno;
+}
+
+/* answer_small(fd, call_id, kind, pickled, buf, start, end, ancillary, limit) ->
+ *     (sent, recv_small's result | None)
+ *
+ * Sends a small frame (as send_small) and reads the next one (as recv_small, whose result it
+ * returns), the reply's send and the request's first receive in one release of the GIL. The
+ * receive is skipped when a whole frame is already buffered. When the send stopped short
+ * (the socket would block, or a signal came), nothing is read: the result is None and
+ * frames.py sends the rest from ``sent`` on, then reads. A failed send raises OSError. */
+static PyObject *answer_small(PyObject *self, PyObject *args) {
+    int fd, kind, ancillary;
+    unsigned long long call_id;
+    Py_buffer pickled, view;
+    PyObject *buffer, *fds = NULL, *result = NULL, *read = NULL;
+    Py_ssize_t start, end, limit;
+    if (!PyArg_ParseTuple(args, "iKiy*Onnpn", &fd, &call_id, &kind, &pickled, &buffer, &start,
+                          &end, &ancillary, &limit))
+        return NULL;
+    if (PyObject_GetBuffer(buffer, &view, PyBUF_WRITABLE) < 0) {
+        PyBuffer_Release(&pickled);
+        return NULL;
+    }
+    if (start < 0 || end < start || end > view.len) {
+        PyErr_SetString(PyExc_ValueError, "answer_small: start and end outside the buffer");
+        goto done;
+    }
+    unsigned char header[HEADER_SIZE];
+    memset(header, 0, sizeof header);
+    store_u64(header, call_id);
+    header[8] = (unsigned char)kind;
+    store_u64(header + 16, (uint64_t)pickled.len);
+    if (start == end) start = end = 0;  /* Nothing unread: receive at the front again. */
+    uint64_t unused_id;
+    Py_ssize_t unused_len;
+    int receive_too = end < view.len && reply_at(view.buf, start, end, view.len, limit,
+                                                 &unused_id, &unused_len) == REPLY_NEED_MORE;
+    union { struct cmsghdr align; char space[CMSG_SPACE(MAX_FDS * sizeof(int))]; } control;
+    struct msghdr in_msg;
+    memset(&in_msg, 0, sizeof in_msg);
+    in_msg.msg_control = control.space;
+    in_msg.msg_controllen = sizeof control.space;
+    Py_ssize_t sent = 0, received = 0;
+    int send_errno = 0, recv_errno = 0;
+    Py_BEGIN_ALLOW_THREADS
+    send_then_receive(fd, header, pickled.buf, pickled.len, &sent, &send_errno, receive_too,
+                      (char *)view.buf + end, view.len - end, ancillary ? &in_msg : NULL,
+                      &received, &recv_errno);
+    Py_END_ALLOW_THREADS
+    if (send_errno && send_errno != EINTR && send_errno != EAGAIN &&
+        send_errno != EWOULDBLOCK) {
+        errno = send_errno;
+        PyErr_SetFromErrno(PyExc_OSError);
+        goto done;
+    }
+    if (sent < HEADER_SIZE + pickled.len) {  /* Stopped short: frames.py goes on. */
+        result = Py_BuildValue("(nO)", sent, Py_None);
+        goto done;
+    }
+    if (receive_too && received > 0) {
+        end += received;
+        if (ancillary && in_msg.msg_controllen > 0 && collect_fds(&in_msg, &fds) < 0) goto done;
+    }
+    /* Received nothing (interrupted, would block, the stream ended, or a failure):
+     * recv_small meets the same condition again and answers it its way. */
+    PyObject *rest = Py_BuildValue("(iOnnin)", fd, buffer, start, end, ancillary, limit);
+    if (rest == NULL) goto done;
+    read = recv_small(self, rest);
+    Py_DECREF(rest);
+    if (read == NULL) goto done;
+    if (fds != NULL) {  /* Descriptors from our receive come first, as they arrived. */
+        PyObject *later = PyTuple_GET_ITEM(read, 5);
+        if (later != Py_None && PyList_SetSlice(fds, PY_SSIZE_T_MAX, PY_SSIZE_T_MAX, later) < 0)
+            goto done;
+        Py_INCREF(fds);
+        Py_DECREF(later);
+        PyTuple_SET_ITEM(read, 5, fds);  /* Ours alone: recv_small built it just now. */
+    }
+    result = Py_BuildValue("(nO)", sent, read);
+done:
+    if (result == NULL)  /* Raising: close what came, nobody will. */
+        close_all(fds);
+    Py_XDECREF(read);
+    Py_XDECREF(fds);
+    PyBuffer_Release(&view);
+    PyBuffer_Release(&pickled);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"recv_small", recv_small, METH_VARARGS,
      "Receives until a small frame is complete; see frames.Reader."},
@@ -364,6 +500,8 @@ static PyMethodDef methods[] = {
      "Receives and takes the small replies already received, popped from a pending dict."},
     {"peer_gone", peer_gone, METH_VARARGS,
      "Whether an idle stream socket's peer closed it (one non-blocking peek)."},
+    {"answer_small", answer_small, METH_VARARGS,
+     "Sends a small frame and reads the next, one GIL release for the send and a receive."},
     {NULL, NULL, 0, NULL},
 };
 

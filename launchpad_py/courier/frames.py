@@ -468,6 +468,23 @@ class Reader:
             raise EOFError('the peer closed the connection')
         return self._read_frame()
 
+    def answer_and_read(self, call_id: int, kind: int, pickled: bytes) -> Frame:
+        """Sends a small frame on this reader's socket, then reads the next frame; the
+        compiled loop (which this needs) sends and starts receiving in one release of the
+        GIL. Only for a socket whose reader is its only writer (see ``socket_serving.py``)."""
+        sent, read = self.loop.answer_small(
+            self._sock.fileno(), call_id, kind, pickled, self._buf, self._start, self._end,
+            self._descriptors, self._small_limit)
+        if read is None:  # The send stopped short: the rest goes Python's way.
+            _send_rest(self._sock, call_id, kind, pickled, sent)
+            return self.read()
+        pickled, call_id, kind, self._start, self._end, fds, _ = read
+        if fds:
+            self._fds.extend(fds)
+        if pickled is not None:
+            return Frame(call_id, kind, pickled, [], [])
+        return self.read()  # Another kind of frame, or the stream ended: read says which.
+
     def _read_frame(self) -> Frame:
         """Any frame, its parts received as they come (large buffers straight into place)."""
         call_id, kind, n_released, n_buffers, pickle_len, segment_id, segment_size = \

@@ -22,7 +22,7 @@ import threading
 import time
 from typing import Callable
 
-from launchpad_py.courier import frames, stats as stats_module
+from launchpad_py.courier import frames, serialization, stats as stats_module
 from launchpad_py.courier.transports.sockets import first_connection, reader_handover
 
 SYNC_REQUEST, FUTURE_REQUEST = 1, 3
@@ -109,13 +109,22 @@ class SocketServing:
         """The reader's loop; returns why it ended, None when it lost the reading role."""
         connection, shard, watchdog = turn.connection, self._own_shard(), self._watchdog
         reader = connection.reader
+        # Until a futures call comes (a promoted reader's connection has had one), this
+        # reader is the connection's only writer: a reply and the next read may be one step.
+        sync_only = turn.serial == 0 and reader.loop is not None
         try:
             connection.flush()  # Replies a reader that lost the role to us held back, if any.
+            frame = connection.read()
             while True:  # No local keeps a frame: its shared memory is released sooner.
-                frame = connection.read()
                 if frame.kind == SYNC_REQUEST:
+                    if sync_only:
+                        frame = self._answer_then_read(connection, frame, shard)
+                        continue
                     self._answer(connection, frame, shard)
-                elif turn.detours:  # A call here blocked lately: the pool runs the next.
+                    frame = connection.read()
+                    continue
+                sync_only = False
+                if turn.detours:  # A call here blocked lately: the pool runs the next.
                     self._executor.submit(self._answer, connection, frame)
                 else:
                     watchdog.begin(turn, frame)
@@ -125,6 +134,7 @@ class SocketServing:
                     if not turn.finish(token):
                         connection.flush()  # The new reader may have flushed before we held.
                         return None
+                frame = connection.read()
         except Exception as exc:  # Peer gone, a bad frame, or the pool shut down on stop.
             return exc
 
@@ -137,12 +147,14 @@ class SocketServing:
 
     def _answer(self, connection: frames.Connection, frame: frames.Frame,
                 shard: stats_module.Shard | None = None, more: Callable[[], bool] | None = None,
-                ) -> None:
-        """Runs ``frame`` and sends its reply; held back when ``more()`` says another request
-        waits, already read, for the same thread to run next (it then sends both)."""
+                reply: tuple | None = None) -> None:
+        """Runs ``frame`` (unless its ``reply`` is given) and sends its reply; held back when
+        ``more()`` says another request waits, already read, for the same thread to run next
+        (it then sends both)."""
         if shard is None:  # On a pool thread.
             shard = self._own_shard()
-        reply = self._dispatch(frame, shard)
+        if reply is None:
+            reply = self._dispatch(frame, shard)
         try:
             try:
                 connection.send(frame.call_id, frames.REPLY, reply, shard,
@@ -151,6 +163,28 @@ class SocketServing:
                 connection.send(frame.call_id, frames.REPLY, self._unsendable(frame, exc), shard)
         except OSError:
             pass  # The caller went away; its reader has reported that already.
+
+    def _answer_then_read(self, connection: frames.Connection, frame: frames.Frame,
+                          shard: stats_module.Shard | None) -> frames.Frame:
+        """Runs a synchronous call and returns the next request: a small reply leaves and
+        the next request's receive starts in one release of the GIL (``_cframes.answer_small``),
+        where a send then a read would take the GIL back between them, and with many
+        connections' readers waiting for it, often wait for it there. Only for a reader that
+        is its connection's only writer, on the compiled loop."""
+        reply = self._dispatch(frame, shard)
+        try:
+            pickled, buffers = serialization.encode(reply)
+        except (TypeError, MemoryError):  # ``_answer``'s way says why to the caller.
+            buffers = True
+        released = getattr(connection, 'released', None)  # Segment ids to hand back (uds).
+        if buffers or (released is not None and released.ids):
+            # A frame of its own: the connection's send encodes it again (a pickle of the
+            # envelope; out-of-band buffers are not copied).
+            self._answer(connection, frame, shard, reply=reply)
+            return connection.read()
+        if shard is not None:
+            shard.bytes_out += frames.HEADER.size + len(pickled)
+        return connection.reader.answer_and_read(frame.call_id, frames.REPLY, pickled)
 
     def stop(self, grace: float | None = None) -> None:
         """Closes the listener and its connections; ``grace`` is not used (see below)."""

@@ -1,0 +1,109 @@
+"""A server's reader sends a reply and reads the next request in one compiled step
+(``frames.Reader.answer_and_read``, ``_cframes.answer_small``): the bytes that leave and the
+frames that come back are those of a send followed by a read, however the request arrives."""
+
+from __future__ import annotations
+
+import array
+import os
+import socket
+import threading
+
+import pytest
+
+from launchpad_py.courier import frame_loop, frames, shm
+
+
+@pytest.fixture(params=[True, False], ids=['unix-descriptors', 'plain'])
+def pair(request, monkeypatch):
+    """A connected pair: ``left`` plays the caller, ``reader`` reads ``right`` compiled."""
+    monkeypatch.delenv(frame_loop.PURE_ENV, raising=False)
+    assert frame_loop.compiled() is not None, 'the compiled loop is not built (pip install -e .)'
+    left, right = socket.socketpair()
+    reader = frames.Reader(right, shm.ReleaseQueue(), scratch=4096, descriptors=request.param)
+    yield left, right, reader
+    left.close(), right.close()
+    reader.close()
+
+
+def _frame(call_id: int, kind: int, obj) -> bytes:
+    parts, fd = frames.encode(call_id, kind, obj)
+    assert fd is None and len(parts) == 1
+    return parts[0]
+
+
+def _recv_exactly(sock: socket.socket, n: int) -> bytes:
+    data = b''
+    while len(data) < n:
+        chunk = sock.recv(n - len(data))
+        assert chunk, 'the stream ended early'
+        data += chunk
+    return data
+
+
+def test_the_reply_leaves_and_the_next_request_is_read_however_it_arrives(pair):
+    """Already buffered, arriving after the reply, or in pieces across the header: the reply's
+    bytes are ``send_small``'s, and the next request reads whole."""
+    left, _, reader = pair
+    reply = _frame(0, frames.REPLY, ('ok', 'x' * 50))
+    pickled = frames.from_bytes(reply).pickled.tobytes()
+    left.sendall(_frame(1, frames.REQUEST, 'a') + _frame(2, frames.REQUEST, 'b'))
+    assert reader.read().value() == 'a'  # 'b' is buffered now.
+    frame = reader.answer_and_read(1, frames.REPLY, pickled)
+    assert (frame.call_id, frame.value()) == (2, 'b')
+    assert _recv_exactly(left, len(reply)) == _frame(1, frames.REPLY, ('ok', 'x' * 50))
+    request = _frame(3, frames.REQUEST, 'c' * 200)
+    for cut in (len(request), 5, 41):
+        sender = threading.Thread(target=lambda: (_recv_exactly(left, len(reply)),
+                                                  left.sendall(request[:cut]),
+                                                  left.sendall(request[cut:])))
+        sender.start()
+        frame = reader.answer_and_read(2, frames.REPLY, pickled)
+        sender.join(10)
+        assert (frame.call_id, frame.kind, frame.value()) == (3, frames.REQUEST, 'c' * 200)
+
+
+def test_a_request_with_buffers_after_the_reply_is_read_in_python(pair):
+    """A next frame the compiled loop does not take (it carries a buffer) is read whole."""
+    left, _, reader = pair
+    big = bytearray(b'y' * (1 << 20))
+    parts, _ = frames.encode(4, frames.REQUEST, [memoryview(big)])
+    sender = threading.Thread(target=left.sendall, args=(b''.join(bytes(p) for p in parts),))
+    sender.start()  # More than the socket holds: it leaves while the reader reads.
+    frame = reader.answer_and_read(3, frames.REPLY, b'\x80\x05N.')
+    sender.join(10)
+    assert frame.call_id == 4 and bytes(frame.value()[0]) == bytes(big)
+
+
+def test_a_descriptor_with_the_next_request_is_kept(pair):
+    """A descriptor passed with the request read in the same step reaches the reader."""
+    left, _, reader = pair
+    if not reader._descriptors:
+        return  # Descriptors ride only on a reader that receives them (the Unix path).
+    read_end, write_end = os.pipe()
+    try:
+        left.sendmsg([_frame(5, frames.REQUEST, 'd')],
+                     [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array('i', [write_end]))])
+        frame = reader.answer_and_read(4, frames.REPLY, b'\x80\x05N.')
+        assert frame.value() == 'd' and len(reader._fds) == 1
+        os.write(reader._fds[0], b'!')
+        assert os.read(read_end, 1) == b'!'
+    finally:
+        os.close(read_end), os.close(write_end)
+
+
+def test_the_end_of_the_stream_after_the_reply_is_seen(pair):
+    """The caller that leaves after its last reply ends the reader's loop with EOFError."""
+    left, _, reader = pair
+    left.shutdown(socket.SHUT_WR)
+    with pytest.raises(EOFError):
+        reader.answer_and_read(6, frames.REPLY, b'\x80\x05N.')
+    assert len(_recv_exactly(left, frames.HEADER.size + 4)) == frames.HEADER.size + 4
+
+
+def test_a_reply_to_a_caller_gone_raises(pair):
+    """A reply that cannot leave (the caller closed) raises OSError, ending the loop."""
+    left, _, reader = pair
+    left.close()
+    with pytest.raises(OSError):
+        reader.answer_and_read(7, frames.REPLY, b'\x80\x05N.')
