@@ -20,6 +20,7 @@ from typing import Callable
 from launchpad_py import errors
 from launchpad_py.courier import fail_fast
 from launchpad_py.courier.errors import CourierCancelledError, CourierUnavailableError
+from launchpad_py.node_side.stop_event import StopEvent
 
 _log = logging.getLogger(__name__)
 
@@ -35,7 +36,7 @@ class ProgramScope:
     def __init__(self, name: str, request_program_stop: Callable[[], None] | None = None):
         self.name = name
         self.secret: bytes | None = None  # Set by the launcher; colocated children inherit it.
-        self.stop_event = threading.Event()
+        self.stop_event = StopEvent()  # Thousands of node threads may wait on it: no convoy.
         self.servers: list[str] | None = None
         self._end_fail_fast: Callable[[], None] | None = None
         self._ended = False
