@@ -63,9 +63,11 @@ if [ "${1:-up}" = down ]; then
   exit 0
 fi
 
-# Up only if the Ray it runs from is still there: a cluster started from a checkout since
-# deleted has no Python left to start workers with, and every actor waits forever.
-if [ -f "$S/address" ] && [ -x "$(cat "$S/ray_bin" 2>/dev/null)" ] && timeout 20 "$PWD/.venv/bin/python" - "$HEAD:$PORT" <<'EOF' 2>/dev/null; then
+# Up only if it runs from this checkout's Ray: a cluster started from a checkout since
+# deleted has no Python left to start workers with, and every actor waits forever; one
+# started from another checkout runs that checkout's launchpad_py in its actors, so this
+# checkout's tests would test other code (a fresh CI clone beside a developer's cluster).
+if [ -f "$S/address" ] && [ "$(cat "$S/ray_bin" 2>/dev/null)" = "$RAY" ] && [ -x "$RAY" ] && timeout 20 "$PWD/.venv/bin/python" - "$HEAD:$PORT" <<'EOF' 2>/dev/null; then
 import sys, ray
 ray.init(address=sys.argv[1], logging_level='ERROR', log_to_driver=False)
 alive = [n for n in ray.nodes() if n['Alive']]

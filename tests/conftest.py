@@ -194,6 +194,18 @@ def slurm_cluster() -> None:
                     'bring it up with `bash scripts/slurm_cluster.sh up` (as root)')
 
 
+def ray_cluster_is_this_checkouts() -> bool | str:
+    """True if the test Ray cluster was started from this checkout's .venv (its workers then
+    import this checkout's launchpad_py); else the Ray it was started from."""
+    try:
+        with open(os.path.join(RAY_DIR, 'ray_bin')) as ray_bin_file:
+            ray_bin = ray_bin_file.read().strip()
+    except OSError:
+        return '(unknown: no ray_bin)'
+    ours = os.path.join(REPO, '.venv', 'bin', 'ray')
+    return True if os.path.realpath(ray_bin) == os.path.realpath(ours) else ray_bin
+
+
 def ray_address() -> str:
     """The address of the test Ray cluster (scripts/ray_cluster.sh); skips, saying why, if down."""
     try:
@@ -202,6 +214,11 @@ def ray_address() -> str:
     except OSError:
         pytest.skip(f'the test Ray cluster is not up (no {RAY_DIR}/address): bring it up with '
                     '`bash scripts/ray_cluster.sh up` (as root, after the namespace hosts)')
+    ours = ray_cluster_is_this_checkouts()
+    if ours is not True:
+        pytest.skip(f'the test Ray cluster runs from another checkout ({ours}), so its actors '
+                    "would run that checkout's code: `bash scripts/ray_cluster.sh up` from this "
+                    'one starts it afresh')
     host, _, port = address.rpartition(':')
     try:
         socket.create_connection((host, int(port)), timeout=5).close()

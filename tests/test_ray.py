@@ -22,6 +22,7 @@ import pytest
 
 import launchpad_py as lp
 from launchpad_py import courier
+import conftest
 from conftest import REPO, launch, marked_processes, needs_ray, slow, wait_for
 from nodes_for_tests import Pinger
 from ray_nodes import Caller, Where
@@ -432,3 +433,13 @@ def test_ray_death_causes_map_to_lost_reasons():
     assert lost_reason(exceptions.RayActorError(error_msg='x'), False) == 'node_lost'
     killed = exceptions.RayActorError(error_msg='The actor was killed by `ray.kill`.')
     assert lost_reason(killed, True) is None and lost_reason(killed, None) is None
+
+
+@needs_ray
+def test_the_test_cluster_runs_this_checkouts_code():
+    """scripts/ray_cluster.sh starts the cluster afresh when it runs from another checkout: its
+    actors import launchpad_py from the Ray they were started with, so a fresh CI clone beside a
+    developer's cluster would otherwise test the developer's code."""
+    if not os.path.exists(os.path.join(conftest.RAY_DIR, 'address')):
+        pytest.skip('the test Ray cluster is not up: `bash scripts/ray_cluster.sh up` (as root)')
+    assert conftest.ray_cluster_is_this_checkouts() is True
