@@ -27,8 +27,12 @@ def preload() -> None:
     Then freezes what it made: children's garbage collections leave the inherited
     objects alone, so their pages stay shared instead of being copied (≈1 MiB a node).
     """
-    import launchpad_py  # noqa: F401  (first: it sets gRPC's log level)
+    import launchpad_py  # (first: it sets gRPC's log level)
     from launchpad_py.node_side import local_node_main  # noqa: F401
+    # ``import launchpad_py`` loads its public names lazily (for lean pods); here every child
+    # would then import the node types, courier server and the rest itself, after the fork.
+    for name in launchpad_py.__all__:
+        getattr(launchpad_py, name)
 
     import absl.flags  # noqa: F401
     import cloudpickle  # noqa: F401
