@@ -3,7 +3,7 @@
 ``import launchpad_py`` resolves its public names lazily, so a fork server that only
 imported the package would leave each forked node to import the node types, the courier
 server and the rest after the fork: a 300-node ``local_mp`` launch took 11.3 s instead of
-about 4 s (bench/scale_all38.json).
+about 4 s (bench/scale_partial38.json).
 """
 
 import subprocess

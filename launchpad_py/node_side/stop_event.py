@@ -4,8 +4,8 @@
 event's one shared lock before it returns. When 2,000 node threads of a ``local_mt``
 program wake together at the stop, they queue on that lock; a thread that holds it
 can lose the GIL to any busy thread, and the queue then drains by one thread per GIL
-switch interval: with four busy threads, 2,000 waiters took about 50 s to leave
-``wait`` (tests/test_stop_event.py measures the queue, bench/stop_convoy.py the time).
+switch interval: with four busy threads, 2,000 waiters took 63 s to leave ``wait``
+(tests/test_stop_event.py counts the queue; bench/stop_convoy.py times it).
 
 ``StopEvent`` keeps ``threading.Event``'s interface (it is one, for ``isinstance``
 and type hints) but a woken waiter returns without touching any shared lock: ``set``
@@ -71,6 +71,6 @@ class StopEvent(threading.Event):
         with self._guard:
             return len(self._waiters)
 
-    def _at_fork_reinit(self):  # threading calls this on an Event in a forked child.
+    def _at_fork_reinit(self):  # threading.Event's own, kept: fresh locks after a fork.
         self._guard = _allocate()
         self._waiters = []
