@@ -36,20 +36,28 @@ import time
 
 import launchpad_py as lp
 from examples.actor_learner import program as actor_learner
+from examples.actor_learner import replay as replay_lib
 
 from .futures_profile import thread_counters
 
 _COMPILE_S = 120.0  # At most this long for the learner's first update.
 
 
-def measure(actors: int, warmup: float, seconds: float) -> dict:
+def measure(actors: int, warmup: float, seconds: float, learner_platform: str = '',
+            batch_growth: int = 0, **options) -> dict:
+    """One point of the curve; ``options`` are further ``Config`` fields."""
     config = dataclasses.replace(actor_learner.Config(), num_actors=actors,
-                                 target_return=float('inf'), max_env_steps=1 << 62)
+                                 target_return=float('inf'), max_env_steps=1 << 62, **options)
+    if batch_growth:
+        config = dataclasses.replace(config, batch_growth=batch_growth)
     program = actor_learner.make_program(config)
     learner = program.groups['learner'][0].create_handle()
+    resources = actor_learner.cpu_only_resources()
+    if learner_platform:  # e.g. 'cpu': is the learner's device what limits the curve?
+        resources['learner'] = lp.PythonProcess(jax_platforms=learner_platform)
     with contextlib.redirect_stdout(io.StringIO()):
         controller = lp.launch(program, launch_type='local_mp', terminal='output_to_files',
-                               local_resources=actor_learner.cpu_only_resources())
+                               local_resources=resources)
     pause = threading.Event()
     try:
         client = learner.dereference()
@@ -70,7 +78,16 @@ def measure(actors: int, warmup: float, seconds: float) -> dict:
         controller.stop()
     waited, updating = (_delta(first, last, key) for key in ('waited_s', 'updating_s'))
     updates = _delta(first, last, 'step')
-    return {'actors': actors, 'seconds': elapsed, 'first_update_after_s': compiled_s,
+    phases = {name: 1e3 * (last['update_phases_s'][name] - first['update_phases_s'][name])
+              / updates for name in last.get('update_phases_s', {})} if updates else {}
+    copies = [b - a for a, b in zip(first.get('params_to_host', (0, 0)),
+                                    last.get('params_to_host', (0, 0)))]
+    return {'actors': actors, 'learner_platform': learner_platform or 'default',
+            'unrolls_per_call': config.unrolls_per_call, 'publish': config.publish,
+            'batch_sizes': list(replay_lib.batch_sizes(config.batch_size, config.batch_growth)),
+            'seconds': elapsed, 'first_update_after_s': compiled_s,
+            'update_phases_ms': phases,
+            'params_to_host_ms': 1e3 * copies[1] / copies[0] if copies[0] else None,
             'learner_cpu_cores': cpu['learner'] / elapsed,
             'actors_cpu_cores': cpu['actor'] / elapsed,
             'env_steps_per_s': _delta(first, last, 'env_steps') / elapsed,
@@ -143,6 +160,15 @@ def main() -> None:
     parser.add_argument('--seconds', type=float, default=15.0, help='seconds measured')
     parser.add_argument('--update-batches', help='comma list of batch sizes: time the '
                         'learner\'s update alone at each (no program is launched)')
+    parser.add_argument('--learner-platform', default='',
+                        help="JAX platform for the learner (e.g. 'cpu'); default: JAX's choice")
+    parser.add_argument('--batch-growth', type=int, default=0,
+                        help='the learner takes up to batch_size × this many unrolls per update '
+                        "(default: the example's)")
+    parser.add_argument('--unrolls-per-call', type=int, default=1,
+                        help='unrolls an actor sends in one call (Config.unrolls_per_call)')
+    parser.add_argument('--publish', default='request', choices=('request', 'learner'),
+                        help='who copies parameters to the host (Config.publish)')
     parser.add_argument('--json', help='write the results here')
     args = parser.parse_args()
     report = {'cpus': os.cpu_count(), 'load_average_start': os.getloadavg(), 'points': []}
@@ -155,7 +181,9 @@ def main() -> None:
           f'{"unrolls/update":>15} {"learner waiting":>16} {"updating":>9} '
           f'{"learner CPU":>12} {"actors CPU":>11}')
     for actors in [int(n) for n in args.actors.split(',') if n]:
-        point = measure(actors, args.warmup, args.seconds)
+        point = measure(actors, args.warmup, args.seconds, args.learner_platform,
+                        args.batch_growth, unrolls_per_call=args.unrolls_per_call,
+                        publish=args.publish)
         report['points'].append(point)
         scaling = point['env_steps_per_s'] / report['points'][0]['env_steps_per_s']
         point['scaling'] = scaling
@@ -167,6 +195,9 @@ def main() -> None:
               f'{_percent(point["learner_updating"]):>9} '
               f'{point["learner_cpu_cores"]:>6.2f} cores {point["actors_cpu_cores"]:>5.2f} cores',
               flush=True)
+        print('        ms per update: ' + ', '.join(
+            f'{name} {ms:.2f}' for name, ms in point['update_phases_ms'].items())
+            + f'; parameters to host {point["params_to_host_ms"] or 0:.2f} ms', flush=True)
         report['load_average_end'] = os.getloadavg()
         _write(args.json, report)
 

@@ -18,7 +18,7 @@ failed=()
 step() {  # One measurement; a failure is reported and the others still run (device time is scarce).
   "$python" -m "$@" || failed+=("$1")
 }
-step bench.actor_learner_scaling --actors 2,4,8,14 --json "$out/actor_learner_scaling.json"
+step bench.actor_learner_scaling --actors 2,4,8,14 --unrolls-per-call 4 --json "$out/actor_learner_scaling.json"
 step bench.run --peers floor_unix,launchpad,launchpad_pure,floor_tcp,launchpad_tcp --launch '' \
   --sizes 1KiB --reps 5 --json "$out/results.json"
 step bench.futures_profile --depth 0,8,64 --fanin 4,16 --calls 200000 \

@@ -33,7 +33,10 @@ class Learner:
     compile): with few actors it learns from small batches as they come, and
     with many its consumption grows with their supply, since an update costs
     the host about the same at any of these sizes. Parameters are copied to
-    the host once per step, and only when an actor or the evaluator asks.
+    the host once per step: by default by the training loop itself, once the
+    step is done (the copy starts in the background when the step starts), so
+    the server threads that answer actors never call JAX; on a GPU their
+    blocking copies had stalled the loop's own dispatch (docs/performance.md).
 
     It saves its parameters, optimizer state and counters in ``lp.checkpoint_dir()``
     every ``checkpoint_every`` steps and before a planned stop (``checkpoint()``), and
@@ -48,6 +51,7 @@ class Learner:
         self._trainer = learning.Trainer(network.init(config.seed, *rollout.env_spec()),
                                          config.learning_rate)
         self._stack, self._to_numpy = learning.stack, learning.to_numpy
+        self._start_host_copy = learning.start_host_copy
         self._sizes = replay_lib.batch_sizes(config.batch_size, config.batch_growth)
         self._queue = (replay_lib.ReverbQueue(replay, self._stop) if replay is not None
                        else replay_lib.InMemoryQueue(self._stop, config.queue_size))
@@ -56,12 +60,17 @@ class Learner:
         self._publishing = threading.Lock()
         self._latest = (0, self._trainer.params)  # (step, device parameters), set as one.
         self._published: tuple = (None, None)  # (step, host parameters), made on request.
+        self._unpublished = None  # publish='learner': (step, device parameters) being copied.
         self._env_steps = 0
         self._train_returns: collections.deque = collections.deque(maxlen=20)
         self._unrolls: dict[int, ReceivedUnrolls] = {}  # Actor index -> its unrolls received.
         self._waited_s = self._updating_s = 0.0  # Where the learner's loop spends its time.
+        self._stacking_s = 0.0  # Of the updating time: stacking the batch on the host.
+        self._to_host = (0, 0.0)  # Parameter copies to the host for actors: count, seconds.
         self._checkpoint_path = os.path.join(lp.checkpoint_dir(), 'learner.pkl')
         self._resume()
+        if config.publish == 'learner':
+            self._published = (self._latest[0], self._to_numpy(self._latest[1]))
         print(f'learner: training on {self._trainer.device}', flush=True)
 
     def _resume(self) -> None:
@@ -95,22 +104,48 @@ class Learner:
         ``newer_than``: the step of the caller's parameters; the reply is then
         ``get_params(newer_than)``, which saves the actor a call per unroll.
         """
+        return self.add_trajectories([unroll], source, newer_than)
+
+    def add_trajectories(self, unrolls: list[dict[str, np.ndarray]],
+                         source: tuple[int, int] | None = None,
+                         newer_than: int | None = None) -> tuple[int, network.Params] | None:
+        """``add_trajectory`` for several unrolls in one call (``Config.unrolls_per_call``);
+        ``source`` numbers the first, the others follow it."""
         if source is not None:
             with self._lock:
-                self._unrolls.setdefault(source[0], ReceivedUnrolls()).add(source[1])
-        self._queue.put(unroll)
+                received = self._unrolls.setdefault(source[0], ReceivedUnrolls())
+                for offset in range(len(unrolls)):
+                    received.add(source[1] + offset)
+        for unroll in unrolls:
+            self._queue.put(unroll)
         return None if newer_than is None else self.get_params(newer_than)
 
     def get_params(self, newer_than: int | None = None) -> tuple[int, network.Params] | None:
         """(learner step, parameters as numpy arrays); None when the learner's step is
         not past ``newer_than`` (the caller has these parameters already)."""
+        if self._config.publish == 'learner':  # Made by the training loop: no JAX here.
+            published = self._published
+            return None if newer_than is not None and published[0] <= newer_than else published
         if newer_than is not None and self._latest[0] <= newer_than:
             return None
         with self._publishing:  # One host copy per step, made by whichever call asks first.
             step, params = self._latest
             if self._published[0] != step:
+                began = time.perf_counter()
                 self._published = (step, self._to_numpy(params))
+                self._to_host = (self._to_host[0] + 1, self._to_host[1] + time.perf_counter() - began)
             return self._published
+
+    def _publish_done_step(self) -> None:
+        """With ``publish='learner'``: update() has just waited for the step before the one
+        it started, so that step's parameters, whose copy to the host began when it was
+        started, are host arrays now; the new step's copy starts in the background."""
+        done, self._unpublished = self._unpublished, self._latest
+        if done is not None:
+            began = time.perf_counter()
+            self._published = (done[0], self._to_numpy(done[1]))
+            self._to_host = (self._to_host[0] + 1, self._to_host[1] + time.perf_counter() - began)
+        self._start_host_copy(self._unpublished[1])
 
     def progress(self) -> dict:
         """Learner steps, env steps used, recent actor returns, the seconds the loop
@@ -121,6 +156,9 @@ class Learner:
             return {'step': self._latest[0], 'env_steps': self._env_steps,
                     'train_return': float(np.mean(recent)) if recent else None,
                     'waited_s': self._waited_s, 'updating_s': self._updating_s,
+                    # Parts of updating_s: a learner slower than its device shows where.
+                    'update_phases_s': {'stack': self._stacking_s, **self._trainer.seconds},
+                    'params_to_host': self._to_host,
                     'unrolls': {index: received.summary()
                                 for index, received in sorted(self._unrolls.items())}}
 
@@ -133,6 +171,7 @@ class Learner:
                 return
             taken = time.perf_counter()
             stacked = self._stack(batch)
+            self._stacking_s += time.perf_counter() - taken
             if not compiled:  # Every batch size, before this run's first step.
                 for size in self._sizes:
                     if self._stop.is_set():
@@ -148,6 +187,8 @@ class Learner:
                     self._train_returns.extend(float(r) for u in batch for r in u['episode_returns'])
                     self._waited_s += taken - began
                     self._updating_s += time.perf_counter() - taken
+                if self._config.publish == 'learner':
+                    self._publish_done_step()
             if self._config.checkpoint_every and step % self._config.checkpoint_every == 0:
                 self.checkpoint()
             if step % 50 == 0:

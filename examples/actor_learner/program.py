@@ -42,6 +42,13 @@ class Config:
     batch_growth: int = 8           # with more waiting, up to batch_size × this (powers of two)
     learning_rate: float = 3e-3
     refresh_every: int = 1          # unrolls between parameter requests in an actor
+    # Unrolls an actor sends in one call: the learner's process serves every call with the
+    # GIL its training loop needs, so fewer, larger calls leave it more of it.
+    unrolls_per_call: int = 1
+    # Who copies new parameters to the host: 'learner' (the training loop, once the step is
+    # done: no server thread calls JAX, which on a GPU stalled the loop's dispatch) or
+    # 'request' (the first actor call that asks; actors get parameters one step newer).
+    publish: str = 'learner'
     eval_episodes: int = 10
     eval_interval_s: float = 2.0
     target_return: float = 450.0    # CartPole-v1 caps episodes at 500
@@ -50,6 +57,13 @@ class Config:
     max_env_steps: int = 1_500_000
     seed: int = 0
     checkpoint_every: int = 100     # learner steps between checkpoints (0: only before a stop)
+
+    def __post_init__(self):
+        if self.publish not in ('request', 'learner'):
+            raise ValueError(f"Config.publish must be 'request' or 'learner' (got {self.publish!r})")
+        if self.unrolls_per_call < 1:
+            raise ValueError(f'Config.unrolls_per_call must be at least 1 '
+                             f'(got {self.unrolls_per_call})')
 
     @property
     def queue_size(self) -> int:
@@ -63,10 +77,10 @@ _STOPPING = object()
 class Actor:
     """Acts in its own CartPole with the newest parameters it has; sends unrolls.
 
-    One call to the learner per unroll: the call that sends an unroll also asks
-    for the learner's parameters if they moved past the actor's (``newer_than``),
-    and its reply arrives while the next unroll is acted; the one after that
-    uses it. The send must have finished before the next one starts, so a full
+    One call to the learner per unroll (or per ``unrolls_per_call`` unrolls): the
+    call that sends them also asks for the learner's parameters if they moved past
+    the actor's (``newer_than``), and its reply arrives while the next unroll is
+    acted; the one after that uses it. The send must have finished before the next one starts, so a full
     queue at the learner still slows the actor down. Waiting for each call
     before acting on cost a round trip per call, and a second call per unroll
     just for parameters doubled the calls that the learner's process, with its
@@ -85,6 +99,7 @@ class Actor:
         self._stop = lp.stop_event()
         self._sink = replay_lib.ReverbQueue(replay, self._stop) if replay is not None else None
         self._sending = None  # The last call to the learner, as a future.
+        self._unsent: list[dict[str, np.ndarray]] = []  # Unrolls waiting for a full call.
 
     def run(self) -> None:
         unroller = rollout.Unroller(seed=self._config.seed * 1000 + self._index + 1,
@@ -95,7 +110,11 @@ class Actor:
                 return
             step, params = fetched[0]
             while not self._stop.is_set():
-                reply = self._send(unroller.unroll(params), step)
+                self._unsent.append(unroller.unroll(params))
+                if len(self._unsent) < self._config.unrolls_per_call:
+                    continue
+                unrolls, self._unsent = self._unsent, []
+                reply = self._send(unrolls, step)
                 if reply is _STOPPING:
                     return
                 if reply is not None:
@@ -103,8 +122,8 @@ class Actor:
         finally:
             unroller.close()
 
-    def _send(self, unroll: dict[str, np.ndarray], step: int):
-        """Sends ``unroll`` once the previous send finished; returns that send's reply
+    def _send(self, unrolls: list[dict[str, np.ndarray]], step: int):
+        """Sends ``unrolls`` once the previous send finished; returns that send's reply
         (newer ``(step, params)`` or None), or ``_STOPPING`` once the program is stopping."""
         reply = None
         if self._sending is not None:
@@ -116,17 +135,23 @@ class Actor:
         newer_than = known if self._sent % self._config.refresh_every == 0 else None
         if self._sink is None:
             source = (self._index, self._sent)  # Numbered in the order they are sent.
-            self._sending = self._learner.futures.add_trajectory(unroll, source, newer_than)
+            if len(unrolls) == 1:
+                self._sending = self._learner.futures.add_trajectory(unrolls[0], source,
+                                                                     newer_than)
+            else:
+                self._sending = self._learner.futures.add_trajectories(unrolls, source,
+                                                                       newer_than)
         else:
             try:
-                self._sink.put(unroll)
+                for unroll in unrolls:
+                    self._sink.put(unroll)
             except Exception:  # Reverb fails inserts once its server stops with the program.
                 if is_stopping(self._stop):
                     return _STOPPING
                 raise
             self._sending = (None if newer_than is None
                              else self._learner.futures.get_params(newer_than))
-        self._sent += 1
+        self._sent += len(unrolls)
         return reply
 
 

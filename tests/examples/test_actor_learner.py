@@ -35,21 +35,26 @@ def test_learns_cartpole_as_processes(tmp_path):
     assert result['history'][-1]['mean_return'] >= TARGET
 
 
-def test_stops_at_step_budget_as_threads(tmp_path):
-    """Under test_mt the evaluator ends the program once the env-step budget is used."""
+@pytest.mark.parametrize('options', [{}, {'unrolls_per_call': 3, 'publish': 'request'}],
+                         ids=['defaults', 'three_per_call_published_on_request'])
+def test_stops_at_step_budget_as_threads(tmp_path, options):
+    """Under test_mt the evaluator ends the program once the env-step budget is used,
+    with parameters published either way and unrolls sent one or several per call."""
     config = Config(num_actors=1, batch_size=4, target_return=1e9, max_env_steps=1000,
-                    eval_interval_s=0.5, eval_episodes=2)
+                    eval_interval_s=0.5, eval_episodes=2, **options)
     result = _run(tmp_path, 'test_mt', config, timeout=90)
     assert not result['reached_target']
     assert result['history'][-1]['env_steps'] >= 1000
 
 
 
-def test_actors_joining_and_leaving_lose_and_double_count_no_unroll(tmp_path):
+@pytest.mark.parametrize('unrolls_per_call', [1, 3])
+def test_actors_joining_and_leaving_lose_and_double_count_no_unroll(tmp_path, unrolls_per_call):
     """Actors join and leave while the learner trains (test_mp): the added actors' unrolls
-    arrive, and from every actor each numbered unroll arrives once, with no gap."""
+    arrive, and from every actor each numbered unroll arrives once, with no gap, also when
+    an actor sends several in one call."""
     config = Config(num_actors=2, batch_size=4, target_return=1e9, max_env_steps=10**9,
-                    eval_interval_s=60.0)
+                    eval_interval_s=60.0, unrolls_per_call=unrolls_per_call)
     program = make_program(config, elastic=True)
     learner = program.groups['learner'][0].create_handle()
     with lp.launch(program, launch_type='test_mp',
@@ -121,3 +126,10 @@ def test_received_unrolls_count_duplicates_and_gaps():
     assert received.summary() == [6, 4, 4]  # Received, distinct, one past the highest.
     received.add(6)
     assert received.summary() == [7, 5, 7]  # 4 and 5 missing.
+
+
+@pytest.mark.parametrize('field, value', [('publish', 'sometimes'), ('unrolls_per_call', 0)])
+def test_bad_publish_or_unrolls_per_call_is_refused_with_the_value(field, value):
+    with pytest.raises(ValueError, match=f'{field}.*{value!r}' if field == 'publish'
+                       else f'{field}.*got {value}'):
+        Config(**{field: value})
