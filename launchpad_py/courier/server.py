@@ -29,11 +29,12 @@ import queue
 import time
 from typing import Any, Callable
 
-from launchpad_py.courier import auth, errors, frames, messages, stats
+from launchpad_py.courier import auth, errors, frames, messages, serialization, stats
 from launchpad_py.courier.transports import grpc_chunks, interface, registry, tcp
 from launchpad_py.courier.transports import tls as tls_module
 
 _clock = time.perf_counter
+_loads = serialization.plain_loads
 
 def public_methods(obj: Any) -> list[str]:
     """Names a client may call on ``obj``, sorted."""
@@ -213,7 +214,10 @@ class Server:
         ok = False
         start = _clock()
         try:
-            frame.method, args, kwargs = frame.value()
+            if serialization.device_decodes:  # Another thread decodes device arrays now.
+                frame.method, args, kwargs = frame.value()
+            else:  # ``frame.value()``'s common case, two Python calls less per request.
+                frame.method, args, kwargs = _loads(frame.pickled, buffers=frame.buffers)
             reply = 'ok', self._resolve(frame.method)(*args, **kwargs)
             ok = True
             return reply

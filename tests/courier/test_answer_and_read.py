@@ -107,3 +107,109 @@ def test_a_reply_to_a_caller_gone_raises(pair):
     left.close()
     with pytest.raises(OSError):
         reader.answer_and_read(7, frames.REPLY, b'\x80\x05N.')
+
+
+# -- the races named in issue 29's notes of stop 38 ------------------------------------------
+
+# System call numbers by machine, to see that a thread waits in the call meant (not the GIL).
+_SYSCALLS = {'x86_64': {'recv': {45, 47}, 'send': {46}},
+             'aarch64': {'recv': {207, 212}, 'send': {211}}}
+
+
+def _blocked_in(thread: threading.Thread, which: str, timeout: float = 10.0) -> None:
+    """Waits (bounded) until ``thread`` sits in a receive or a send system call."""
+    numbers = _SYSCALLS.get(os.uname().machine)
+    if numbers is None:
+        pytest.skip(f'no system call numbers for {os.uname().machine}')
+    path = f'/proc/self/task/{thread.native_id}/syscall'
+    waited = threading.Event()
+    for _ in range(int(timeout / 0.001)):
+        with open(path) as f:
+            number = f.read().split()[0]  # 'running' while on a CPU.
+            if number.isdigit() and int(number) in numbers[which]:
+                return
+        waited.wait(0.001)  # A poll of the kernel's state, not a guess at how long it takes.
+    raise AssertionError(f'the reader never blocked in {which}')
+
+
+def _in_thread(fn, *args):
+    """Runs ``fn(*args)`` on a thread; returns the thread and where its result will be."""
+    out: dict = {}
+
+    def run():
+        try:
+            out['value'] = fn(*args)
+        except BaseException as exc:  # The test asserts on it.
+            out['error'] = exc
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread, out
+
+
+def test_a_request_larger_than_the_scratch_buffer_is_read_whole(pair):
+    """A next request without buffers but longer than the scratch buffer (part of it received
+    with the previous request) is left to Python's read and arrives whole."""
+    left, _, reader = pair
+    request = _frame(9, frames.REQUEST, 'z' * 20000)
+    left.sendall(_frame(8, frames.REQUEST, 'a') + request[:100])
+    assert reader.read().value() == 'a'
+    thread, out = _in_thread(reader.answer_and_read, 8, frames.REPLY, b'\x80\x05N.')
+    assert len(_recv_exactly(left, frames.HEADER.size + 4)) == frames.HEADER.size + 4
+    left.sendall(request[100:])
+    thread.join(10)
+    assert out['value'].call_id == 9 and out['value'].value() == 'z' * 20000
+
+
+def test_a_signal_while_the_next_request_is_awaited_is_not_an_error(pair):
+    """A signal that interrupts the receive after the reply (EINTR) leaves the read waiting."""
+    import signal
+    left, _, reader = pair
+    seen = []
+    previous = signal.signal(signal.SIGUSR1, lambda *_: seen.append(1))
+    try:
+        thread, out = _in_thread(reader.answer_and_read, 10, frames.REPLY, b'\x80\x05N.')
+        _recv_exactly(left, frames.HEADER.size + 4)
+        _blocked_in(thread, 'recv')
+        signal.pthread_kill(thread.ident, signal.SIGUSR1)
+        left.sendall(_frame(11, frames.REQUEST, 'after the signal'))
+        thread.join(10)
+    finally:
+        signal.signal(signal.SIGUSR1, previous)
+    assert 'error' not in out, out
+    assert seen, 'the signal was not delivered'
+    assert (out['value'].call_id, out['value'].value()) == (11, 'after the signal')
+
+
+def test_a_signal_while_a_long_reply_is_sent_leaves_it_whole(pair):
+    """A reply that fills the socket, its send interrupted by a signal, arrives intact."""
+    import signal
+    left, right, reader = pair
+    right.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+    left.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    pickled = bytes(range(256)) * 8192  # 2 MiB: far more than both buffers hold.
+    previous = signal.signal(signal.SIGUSR1, lambda *_: None)
+    try:
+        thread, out = _in_thread(reader.answer_and_read, 12, frames.REPLY, pickled)
+        _blocked_in(thread, 'send')
+        signal.pthread_kill(thread.ident, signal.SIGUSR1)
+        got = _recv_exactly(left, frames.HEADER.size + len(pickled))
+        left.sendall(_frame(13, frames.REQUEST, 'next'))
+        thread.join(10)
+    finally:
+        signal.signal(signal.SIGUSR1, previous)
+    assert 'error' not in out, out
+    assert got[frames.HEADER.size:] == pickled and frames.from_bytes(got).call_id == 12
+    assert out['value'].value() == 'next'
+
+
+def test_a_stop_while_the_reader_waits_after_its_reply_ends_the_read(pair):
+    """The server's stop shuts its connections (it does not close them under a reader, whose
+    descriptor could then be reused): a reader waiting in the compiled step ends with EOF."""
+    left, right, reader = pair
+    thread, out = _in_thread(reader.answer_and_read, 14, frames.REPLY, b'\x80\x05N.')
+    _recv_exactly(left, frames.HEADER.size + 4)
+    _blocked_in(thread, 'recv')
+    right.shutdown(socket.SHUT_RDWR)  # What SocketServing.stop does to each connection.
+    thread.join(10)
+    assert not thread.is_alive() and isinstance(out.get('error'), EOFError), out

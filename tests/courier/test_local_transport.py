@@ -208,3 +208,26 @@ def test_unserializable_arguments_and_results_say_why(transport):
             client.lock(threading.Lock())
         with pytest.raises(TypeError, match='cannot serialize the result \\(a lock\\)'):
             client.lock()
+
+
+@pytest.mark.parametrize('transport', ['auto', 'tcp'])
+def test_a_future_whose_result_cannot_travel_says_why_and_the_connection_goes_on(transport):
+    """On a futures connection (whose reader runs calls inline) an unpicklable result fails
+    only its own future, with the TypeError; the calls after it on the same connection work."""
+    import threading
+
+    class Holder:
+        def lock(self):
+            return threading.Lock()
+
+        def echo(self, x):
+            return x
+
+    with courier.Server(Holder()) as server:
+        client = courier.Client(server.address, transport=transport, timeout=30)
+        futures = [client.futures.echo(1), client.futures.lock(), client.futures.echo(2)]
+        assert futures[0].result(timeout=30) == 1
+        with pytest.raises(TypeError, match='cannot serialize the result \\(a lock\\)'):
+            futures[1].result(timeout=30)
+        assert futures[2].result(timeout=30) == 2
+        assert client.futures.echo(3).result(timeout=30) == 3

@@ -41,7 +41,8 @@ class Turn:
         self.detours = 0  # Calls still running on readers that lost the role.
 
     def finish(self, token: object) -> bool:
-        """Ends the inline call; whether the caller (``token``) still holds the reading role."""
+        """Ends the inline call; whether the caller (``token``) still holds the reading role
+        (``socket_serving``'s reader does these steps itself)."""
         with self.lock:
             if self.reader is token:
                 self.running = None
@@ -61,7 +62,7 @@ class Watchdog:
         self.name = name
         self._turns: set[Turn] = set()
         self._cond = threading.Condition()
-        self._asleep = True
+        self.asleep = True  # Whether a reader starting a call must ``wake`` us.
         self._stopped = False
         self._thread: threading.Thread | None = None
 
@@ -72,14 +73,20 @@ class Watchdog:
         self._turns.discard(turn)
 
     def begin(self, turn: Turn, frame) -> None:
-        """Called by a reader about to run ``frame`` inline."""
+        """Called by a reader about to run ``frame`` inline (``socket_serving``'s reader
+        does these steps itself: a Python call less per call)."""
         turn.running = frame
         turn.serial += 1
-        if self._asleep:  # Rare: the first inline call after a quiet spell.
+        if self.asleep:  # Rare: the first inline call after a quiet spell.
+            self.wake()
+
+    def wake(self) -> None:
+        """Starts ticking (and the thread, the first time), unless stopped."""
+        if self.asleep:
             with self._cond:
                 if self._stopped:
                     return
-                self._asleep = False
+                self.asleep = False
                 if self._thread is None:
                     self._thread = threading.Thread(target=self._run, name=self.name,
                                                     daemon=True)
@@ -126,10 +133,10 @@ class Watchdog:
             return not self._stopped
         with self._cond:
             if not self._stopped:
-                self._asleep = True  # Set before looking: a reader starting now wakes us.
+                self.asleep = True  # Set before looking: a reader starting now wakes us.
                 if not any(turn.running is not None for turn in list(self._turns)):
                     self._cond.wait()
-                self._asleep = False
+                self.asleep = False
             return not self._stopped
 
     def _hand_over(self, turn: Turn, serial: int) -> None:
