@@ -86,3 +86,35 @@ def test_a_future_that_fails_before_it_starts_makes_the_next_call_follow_too():
             assert client.futures.name().result(timeout=30) == 'second'
         finally:
             gone()
+
+
+class Frozen:
+    """A server that accepts calls and never answers them: a node paused, or a pod whose
+    address silently leads nowhere (its network gone without a reset)."""
+
+    def __init__(self):
+        self.release = __import__('threading').Event()
+
+    def name(self):
+        self.release.wait(30)
+        return 'frozen'
+
+
+@pytest.mark.parametrize('path', ['sync', 'futures'])
+def test_a_call_that_timed_out_makes_the_next_call_ask_where_the_server_is(path):
+    """A server that moved while its old address still accepts (and answers nothing) fails
+    calls by timeout, not unavailability; the next call must still ask ``relocate``, or a
+    client retrying on timeouts waits at the old address for ever (the podman fault run
+    12 of stop 38: the cache and the coordinator kept timing out at evicted ``params``)."""
+    frozen = Frozen()
+    with courier.Server(frozen) as first, courier.Server(Where('second')) as second:
+        asked = []
+        client = courier.Client(first.address, timeout=0.5,
+                                relocate=lambda stale: asked.append(stale) or second.address)
+        call = client.name if path == 'sync' else lambda: client.futures.name().result(30)
+        try:
+            with pytest.raises(courier.CourierTimeoutError):
+                call()
+            assert call() == 'second' and asked == [first.address]
+        finally:
+            frozen.release.set()

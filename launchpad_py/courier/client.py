@@ -84,6 +84,14 @@ def follow_known_addresses(follower: Callable[[str], Callable[[str], str] | None
     _known_address_follower = follower
 
 
+#: The failures after which a client that can follow its server asks where it is before the
+#: next call. A timeout too: a moved server's old address may accept and answer nothing (a
+#: pod whose network went without a reset), and a client retrying on timeouts then waited
+#: there for ever (podman fault run 12, stop 38). Asked at an address still current, the
+#: launcher answers it after a short grace (``Directory.relocate``).
+_ASK_AGAIN = (errors.CourierUnavailableError, errors.CourierTimeoutError)
+
+
 class Client:
     """A proxy whose attribute calls run on the remote object.
 
@@ -127,7 +135,7 @@ class Client:
         if relocate is None and _known_address_follower is not None:
             relocate = _known_address_follower(address)
         self._relocate = relocate
-        self._stale = False  # A call failed unavailable: ask ``relocate`` before the next.
+        self._stale = False  # A call failed unavailable or timed out: ask ``relocate`` first.
         self._last_future: concurrent.futures.Future | None = None
         self._connect(address)
         self._decode = functools.partial(decode_reply, device_arrays=True) \
@@ -178,7 +186,7 @@ class Client:
         if exc is None or getattr(future, '_lp_noted', False):  # Seen already (callback or call).
             return
         future._lp_noted = True  # type: ignore[attr-defined]
-        if isinstance(exc, errors.CourierUnavailableError):
+        if isinstance(exc, _ASK_AGAIN):
             self._stale = True
 
     @property
@@ -209,7 +217,7 @@ class Client:
                 if value is not socket_channel.NO_SOCKET:
                     return value
             return self._grpc.call(request, self._decode)
-        except errors.CourierUnavailableError:
+        except _ASK_AGAIN:
             self._stale = self._relocate is not None
             raise
 
@@ -225,8 +233,8 @@ class Client:
                 future = self._local.call_future(request, self._timeout, self._decode)
             if future is socket_channel.NO_SOCKET:
                 future = self._grpc.call_future(request, self._decode)
-        except errors.CourierUnavailableError:  # Failed before it started (asking who the
-            self._stale = self._relocate is not None  # server is, at a gone address).
+        except _ASK_AGAIN:  # Failed before it started (asking who the server is, at a gone
+            self._stale = self._relocate is not None  # or silent address).
             raise
         if self._relocate is not None:
             self._last_future = future
