@@ -357,3 +357,37 @@ def test_launcher_address_defaults_to_the_route_to_the_api_server(tmp_path, monk
         assert cluster.route_address() == '10.250.0.1'  # Found without sending anything.
     finally:
         cluster.close()
+
+
+def test_deletions_asked_for_before_the_finish_all_go_out():
+    """A stop's last stragglers were asked to be deleted just before the program ended;
+    ``finish`` cancelled the queued ones with the queued creates, so the root's cascade
+    deleted those pods one by one after the program (the deletion test above, 1 in 8 under
+    load). One deletion pool thread held here: the two queued behind it must still run."""
+    from launchpad_py.launchers.kubernetes import manifests, pods
+
+    class ApiServer:  # Only what Deployment.finish and delete_soon use of the cluster.
+        def __init__(self):
+            self.deleted, self.first_came, self.release = [], threading.Event(), threading.Event()
+
+        def delete_pod(self, pod: str) -> None:
+            self.first_came.set()
+            self.release.wait(30)
+            self.deleted.append(pod)
+
+        def close(self) -> None:
+            pass
+
+    api = ApiServer()
+    deployment = pods.Deployment(api, manifests.Names('deaf', [('deaf', 3)]), render=None,
+                                 lease_seconds=30, create_concurrency=1)
+    for index in range(3):
+        deployment.delete_soon(f'pod-{index}')
+    assert api.first_came.wait(30)
+    finishing = threading.Thread(target=deployment.finish)
+    finishing.start()
+    wait_for(lambda: deployment.finished, timeout=30, what='finish to begin')
+    api.release.set()
+    finishing.join(30)
+    assert not finishing.is_alive()
+    assert sorted(api.deleted) == ['pod-0', 'pod-1', 'pod-2']
