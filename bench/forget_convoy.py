@@ -15,12 +15,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import socket
-import subprocess
-import sys
 import threading
 import time
+
+from bench.stop_convoy import point_in_own_process, time_release, write_results
 
 
 def _one(threads: int, sockets: int, busy: int) -> dict:
@@ -28,7 +27,7 @@ def _one(threads: int, sockets: int, busy: int) -> dict:
     from launchpad_py.courier.transports.sockets import first_connection
     from launchpad_py.node_side.stop_event import StopEvent
 
-    stop, done = StopEvent(), threading.Event()
+    stop = StopEvent()
     ready, forgotten = [], []
 
     def node():
@@ -42,26 +41,13 @@ def _one(threads: int, sockets: int, busy: int) -> dict:
             listener.close()
         forgotten.append(time.perf_counter())
 
-    def spin():
-        while not done.is_set():
-            sum(range(100))
-
     nodes = [threading.Thread(target=node) for _ in range(threads)]
     for thread in nodes:
         thread.start()
     while len(ready) < threads or stop.waiting() < threads:
         time.sleep(0.01)
-    spinners = [threading.Thread(target=spin) for _ in range(busy)]
-    for thread in spinners:
-        thread.start()
-    time.sleep(0.2)  # The spinners hold the GIL in turn before the stop (bench only).
-    start = time.perf_counter()
-    stop.set()
-    while len(forgotten) < threads and time.perf_counter() - start < 300:
-        time.sleep(0.005)
-    all_forgotten_s = max(forgotten) - start if len(forgotten) == threads else None
-    done.set()
-    for thread in nodes + spinners:
+    all_forgotten_s = time_release(stop.set, busy, forgotten, threads)
+    for thread in nodes:
         thread.join()
     watcher_left = [t.name for t in threading.enumerate()
                     if t.name == 'courier-grpc-first-connection']
@@ -84,24 +70,12 @@ def main() -> None:
         return
     points = []
     for busy in [int(b) for b in args.busy.split(',')]:
-        out = subprocess.run([sys.executable, '-m', 'bench.forget_convoy', '--one',
-                              str(args.threads), str(args.sockets), str(busy)],
-                             check=True, capture_output=True, text=True).stdout
-        point = json.loads(out)
-        point['load_average'] = os.getloadavg()
+        point = point_in_own_process('bench.forget_convoy', args.threads, args.sockets, busy)
         points.append(point)
         print(f"{args.label} threads {args.threads} busy {busy}: all forgotten in "
               f"{point['all_forgotten_s']} s (load {point['load_average'][0]:.1f})", flush=True)
     if args.json:
-        commit = subprocess.run(['git', 'rev-parse', '--short', 'HEAD'], capture_output=True,
-                                text=True).stdout.strip()
-        with open(args.json, 'w') as f:
-            json.dump({'commit': commit, 'label': args.label,
-                       'when': time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime()),
-                       'cpus': os.cpu_count(), 'command': ' '.join(sys.argv),
-                       'points': points}, f, indent=1)
-            f.write('\n')
-
+        write_results(args.json, points, label=args.label)
 
 if __name__ == '__main__':
     main()
