@@ -19,6 +19,31 @@ import subprocess
 import sys
 import threading
 import time
+from typing import Callable
+
+
+def time_release(release: Callable[[], None], busy: int, finished: list[float],
+                 expected: int) -> float | None:
+    """Seconds from ``release()`` until ``finished`` holds ``expected`` times (the latest of
+    them), with ``busy`` spinners holding the GIL in turn throughout; None past 300 s."""
+    done = threading.Event()
+
+    def spin():
+        while not done.is_set():
+            sum(range(100))
+
+    spinners = [threading.Thread(target=spin) for _ in range(busy)]
+    for thread in spinners:
+        thread.start()
+    time.sleep(0.2)  # The spinners hold the GIL in turn before the release (bench only).
+    start = time.perf_counter()
+    release()
+    while len(finished) < expected and time.perf_counter() - start < 300:
+        time.sleep(0.005)
+    done.set()
+    for thread in spinners:
+        thread.join()
+    return max(finished) - start if len(finished) == expected else None
 
 
 def _one(kind: str, waiters: int, busy: int) -> dict:
@@ -38,29 +63,38 @@ def _one(kind: str, waiters: int, busy: int) -> dict:
         woken.append(time.perf_counter())
         done.wait()
 
-    def spin():
-        while not done.is_set():
-            sum(range(100))
-
     threads = [threading.Thread(target=wait) for _ in range(waiters)]
     for thread in threads:
         thread.start()
     while waiting() < waiters:
         time.sleep(0.01)
-    spinners = [threading.Thread(target=spin) for _ in range(busy)]
-    for thread in spinners:
-        thread.start()
-    time.sleep(0.2)  # The spinners hold the GIL in turn before the stop (bench only).
-    start = time.perf_counter()
-    event.set()
-    while len(woken) < waiters and time.perf_counter() - start < 300:
-        time.sleep(0.005)
-    all_woken_s = max(woken) - start if len(woken) == waiters else None
+    all_woken_s = time_release(event.set, busy, woken, waiters)
     done.set()
-    for thread in threads + spinners:
+    for thread in threads:
         thread.join()
     return {'event': kind, 'waiters': waiters, 'busy_threads': busy,
             'all_woken_s': all_woken_s, 'woken': len(woken)}
+
+
+def point_in_own_process(module: str, *args) -> dict:
+    """Runs ``python -m module --one args...`` and returns its JSON line, with the load."""
+    out = subprocess.run([sys.executable, '-m', module, '--one', *map(str, args)],
+                         check=True, capture_output=True, text=True).stdout
+    point = json.loads(out)
+    point['load_average'] = os.getloadavg()
+    return point
+
+
+def write_results(path: str, points: list[dict], **extra) -> None:
+    """The points, with the commit, time, CPUs and command line, as JSON at ``path``."""
+    commit = subprocess.run(['git', 'rev-parse', '--short', 'HEAD'], capture_output=True,
+                            text=True).stdout.strip()
+    with open(path, 'w') as f:
+        json.dump({'commit': commit, **extra,
+                   'when': time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime()),
+                   'cpus': os.cpu_count(), 'command': ' '.join(sys.argv),
+                   'points': points}, f, indent=1)
+        f.write('\n')
 
 
 def main() -> None:
@@ -76,23 +110,12 @@ def main() -> None:
     points = []
     for busy in [int(b) for b in args.busy.split(',')]:
         for kind in ('threading.Event', 'StopEvent'):
-            out = subprocess.run([sys.executable, '-m', 'bench.stop_convoy', '--one', kind,
-                                  str(args.waiters), str(busy)],
-                                 check=True, capture_output=True, text=True).stdout
-            point = json.loads(out)
-            point['load_average'] = os.getloadavg()
+            point = point_in_own_process('bench.stop_convoy', kind, args.waiters, busy)
             points.append(point)
             print(f"{kind:16} waiters {point['waiters']} busy {busy}: all woken in "
                   f"{point['all_woken_s']} s", flush=True)
     if args.json:
-        commit = subprocess.run(['git', 'rev-parse', '--short', 'HEAD'], capture_output=True,
-                                text=True).stdout.strip()
-        with open(args.json, 'w') as f:
-            json.dump({'commit': commit, 'when': time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime()),
-                       'cpus': os.cpu_count(), 'command': ' '.join(sys.argv),
-                       'points': points}, f, indent=1)
-            f.write('\n')
-
+        write_results(args.json, points)
 
 if __name__ == '__main__':
     main()

@@ -107,3 +107,33 @@ def test_stopped_servers_leave_the_live_list():
     assert server.stats in stats.live_servers()
     server.stop()
     assert server.stats not in stats.live_servers()
+
+
+def test_registering_and_unregistering_take_no_lock_another_thread_holds(monkeypatch):
+    """Every server registers its counters at start and unregisters them at stop; at 2,000
+    local_mt nodes stopping at once the one module lock they took queued the node threads
+    past the grace period (bench/scale_2000_stop39.json). With a lock of that name held
+    by this thread throughout, both must finish, and the list must be right."""
+    from launchpad_py.courier import stats as stats_module
+    held = threading.Lock()
+    held.acquire()
+    monkeypatch.setattr(stats_module, '_live_lock', held, raising=False)
+    mine = [stats_module.ServerStats('convoy-%d' % i) for i in range(3)]
+    done = threading.Event()
+
+    def churn():
+        for one in mine:
+            stats_module.register(one)
+        stats_module.unregister(mine[0])
+        done.set()
+
+    threading.Thread(target=churn, daemon=True).start()
+    try:
+        assert done.wait(10), 'register/unregister waited for a module lock'
+    finally:
+        held.release()
+    live = stats_module.live_servers()
+    assert mine[1] in live and mine[2] in live and mine[0] not in live
+    for one in mine[1:]:
+        stats_module.unregister(one)
+    assert not any(one in stats_module.live_servers() for one in mine)
