@@ -159,3 +159,50 @@ def test_set_wakes_every_waiter_of_each_wait_kind(waiters):
     for thread in threads:
         thread.join()
     assert results == [True] * (2 * waiters)
+
+
+class _ReleaseRecordingLock:
+    """A lock that records which thread released it."""
+    releasers: list = []
+
+    def __init__(self):
+        self._lock = threading.Lock()
+
+    def acquire(self, *args):
+        return self._lock.acquire(*args)
+
+    def release(self):
+        _ReleaseRecordingLock.releasers.append(threading.get_ident())
+        self._lock.release()
+
+    __enter__ = acquire
+
+    def __exit__(self, *exc):
+        self.release()
+
+
+@pytest.mark.parametrize('kind', ['forever', 'timed'])
+def test_set_wakes_two_and_the_woken_wake_the_rest(monkeypatch, kind):
+    """The setter releasing every waiter itself was starved of the GIL by the threads it
+    woke (2,000-node local_mt stop, stop 39): it wakes two, each woken waiter two more."""
+    from launchpad_py.node_side import stop_event
+    monkeypatch.setattr(stop_event, '_allocate', _ReleaseRecordingLock)
+    event, waiters, results = stop_event.StopEvent(), 50, []
+
+    def wait():
+        results.append(event.wait() if kind == 'forever' else event.wait(60))
+
+    threads = [threading.Thread(target=wait) for _ in range(waiters)]
+    for thread in threads:
+        thread.start()
+    while event.waiting() < waiters:
+        threading.Event().wait(0.001)
+    _ReleaseRecordingLock.releasers = []
+    event.set()
+    by_setter = _ReleaseRecordingLock.releasers.count(threading.get_ident())
+    for thread in threads:
+        thread.join(30)
+    assert results == [True] * waiters
+    # The guard's release is the setter's one more; the waiters' locks, two at most.
+    assert by_setter <= 3, by_setter
+    assert len(event._to_wake) == 0
