@@ -212,9 +212,12 @@ def test_forget_takes_no_lock_that_another_thread_holds():
     lock is held by this thread throughout; forget must finish regardless."""
     watcher = first_connection._Watcher()
     listeners = [socket.create_server(('127.0.0.1', 0)) for _ in range(2)]
+    before = set(threading.enumerate())
     try:
         for listener in listeners:
             watcher.watch(listener.fileno(), lambda: None)
+        watching, = (thread for thread in set(threading.enumerate()) - before
+                     if thread.name == 'courier-grpc-first-connection')
         forgotten = threading.Event()
 
         def forget_all():
@@ -226,6 +229,10 @@ def test_forget_takes_no_lock_that_another_thread_holds():
             forgetter = threading.Thread(target=forget_all, daemon=True)
             forgetter.start()
             assert forgotten.wait(10), 'forget waited for the watcher lock'
+        # The last forget woke the watcher's thread, which ends now that the lock is free
+        # (its descriptors are closed below only after it ended).
+        watching.join(30)
+        assert not watching.is_alive()
         assert watcher._waiting == {}
         # Forgotten means unregistered: a second unregister of the same descriptor fails.
         with pytest.raises(FileNotFoundError):
