@@ -41,8 +41,7 @@ class Turn:
         self.detours = 0  # Calls still running on readers that lost the role.
 
     def finish(self, token: object) -> bool:
-        """Ends the inline call; whether the caller (``token``) still holds the reading role
-        (``socket_serving``'s reader does these steps itself)."""
+        """Ends the inline call; whether the caller (``token``) still holds the reading role."""
         with self.lock:
             if self.reader is token:
                 self.running = None
@@ -62,7 +61,7 @@ class Watchdog:
         self.name = name
         self._turns: set[Turn] = set()
         self._cond = threading.Condition()
-        self.asleep = True  # Whether a reader starting a call must ``wake`` us.
+        self._asleep = True
         self._stopped = False
         self._thread: threading.Thread | None = None
 
@@ -73,20 +72,14 @@ class Watchdog:
         self._turns.discard(turn)
 
     def begin(self, turn: Turn, frame) -> None:
-        """Called by a reader about to run ``frame`` inline (``socket_serving``'s reader
-        does these steps itself: a Python call less per call)."""
+        """Called by a reader about to run ``frame`` inline."""
         turn.running = frame
         turn.serial += 1
-        if self.asleep:  # Rare: the first inline call after a quiet spell.
-            self.wake()
-
-    def wake(self) -> None:
-        """Starts ticking (and the thread, the first time), unless stopped."""
-        if self.asleep:
+        if self._asleep:  # Rare: the first inline call after a quiet spell.
             with self._cond:
                 if self._stopped:
                     return
-                self.asleep = False
+                self._asleep = False
                 if self._thread is None:
                     self._thread = threading.Thread(target=self._run, name=self.name,
                                                     daemon=True)
@@ -133,10 +126,10 @@ class Watchdog:
             return not self._stopped
         with self._cond:
             if not self._stopped:
-                self.asleep = True  # Set before looking: a reader starting now wakes us.
+                self._asleep = True  # Set before looking: a reader starting now wakes us.
                 if not any(turn.running is not None for turn in list(self._turns)):
                     self._cond.wait()
-                self.asleep = False
+                self._asleep = False
             return not self._stopped
 
     def _hand_over(self, turn: Turn, serial: int) -> None:

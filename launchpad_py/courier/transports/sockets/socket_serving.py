@@ -108,7 +108,7 @@ class SocketServing:
     def _read_calls(self, turn: reader_handover.Turn, token: object) -> BaseException | None:
         """The reader's loop; returns why it ended, None when it lost the reading role."""
         connection, shard, watchdog = turn.connection, self._own_shard(), self._watchdog
-        reader, dispatch, send = connection.reader, self._dispatch, connection.send
+        reader = connection.reader
         # Until a futures call comes (a promoted reader's connection has had one), this
         # reader is the connection's only writer: a reply and the next read may be one step.
         sync_only = turn.serial == 0 and reader.loop is not None
@@ -126,27 +126,12 @@ class SocketServing:
                 sync_only = False
                 if turn.detours:  # A call here blocked lately: the pool runs the next.
                     self._executor.submit(self._answer, connection, frame)
-                else:  # Watchdog.begin, _answer and Turn.finish inline: three calls less.
-                    turn.running = frame
-                    turn.serial += 1
-                    if watchdog.asleep:
-                        watchdog.wake()
-                    reply = dispatch(frame, shard)
-                    try:
-                        # With another request already received, this reply waits to leave
-                        # with the next one's: the caller then wakes once for both.
-                        send(frame.call_id, frames.REPLY, reply, shard, reader.has_small_frame())
-                    except (TypeError, MemoryError) as exc:  # The result cannot travel.
-                        self._answer(connection, frame, shard, reply=self._unsendable(frame, exc))
-                    except OSError:
-                        pass  # The caller went away; the next read says so.
-                    with turn.lock:
-                        mine = turn.reader is token
-                        if mine:
-                            turn.running = None
-                        else:
-                            turn.detours -= 1
-                    if not mine:
+                else:
+                    watchdog.begin(turn, frame)
+                    # With another request already received, this reply waits to leave with
+                    # the next one's: the caller then wakes once for both.
+                    self._answer(connection, frame, shard, reader.has_small_frame)
+                    if not turn.finish(token):
                         connection.flush()  # The new reader may have flushed before we held.
                         return None
                 frame = connection.read()
