@@ -131,10 +131,15 @@ class Learner:
         with self._publishing:  # One host copy per step, made by whichever call asks first.
             step, params = self._latest
             if self._published[0] != step:
-                began = time.perf_counter()
-                self._published = (step, self._to_numpy(params))
-                self._to_host = (self._to_host[0] + 1, self._to_host[1] + time.perf_counter() - began)
+                self._publish(step, params)
             return self._published
+
+    def _publish(self, step: int, params: network.Params) -> None:
+        """Makes the host copy that ``get_params`` hands out, and counts it."""
+        began = time.perf_counter()
+        self._published = (step, self._to_numpy(params))
+        count, seconds = self._to_host
+        self._to_host = (count + 1, seconds + time.perf_counter() - began)
 
     def _publish_done_step(self) -> None:
         """With ``publish='learner'``: update() has just waited for the step before the one
@@ -142,9 +147,7 @@ class Learner:
         started, are host arrays now; the new step's copy starts in the background."""
         done, self._unpublished = self._unpublished, self._latest
         if done is not None:
-            began = time.perf_counter()
-            self._published = (done[0], self._to_numpy(done[1]))
-            self._to_host = (self._to_host[0] + 1, self._to_host[1] + time.perf_counter() - began)
+            self._publish(*done)
         self._start_host_copy(self._unpublished[1])
 
     def progress(self) -> dict:

@@ -80,9 +80,9 @@ class Actor:
     One call to the learner per unroll (or per ``unrolls_per_call`` unrolls): the
     call that sends them also asks for the learner's parameters if they moved past
     the actor's (``newer_than``), and its reply arrives while the next unroll is
-    acted; the one after that uses it. The send must have finished before the next one starts, so a full
-    queue at the learner still slows the actor down. Waiting for each call
-    before acting on cost a round trip per call, and a second call per unroll
+    acted; the one after that uses it. The send must have finished before the next
+    one starts, so a full queue at the learner still slows the actor down. Waiting
+    for each call before acting on cost a round trip per call, and a second call per unroll
     just for parameters doubled the calls that the learner's process, with its
     one GIL, serves for every actor. With Reverb the unroll goes to Reverb and
     the call to the learner only asks for parameters.
@@ -135,12 +135,7 @@ class Actor:
         newer_than = known if self._sent % self._config.refresh_every == 0 else None
         if self._sink is None:
             source = (self._index, self._sent)  # Numbered in the order they are sent.
-            if len(unrolls) == 1:
-                self._sending = self._learner.futures.add_trajectory(unrolls[0], source,
-                                                                     newer_than)
-            else:
-                self._sending = self._learner.futures.add_trajectories(unrolls, source,
-                                                                       newer_than)
+            self._sending = self._learner.futures.add_trajectories(unrolls, source, newer_than)
         else:
             try:
                 for unroll in unrolls:
