@@ -227,21 +227,24 @@ class Client:
             if self._stale or (last is not None and last._state in _DONE):
                 self._check_stale()
         request = (method, args, kwargs)
+        # Not a done-callback where the future offers a quieter hook: a callback makes a
+        # future "observed", and its reply would then be read by the connection's background
+        # thread instead of the caller waiting in result(). A socket future takes the hook
+        # when it is made; a gRPC one gets the callback below.
+        hook = None if self._relocate is None else self._note_failure
         try:
             future = socket_channel.NO_SOCKET
             if self._local is not None:
-                future = self._local.call_future(request, self._timeout, self._decode)
+                future = self._local.call_future(request, self._timeout, self._decode, hook)
             if future is socket_channel.NO_SOCKET:
                 future = self._grpc.call_future(request, self._decode)
+                if hook is not None:
+                    future.add_done_callback(hook)
         except _ASK_AGAIN:  # Failed before it started (asking who the server is, at a gone
             self._stale = self._relocate is not None  # or silent address).
             raise
-        if self._relocate is not None:
+        if hook is not None:
             self._last_future = future
-            # Not a done-callback where the future offers a quieter hook: a callback makes
-            # a future "observed", and its reply would then be read by the connection's
-            # background thread instead of the caller waiting in result().
-            getattr(future, 'on_failure', future.add_done_callback)(self._note_failure)
         return future
 
     def list_methods(self) -> list[str]:

@@ -64,14 +64,16 @@ class FuturesConnection:
 
     # -- calls --------------------------------------------------------------------------
 
-    def submit(self, request: tuple, timeout: float | None,
-               decode: Callable) -> call_future.CallFuture | None:
+    def submit(self, request: tuple, timeout: float | None, decode: Callable,
+               on_failure: Callable | None = None) -> call_future.CallFuture | None:
         """The call's future; None when the connection turned out broken before the request
         went out (its server went away, and may be back): then nothing was sent, the
-        connection is closed, and the caller may send the request on a new one."""
+        connection is closed, and the caller may send the request on a new one.
+        ``on_failure``: the future's failure hook (``CallFuture.on_failure``)."""
         call_id = next(self._ids)
         future = call_future.CallFuture(self, call_id,
-                                        None if not timeout else time.monotonic() + timeout)
+                                        None if not timeout else time.monotonic() + timeout,
+                                        on_failure)
         pending = self.pending
         pending[call_id] = (future, request[0], decode)
         if self.closed:  # Shut before or while it was added: whoever pops it fails it.

@@ -81,16 +81,17 @@ class SocketChannel:
 
     # -- futures ----------------------------------------------------------------------
 
-    def call_future(self, request: tuple, timeout: float | None,
-                    decode: Callable) -> concurrent.futures.Future | object:
-        """The call's future, or ``NO_SOCKET`` when the server offers no such socket here."""
+    def call_future(self, request: tuple, timeout: float | None, decode: Callable,
+                    on_failure: Callable | None = None) -> concurrent.futures.Future | object:
+        """The call's future, or ``NO_SOCKET`` when the server offers no such socket here;
+        ``on_failure(future)`` runs if the call fails (``CallFuture.on_failure``)."""
         for attempt in range(2):  # A connection its server closed is noticed, then replaced.
             mux = self._mux
             if mux is None or mux.closed or (not mux.pending and mux.stale()):
                 mux = self._futures_connection(timeout)
                 if mux is None:
                     return _NO_SOCKET
-            future = mux.submit(request, timeout, decode)
+            future = mux.submit(request, timeout, decode, on_failure)
             if future is not None:
                 return future
         return _NO_SOCKET
