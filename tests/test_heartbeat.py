@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import multiprocessing.connection as mpc
 import os
+import shutil
 import select
 import signal
 import socket
@@ -132,6 +133,9 @@ def other_host():
     Dropping its packets (iptables in it) makes it a host gone from the network."""
     if os.geteuid() != 0:
         pytest.skip('a network namespace of its own needs root')
+    if shutil.which('iptables') is None:
+        pytest.skip('iptables is not installed (apt-get install iptables); it drops the '
+                    "namespace host's packets")
     tag = os.getpid() % 50000
     name, ours, theirs = f'lphb{tag}', f'lphb{tag}a', f'lphb{tag}b'
     subnet = f'10.253.{tag % 250}'
