@@ -240,16 +240,24 @@ def _listen(channel: Channel, scope: runtime.ProgramScope, finished: threading.E
             return
         if message[0] == 'stop':
             scope.handle_stop()
-        elif message[0] == 'metrics':
-            channel.send('metrics', message[1], node_metrics.collect())
-        elif message[0] == 'members':
-            group_handle.publish(message[1])
-        elif message[0] == 'addresses':
-            address.directory.learn(message[1])
-            for key, why in message[2].items():
-                address.directory.give_up([key], why)
-        elif message[0] == 'moved':  # A peer left these addresses for others (a new pod).
-            courier.fail_fast_on_unavailable(message[1])
+        else:
+            answer(channel, message)
+
+
+def answer(channel: Channel, message: tuple) -> None:
+    """Handles a message the parent may send at any moment, whether the node runs yet or not
+    (a remote node hears them while it waits for its executable too): 'metrics', 'members',
+    'addresses', 'moved'. Others ('ping') need nothing."""
+    if message[0] == 'metrics':
+        channel.send('metrics', message[1], node_metrics.collect())
+    elif message[0] == 'members':
+        group_handle.publish(message[1])
+    elif message[0] == 'addresses':
+        address.directory.learn(message[1])
+        for key, why in message[2].items():
+            address.directory.give_up([key], why)
+    elif message[0] == 'moved':  # A peer left these addresses for others (a new pod).
+        courier.fail_fast_on_unavailable(message[1])
 
 
 def bound_addresses(executable: Executable) -> dict[str, str]:

@@ -13,8 +13,9 @@ Then, over the authenticated control channel (see ``launchers/remote/``)::
 
     node → launcher: ('hello', worker_id, pid, pgid, ['host:port', ...], host_name)
     launcher → node: ('run', program_name, executable_bytes, flags, args) | ('stop',)
-                     | ('members', table)  (group handles' live members, at any time)
     then the messages of ``node_process``, and ('ping',) from the launcher every second.
+    Those the launcher sends at any time ('members', 'moved', 'metrics') may come before
+    'run' too; only 'stop' calls the node's run off.
 
 The node ends its whole process group when the control channel closes, when
 the launcher's host stops answering for ``host_timeout`` seconds (TCP keepalive:
@@ -41,7 +42,6 @@ import time
 from launchpad_py.node_side import flag_transfer, node_process
 from launchpad_py.node_side.reporting import node_logging
 from launchpad_py.courier import serialization
-from launchpad_py.program import group_handle
 
 
 def _kill_own_group(why: str = 'the launcher is gone') -> None:
@@ -181,13 +181,15 @@ def main() -> int:
                  (os.environ.get(host_env) or socket.gethostname()) if host_env else None)
     try:
         message = channel.recv()
-        while message[0] in ('ping', 'members'):
-            if message[0] == 'members':
-                group_handle.publish(message[1])
+        # Only 'stop' calls the launch off. The rest may come before 'run' as after it: a
+        # peer's pod evicted while the launch waits for another node sends 'moved' (every
+        # node took that for a stop and ended: the coordinator then "failed to start").
+        while message[0] not in ('run', 'stop'):
+            node_process.answer(channel, message)
             message = channel.recv()
     except (EOFError, OSError) as exc:
         _kill_own_group(f'lost the launcher before running ({exc or type(exc).__name__})')
-    if message[0] != 'run':
+    if message[0] == 'stop':
         return 0  # The launch was called off before this node ran.
     _, program_name, data, flags, args = message
 

@@ -76,6 +76,7 @@ class Kubelet:
         self._lock = threading.Lock()
         self._closing = threading.Event()
         self._seen: set[str] = set()
+        self._held: dict[str, threading.Event] = {}  # Name part -> set when it may start.
         store.on_pod_deleted = self._pod_deleted
         self._thread = threading.Thread(target=self._loop, name='fake-kube-controllers',
                                         daemon=True)
@@ -85,10 +86,20 @@ class Kubelet:
         while not self._closing.wait(0.1):
             pods, _ = self.store.list('pods', None)
             for pod in pods:
-                if pod['metadata']['uid'] not in self._seen:
+                if pod['metadata']['uid'] not in self._seen and not self._held_back(pod):
                     self._seen.add(pod['metadata']['uid'])
                     self._schedule(pod)
             self._run_job_controllers()
+
+    def hold(self, name_part: str) -> threading.Event:
+        """Pods whose name holds ``name_part`` stay unscheduled until the returned event is
+        set: a test's way to keep one node from dialing back while the others have."""
+        release = self._held[name_part] = threading.Event()
+        return release
+
+    def _held_back(self, pod: dict) -> bool:
+        return any(part in pod['metadata']['name'] and not release.is_set()
+                   for part, release in list(self._held.items()))
 
     # -- scheduler and kubelet -------------------------------------------------------
 
