@@ -40,11 +40,6 @@ GRPC_OPTIONS = [
 ]
 
 
-#: Never-started gRPC servers whose sockets were closed at stop (see GrpcListener._park):
-#: deleting one would abort the process.
-_PARKED: list[grpc.Server] = []
-
-
 class GrpcListener:
     """One server's gRPC listener: bound when made, serving from ``start()``."""
 
@@ -108,30 +103,11 @@ class GrpcListener:
             self._server.start()
 
     def stop(self, grace: float | None = None) -> None:
-        if self._waiting is not None and first_connection.forget(self._waiting):
-            # Never dialled, and now never started: release its port without starting it.
-            self._park()
-            return
-        # Started, starting (its first connection came), or never watched: gRPC frees the
-        # port of a server only once it has started, so start it first.
+        if self._waiting is not None:
+            first_connection.forget(self._waiting)
+        # A gRPC server never started keeps its port bound after stop(): start it first.
         self._start_serving()
         self._server.stop(grace).wait()
-
-    def _park(self) -> None:
-        """Closes the never-started server's listening socket and keeps the server for good.
-
-        Starting a gRPC server only to stop it costs a serving thread (a thread start and
-        its join): 2,000 local_mt nodes stopping at once, each waiting for the GIL to start
-        one, outlived the 10 s grace (bench/scale_2000_stop39d.json). A never-started gRPC
-        server keeps its port after stop(), and deleting one aborts the process (gRPC
-        checks that a destroyed server with listeners was shut down, which needs a start).
-        So the socket is closed under gRPC (``first_connection.release``), and the server
-        is kept, cut off from this listener's node, object and reply stash (≈9 KiB and one
-        /dev/null descriptor each, for the life of the process).
-        """
-        first_connection.release(self._waiting)
-        self._serving = self._chunks = None
-        _PARKED.append(self._server)
 
     def _handle_call(self, request: bytes, context: grpc.ServicerContext) -> bytes:
         # A writable copy, so arrays the method receives behave as on the local path.

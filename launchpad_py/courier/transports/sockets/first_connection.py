@@ -15,7 +15,7 @@ accepts the waiting connection as usual.
 
     fd = listening_descriptor(port, since=lowest_free_descriptor_before_binding)
     watch(fd, server.start)        # runs server.start() on the first connection
-    forget(fd)                     # before the socket closes: True if it never came
+    forget(fd)                     # before the socket closes, if it never came
 
 Descriptors are watched as they are, not duplicated: 2,000 local_mt nodes in one
 process already hold ≈20,000 (their listeners, and both ends of each connection).
@@ -129,18 +129,17 @@ class _Watcher:
             threading.Thread(target=self._run, name='courier-grpc-first-connection',
                              daemon=True).start()
 
-    def forget(self, fd: int) -> bool:
+    def forget(self, fd: int) -> None:
         # No lock: 2,000 local_mt nodes stopping at once (three forgets each) queued on one
         # for 74 s with four busy threads (bench/forget_convoy.json), past the grace period.
         # dict.pop is atomic under the GIL, so of forget and the watcher's thread exactly
         # one takes fd out, and only that one unregisters it.
         if self._waiting.pop(fd, None) is None:
-            return False
+            return
         self._epoll.unregister(fd)
         if not self._waiting:
             # The thread ends (unless a watch came meanwhile: it decides under the lock).
             os.eventfd_write(self._wake, 1)
-        return True
 
     def _run(self) -> None:
         running = True
@@ -181,20 +180,10 @@ def watch(fd: int, start: Callable[[], None]) -> None:
     _watcher.watch(fd, start)
 
 
-def forget(fd: int) -> bool:
-    """Stops watching ``fd``: True if its listener was still waiting (it will never start),
-    False if its first connection came first (its listener starts, or started)."""
-    return _watcher is not None and _watcher.forget(fd)
-
-
-def release(fd: int) -> None:
-    """Closes the socket under descriptor ``fd`` (its port is free on return) while the
-    descriptor stays open, on /dev/null: for a listening socket that another library owns
-    and would close (or use) by number later. Forget ``fd`` first."""
-    os.dup2(_DEVNULL, fd, inheritable=False)  # One system call: a GIL hand-over at most.
-
-
-_DEVNULL = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
+def forget(fd: int) -> None:
+    """Stops watching ``fd`` (its listener starts no more on a connection)."""
+    if _watcher is not None:
+        _watcher.forget(fd)
 
 
 def _after_fork_in_child() -> None:
