@@ -263,7 +263,7 @@ class Client:
                 self._move()
             try:
                 return send()
-            except errors.HandshakeTimeoutError as exc:
+            except _ASK_AGAIN as exc:
                 if not self._may_dial_again(exc):
                     self._stale = self._relocate is not None
                     raise
