@@ -13,13 +13,13 @@ thread, and hands each authenticated socket to a second thread that admits it
 (``admit`` starts the connection's reader thread, and ``Thread.start`` waits until
 that thread has run: on a loaded machine, many milliseconds each; done by the
 door, 1,000 clients dialling at once queued behind each other's admissions
-until some handshakes timed out, issue 25's fan-in over ssh). Unauthenticated connections cost a socket and a few bytes each, never a
-thread or an allocation sized by the peer, so a flood of connections that
-never authenticate cannot starve legitimate callers: when ``max_pending``
-are waiting, the oldest is dropped. Each connection gets ``timeout`` seconds
-to finish (TLS, if any, then the proof); one that fails is
-closed and logged once with its address. Authenticated sockets go to
-``admit(sock, peer)`` in blocking mode.
+until some handshakes timed out, issue 25's fan-in over ssh). Unauthenticated
+connections cost a socket and a few bytes each, never a thread or an allocation
+sized by the peer, so a flood of connections that never authenticate cannot
+starve legitimate callers: when ``max_pending`` are waiting, the oldest is
+dropped. Each connection gets ``timeout`` seconds to finish (TLS, if any, then
+the proof); one that fails is closed and logged once with its address.
+Authenticated sockets go to ``admit(sock, peer)`` in blocking mode.
 """
 
 from __future__ import annotations
