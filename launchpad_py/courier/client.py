@@ -35,9 +35,12 @@ import concurrent.futures
 from concurrent.futures import _base
 import datetime
 import functools
+import itertools
+import logging
+import time
 from typing import TYPE_CHECKING, Any, Callable
 
-from launchpad_py.courier import auth, errors, frames, serialization
+from launchpad_py.courier import auth, errors, fail_fast, frames, serialization
 from launchpad_py.courier.transports import grpc_chunks, interface, registry
 from launchpad_py.courier.transports.sockets import socket_channel
 from launchpad_py.courier.transports.tls import TlsCredentials
@@ -90,6 +93,12 @@ def follow_known_addresses(follower: Callable[[str], Callable[[str], str] | None
 #: there for ever (podman fault run 12, stop 38). Asked at an address still current, the
 #: launcher answers it after a short grace (``Directory.relocate``).
 _ASK_AGAIN = (errors.CourierUnavailableError, errors.CourierTimeoutError)
+
+_log = logging.getLogger('launchpad_py.courier')
+#: A call without a deadline whose handshake timed out dials again after these pauses
+#: (seconds; the last repeats): 1,000 clients dialling one server at once on a loaded
+#: machine (issue 25's fan-in over ssh, load 90 on 2 cores) wait their turn, not fail.
+_HANDSHAKE_PAUSES = (0.1, 0.3, 1.0, 3.0)
 
 
 class Client:
@@ -217,9 +226,47 @@ class Client:
                 if value is not socket_channel.NO_SOCKET:
                     return value
             return self._grpc.call(request, self._decode)
-        except _ASK_AGAIN:
+        except _ASK_AGAIN as exc:
+            if self._may_dial_again(exc):
+                return self._dial_again(functools.partial(self._send, request))
             self._stale = self._relocate is not None
             raise
+
+    def _send(self, request: tuple) -> Any:
+        """``call``'s sending, for ``_dial_again`` (``call`` has it inline: one Python call
+        less per call)."""
+        if self._local is not None:
+            value = self._local.call(request, self._timeout, self._decode)
+            if value is not socket_channel.NO_SOCKET:
+                return value
+        return self._grpc.call(request, self._decode)
+
+    def _may_dial_again(self, exc: BaseException) -> bool:
+        """Whether a failed call is one to make again: its handshake timed out, it has no
+        deadline (one with a deadline keeps it), and the program is not stopping (its
+        servers' addresses then fail fast)."""
+        return (isinstance(exc, errors.HandshakeTimeoutError) and self._timeout is None
+                and not fail_fast.applies(self._address))
+
+    def _dial_again(self, send: Callable[[], Any]) -> Any:
+        """``send()`` again after growing pauses while its handshakes time out. A client
+        that can follow its server asks where it is first: a moved server's old address
+        may accept and answer nothing (see ``_ASK_AGAIN``), and ``relocate`` then says
+        where it went, or raises once its program ended."""
+        for attempt in itertools.count():
+            pause = _HANDSHAKE_PAUSES[min(attempt, len(_HANDSHAKE_PAUSES) - 1)]
+            _log.info('courier client of %s: handshake timed out; dialling again in %g s '
+                      '(attempt %d)', self._address, pause, attempt + 2)
+            time.sleep(pause)  # A pause between tries, not a wait for an event.
+            if self._relocate is not None:
+                self._stale = True
+                self._move()
+            try:
+                return send()
+            except _ASK_AGAIN as exc:
+                if not self._may_dial_again(exc):
+                    self._stale = self._relocate is not None
+                    raise
 
     def call_future(self, method: str, *args, **kwargs) -> concurrent.futures.Future:
         if self._relocate is not None:
@@ -233,18 +280,25 @@ class Client:
         # when it is made; a gRPC one gets the callback below.
         hook = None if self._relocate is None else self._note_failure
         try:
-            future = socket_channel.NO_SOCKET
-            if self._local is not None:
-                future = self._local.call_future(request, self._timeout, self._decode, hook)
-            if future is socket_channel.NO_SOCKET:
-                future = self._grpc.call_future(request, self._decode)
-                if hook is not None:
-                    future.add_done_callback(hook)
-        except _ASK_AGAIN:  # Failed before it started (asking who the server is, at a gone
-            self._stale = self._relocate is not None  # or silent address).
-            raise
+            future = self._start_future(request, hook)
+        except _ASK_AGAIN as exc:  # Failed before it started (asking who the server is, at
+            if self._may_dial_again(exc):  # a gone or silent address; or its handshake).
+                future = self._dial_again(functools.partial(self._start_future, request, hook))
+            else:
+                self._stale = self._relocate is not None
+                raise
         if hook is not None:
             self._last_future = future
+        return future
+
+    def _start_future(self, request: tuple, hook: Callable | None) -> concurrent.futures.Future:
+        future = socket_channel.NO_SOCKET
+        if self._local is not None:
+            future = self._local.call_future(request, self._timeout, self._decode, hook)
+        if future is socket_channel.NO_SOCKET:
+            future = self._grpc.call_future(request, self._decode)
+            if hook is not None:
+                future.add_done_callback(hook)
         return future
 
     def list_methods(self) -> list[str]:

@@ -27,6 +27,12 @@ class CourierUnavailableError(CourierError, ConnectionError):
     """The server could not be reached (not started, stopped, or crashed)."""
 
 
+class HandshakeTimeoutError(CourierUnavailableError):
+    """The server took the connection but did not finish the courier handshake in time: an
+    overloaded server (1,000 clients dialling at once), or an address that answers nothing.
+    A call without a deadline dials again (``client.py``); one with a deadline fails."""
+
+
 class CourierCancelledError(CourierError):
     """The call was cancelled before it completed."""
 

@@ -30,6 +30,10 @@ MAX_FRAME_BYTES = 16 << 30
 HANDSHAKE_SECONDS = 10.0
 # Connections still in their handshake; beyond this the oldest is dropped.
 MAX_PENDING = 1024
+# Connections the kernel holds until the door accepts them: room for every client of a
+# 2,000-node program dialling at once (the kernel caps it at net.core.somaxconn, 4,096 on
+# the Linux of these hosts; a full queue drops SYNs, and the client retries a second later).
+BACKLOG = 4096
 
 
 def _tune(sock: socket.socket) -> None:
@@ -167,7 +171,7 @@ class TcpListener(socket_serving.SocketServing):
         listener = socket.socket(family, socket.SOCK_STREAM)
         try:
             listener.bind((self._host.strip('[]'), 0))
-            listener.listen(1024)
+            listener.listen(BACKLOG)
         except OSError:
             listener.close()
             return False

@@ -9,13 +9,17 @@ say-so. An insecure server (no secret) runs the same exchange under the key
 of an empty secret, so both ends still agree they speak courier.
 
 The door (``Gate``) runs every handshake in flight of one listener in one
-thread. Unauthenticated connections cost a socket and a few bytes each, never a
-thread or an allocation sized by the peer, so a flood of connections that
-never authenticate cannot starve legitimate callers: when ``max_pending``
-are waiting, the oldest is dropped. Each connection gets ``timeout`` seconds
-to finish (TLS, if any, then the proof); one that fails is
-closed and logged once with its address. Authenticated sockets go to
-``admit(sock, peer)`` in blocking mode.
+thread, and hands each authenticated socket to a second thread that admits it
+(``admit`` starts the connection's reader thread, and ``Thread.start`` waits until
+that thread has run: on a loaded machine, many milliseconds each; done by the
+door, 1,000 clients dialling at once queued behind each other's admissions
+until some handshakes timed out, issue 25's fan-in over ssh). Unauthenticated
+connections cost a socket and a few bytes each, never a thread or an allocation
+sized by the peer, so a flood of connections that never authenticate cannot
+starve legitimate callers: when ``max_pending`` are waiting, the oldest is
+dropped. Each connection gets ``timeout`` seconds to finish (TLS, if any, then
+the proof); one that fails is closed and logged once with its address.
+Authenticated sockets go to ``admit(sock, peer)`` in blocking mode.
 """
 
 from __future__ import annotations
@@ -24,9 +28,11 @@ import errno
 import hmac
 import logging
 import os
+import queue
 import selectors
 import socket
 import ssl
+import threading
 import time
 from typing import Callable
 
@@ -101,8 +107,8 @@ def client_handshake(sock: socket.socket, secret: bytes | None, address: str,
             f'{"wrong secret" if secret else "it requires a secret and none was given"}'
         ) from None
     except TimeoutError:
-        raise errors.CourierUnavailableError(f'no courier handshake from {address} within '
-                                             f'{timeout:g} s') from None
+        raise errors.HandshakeTimeoutError(f'no courier handshake from {address} within '
+                                           f'{timeout:g} s') from None
     if not hmac.compare_digest(answer, auth.mac(identity.key, b'server', ours, server_nonce)):
         raise errors.AuthenticationError(
             f'the server at {address} could not prove it holds the program secret; '
@@ -137,6 +143,7 @@ class Gate:
         self._selector = selectors.DefaultSelector()
         self._wake_r, self._wake_w = socket.socketpair()
         self._closed = False
+        self._admitted: queue.SimpleQueue = queue.SimpleQueue()  # (sock, peer); None: end.
 
     def close(self) -> None:
         self._closed = True
@@ -150,6 +157,9 @@ class Gate:
         listener.setblocking(False)
         self._selector.register(listener, selectors.EVENT_READ)
         self._selector.register(self._wake_r, selectors.EVENT_READ)
+        admitter = threading.Thread(target=self._admit_each, name=f'{self._name}-admit',
+                                    daemon=True)
+        admitter.start()
         try:
             while not self._closed:
                 wait = (min(p.deadline for p in self._pending.values()) - time.monotonic()
@@ -163,6 +173,8 @@ class Gate:
                 for entry in [p for p in self._pending.values() if p.deadline <= now]:
                     self._fail(entry, f'no handshake within {self._timeout:g} s')
         finally:
+            self._admitted.put(None)  # The last item: only this thread puts.
+            admitter.join(timeout=2.0)
             for entry in list(self._pending.values()):
                 self._drop(entry)
             self._selector.close()
@@ -229,7 +241,16 @@ class Gate:
         except OSError:
             entry.sock.close()
             return
-        self._admit(entry.sock, entry.peer)
+        self._admitted.put((entry.sock, entry.peer))
+
+    def _admit_each(self) -> None:
+        """The admitting thread: serves each authenticated socket, until the door closes."""
+        while (item := self._admitted.get()) is not None:
+            sock, peer = item
+            if self._closed:
+                sock.close()
+            else:
+                self._admit(sock, peer)  # After a stop, admit closes it too.
 
     def _fail(self, entry: _Pending, why: str) -> None:
         if not self._closed:

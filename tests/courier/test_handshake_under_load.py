@@ -1,0 +1,144 @@
+"""Raw-TCP handshakes when a server is slow to take them (issue 25: 1,000 clients dialling
+one server over ssh at load 90, where one client's handshake timed out and failed its node).
+
+The server is slowed for real: its door's greeting (``tcp_handshakes.server_hello``) waits
+for an event the test sets, or the door's ``admit`` does; nothing sleeps to synchronize.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import socket
+import threading
+
+import pytest
+
+from launchpad_py import courier
+from launchpad_py.courier import auth
+from launchpad_py.courier.transports import tcp, tcp_handshakes
+from frame_loops import loop  # noqa: F401 (a fixture)
+
+SECRET = b'handshake-under-load-secret-32by'
+
+
+class Echo:
+    def echo(self, value):
+        return value
+
+
+@contextlib.contextmanager
+def _released_on_first_retry(release: threading.Event):
+    """Sets ``release`` once a client logs that it dials again (its first handshake timed
+    out): the server is held exactly until a client has been failed by it."""
+    retried = threading.Event()
+
+    class Seen(logging.Handler):
+        def emit(self, record):
+            if 'dialling again' in record.getMessage():
+                retried.set()
+
+    def release_after_retry():
+        if retried.wait(30):
+            release.set()
+
+    logger, seen = logging.getLogger('launchpad_py.courier'), Seen()
+    old_level = logger.level
+    logger.addHandler(seen)
+    logger.setLevel(logging.INFO)
+    watcher = threading.Thread(target=release_after_retry)
+    watcher.start()
+    try:
+        yield retried
+    finally:
+        retried.set()
+        watcher.join(timeout=30)
+        logger.removeHandler(seen)
+        logger.setLevel(old_level)
+
+
+@pytest.fixture
+def held_greetings(monkeypatch):
+    """The servers' doors greet only once the yielded event is set."""
+    release = threading.Event()
+    greet = tcp_handshakes.server_hello
+
+    def held(identity):
+        release.wait(30)
+        return greet(identity)
+
+    monkeypatch.setattr(tcp_handshakes, 'server_hello', held)
+    yield release
+    release.set()
+
+
+def test_a_call_without_deadline_dials_again_until_a_slow_server_greets(
+        loop, held_greetings, monkeypatch):  # noqa: F811
+    """A handshake that times out (the server's greeting held back past it) is tried again
+    with backoff by a call without a deadline, which succeeds once the server greets;
+    before, the call failed with 'no courier handshake ... within 10 s'."""
+    monkeypatch.setattr(tcp, 'HANDSHAKE_SECONDS', 0.3)
+    with courier.Server(Echo(), secret=SECRET) as server, \
+            _released_on_first_retry(held_greetings) as retried:
+        client = courier.Client(server.address, transport='tcp', secret=SECRET)
+        assert client.echo(7) == 7
+        assert retried.is_set()
+
+
+@pytest.mark.parametrize('path', ['sync', 'futures'])
+def test_a_call_with_a_deadline_keeps_it_while_the_server_is_slow(held_greetings, monkeypatch,
+                                                                  path):
+    """With a deadline the timed-out handshake is the caller's error, not retried."""
+    with courier.Server(Echo(), secret=SECRET) as server:
+        client = courier.Client(server.address, transport='tcp', secret=SECRET, timeout=0.3)
+        with pytest.raises(courier.CourierUnavailableError, match='no courier handshake'):
+            if path == 'sync':
+                client.echo(1)
+            else:
+                client.futures.echo(1).result(timeout=30)
+
+
+def test_a_future_without_deadline_dials_again_too(held_greetings, monkeypatch):
+    """``client.futures`` connects when called: its timed-out handshake is retried as well."""
+    monkeypatch.setattr(tcp, 'HANDSHAKE_SECONDS', 0.3)
+    with courier.Server(Echo(), secret=SECRET) as server, \
+            _released_on_first_retry(held_greetings) as retried:
+        client = courier.Client(server.address, transport='tcp', secret=SECRET)
+        assert client.futures.echo(8).result(timeout=30) == 8
+        assert retried.is_set()
+
+
+def test_the_door_handshakes_while_an_admission_is_slow():
+    """The door hands authenticated sockets to another thread: a connection whose admission
+    is held (starting its reader thread on a loaded machine) does not hold back the next
+    client's handshake (before, the second client timed out behind the first's admission)."""
+    identity = auth.Identity.fresh(SECRET, 'door-test')
+    listener = socket.create_server(('127.0.0.1', 0))
+    port = listener.getsockname()[1]
+    first_admitted, release = threading.Event(), threading.Event()
+    admitted = []
+
+    def admit(sock, peer):
+        admitted.append(sock)
+        if len(admitted) == 1:
+            first_admitted.set()
+            release.wait(30)
+
+    gate = tcp_handshakes.Gate(listener, identity, 'door-test', admit, None, 10.0, 16)
+    door = threading.Thread(target=gate.run)
+    door.start()
+    clients = []
+    try:
+        for _ in range(2):
+            sock = socket.create_connection(('127.0.0.1', port), timeout=10)
+            clients.append(sock)
+            tcp_handshakes.client_handshake(sock, SECRET, f'127.0.0.1:{port}', timeout=2.0)
+            assert first_admitted.wait(10)
+    finally:
+        release.set()
+        gate.close()
+        door.join(timeout=10)
+        listener.close()
+        for sock in clients + admitted:
+            sock.close()
+    assert not door.is_alive()
