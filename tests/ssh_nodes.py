@@ -97,6 +97,9 @@ def spread_program(token: str):
 
 
 if __name__ == '__main__':  # A launcher to SIGKILL: prints its nodes' hosts and pids, then waits.
+    if os.environ.get('LP_TEST_AGENT_TIMEOUT_S'):  # A test that waits it out asks for less.
+        from launchpad_py.launchers.remote import host_agents
+        host_agents.AGENT_TIMEOUT_S = float(os.environ['LP_TEST_AGENT_TIMEOUT_S'])
     program, resources = spread_program(sys.argv[1])
     controller = lp.launch(program, launch_type='ssh', resources=resources)
     print(json.dumps([[s.host, s.pid] for s in controller.statuses()]), flush=True)

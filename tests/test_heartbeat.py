@@ -74,14 +74,14 @@ def _heard(process: subprocess.Popen, launcher: mpc.Connection) -> None:
 
 
 def test_a_node_stalled_longer_than_the_timeout_does_not_blame_its_launcher(node):
-    """The node process gets no CPU for 2.5 timeouts (SIGSTOP), and neither did the launcher
+    """The node process gets no CPU for 1.5 timeouts (SIGSTOP), and neither did the launcher
     meanwhile (no ping): resumed, the node keeps waiting and hears the next ping. It counted
     the stall as silence and ended itself at once, as hundreds of pods starting on two cores
     did."""
     process, launcher = node(2.0)
     _heard(process, launcher)
     process.send_signal(signal.SIGSTOP)
-    threading.Event().wait(5.0)  # The stall (the scenario, not a synchronization).
+    threading.Event().wait(3.0)  # The stall (the scenario, not a synchronization).
     process.send_signal(signal.SIGCONT)
     assert _line_within(process, 0.5) is None  # Still waiting, not ended.
     _heard(process, launcher)

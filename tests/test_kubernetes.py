@@ -215,10 +215,12 @@ def test_a_pod_whose_end_is_heard_before_its_kill_is_still_deleted_with_the_othe
     """The kill's cut ends a node at once; a launcher that heard of its pod's end before it
     asked for the deletion took it for a pod that ended itself, deleted nothing, and left
     it to the root's cascade after the program, one by one (the test above, 1 in 8 under
-    load). Forced here: each cut waits until the launcher has heard one more pod end."""
+    load). Forced here: each channel's first cut waits until the launcher has heard one
+    more pod end. Only the first: the stop's cleanup cuts every channel once more, which
+    ends nothing, and waiting for an end there ran out three 10 s timeouts (31 s in CI)."""
     from launchpad_py.launchers.kubernetes import pods
     from launchpad_py.node_side import node_process
-    heard, cuts = set(), [0]
+    heard, cut_channels, unheard = set(), set(), []
     changed = threading.Condition()
     observe, cut = pods.PodStarter.observe, node_process.Channel.cut
 
@@ -233,12 +235,17 @@ def test_a_pod_whose_end_is_heard_before_its_kill_is_still_deleted_with_the_othe
     def cut_and_wait_for_an_end(channel) -> None:
         cut(channel)
         with changed:
-            cuts[0] += 1
-            changed.wait_for(lambda: len(heard) >= cuts[0], timeout=10)
+            if id(channel) in cut_channels:  # Cut before: its node has ended already.
+                return
+            cut_channels.add(id(channel))
+            if not changed.wait_for(lambda: len(heard) >= len(cut_channels), timeout=10):
+                unheard.append(len(cut_channels))
 
     monkeypatch.setattr(pods.PodStarter, 'observe', observe_and_tell)
     monkeypatch.setattr(node_process.Channel, 'cut', cut_and_wait_for_an_end)
     _stop_deaf_nodes_expecting_their_deletions_together(cluster)
+    assert len(cut_channels) == 3 and not unheard, (
+        f'no pod end heard after cuts {unheard} of {len(cut_channels)}: nothing was forced')
 
 
 def _stop_deaf_nodes_expecting_their_deletions_together(cluster) -> None:

@@ -17,6 +17,7 @@ import time
 
 import launchpad_py as lp
 from launchpad_py.launchers.remote.setup import HEARTBEAT_S, RemoteSetup
+from launchpad_py.launchers.remote import worker as worker_module
 from launchpad_py.launchers.remote.worker import Placement, RemoteWorker, Starter
 from launchpad_py.supervision.worker import Events, Exited
 
@@ -128,10 +129,11 @@ def _ends_within(connection: mpc.Connection, seconds: float) -> bool:
     return False
 
 
-def test_a_run_still_connected_when_its_pod_is_gone_is_cut_off(tmp_path):
+def test_a_run_still_connected_when_its_pod_is_gone_is_cut_off(tmp_path, monkeypatch):
     """The starter says the run ended (its pod deleted), yet its node is still connected
-    (the container not stopped yet): within the wait for its last words (5 s) the launcher
-    cuts its channel, so it ends itself instead of serving beside its restart."""
+    (the container not stopped yet): within the wait for its last words (5 s; 0.5 s here)
+    the launcher cuts its channel, so it ends itself instead of serving beside its restart."""
+    monkeypatch.setattr(worker_module, 'LAST_WORDS_S', 0.5)
     setup, worker = _started(tmp_path)
     connection = _dial(worker._starter.boot)
     try:

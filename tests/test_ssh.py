@@ -185,10 +185,11 @@ def test_gpus_set_cuda_visible_devices_on_that_host():
     assert (learner, actor) == ('CUDA_VISIBLE_DEVICES=1,0', 'CUDA_VISIBLE_DEVICES=')
 
 
-def _start_spread_launcher(token: str) -> tuple[subprocess.Popen, list]:
+def _start_spread_launcher(token: str, **env: str) -> tuple[subprocess.Popen, list]:
     launcher = subprocess.Popen([sys.executable, os.path.join(REPO, 'tests', 'ssh_nodes.py'),
                                  token], cwd=REPO, stdout=subprocess.PIPE, text=True,
-                                env={**os.environ, 'PYTHONPATH': os.path.join(REPO, 'tests')})
+                                env={**os.environ, 'PYTHONPATH': os.path.join(REPO, 'tests'),
+                                     **env})
     return launcher, launcher_report(launcher.stdout)
 
 
@@ -231,11 +232,14 @@ def test_dropped_ssh_connection_ends_the_node_and_fails_the_program():
 def test_frozen_launcher_nodes_end_after_heartbeat_timeout():
     """A launcher that stops answering (SIGSTOP, like a lost host) loses its nodes within seconds.
 
-    Its connections stay open, so only the heartbeat can tell.
+    Its connections stay open, so only the heartbeat can tell: the host agent's, which
+    kills its nodes after ``AGENT_TIMEOUT_S`` without a ping (twice the heartbeat timeout:
+    this test sat 10 s through it; the launcher here gives its agents the heartbeat timeout).
     """
     from launchpad_py.launchers.remote.launch import HEARTBEAT_TIMEOUT_S
     token = f'lp-frozen-{uuid.uuid4().hex}'
-    launcher, nodes = _start_spread_launcher(token)
+    launcher, nodes = _start_spread_launcher(
+        token, LP_TEST_AGENT_TIMEOUT_S=str(HEARTBEAT_TIMEOUT_S))
     launcher.send_signal(signal.SIGSTOP)
     try:
         node_pids = [pid for _, pid in nodes]

@@ -52,10 +52,9 @@ def assert_closed(port: int) -> None:
         socket.create_connection(('127.0.0.1', port), timeout=5).close()
 
 
-def relayed_connections(program) -> list:
-    """Connections of this machine still open to or from the controller's endpoint (closed
-    ones linger in TIME_WAIT: the kernel's, held by no process)."""
-    port = kubernetes.controller_pod(program.record)[2]
+def relayed_connections(port: int) -> list:
+    """Connections of this machine still open to or from the controller's endpoint ``port``
+    (closed ones linger in TIME_WAIT: the kernel's, held by no process)."""
     return [c for c in psutil.net_connections('tcp')
             if c.status not in (psutil.CONN_LISTEN, psutil.CONN_TIME_WAIT)
             and port in (c.laddr and c.laddr.port, c.raddr and c.raddr.port)]
@@ -68,6 +67,9 @@ def test_dashboard_of_a_kubernetes_program_is_forwarded_with_its_token(cluster):
     them changes it."""
     program = submit(SCRIPT, 'ticker', '60', '--lp_dashboard')
     wait_for(lambda: ticks(program) >= 1, 120, 'the node pod to tick')
+    # Looked up once: each lookup asks the API for the pod and its log (2.6 s of this test
+    # when asked on every check of the wait below), and the controller stays the same.
+    endpoint = kubernetes.controller_pod(program.record)[2]
     for via in (None, 'direct', 'api'):
         forwarded_before = len(cluster.server.forwarded)
         board, url = open_board(program, *(['--via', via] if via else []))
@@ -82,7 +84,7 @@ def test_dashboard_of_a_kubernetes_program_is_forwarded_with_its_token(cluster):
         board.send_signal(signal.SIGINT)
         assert board.wait(timeout=30) == 130, via
         assert_closed(port_of(url))
-        wait_for(lambda: not relayed_connections(program), 30, 'the relays in the pod to end')
+        wait_for(lambda: not relayed_connections(endpoint), 30, 'the relays in the pod to end')
         assert program.state() == 'running', via
     stopped = cli('stop', program.id, '--grace', '5')
     assert stopped.returncode == 0 and stopped.stdout.strip() == f'{program.id}: ended', stopped

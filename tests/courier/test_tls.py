@@ -50,9 +50,10 @@ def test_calls_work_over_tls(served, credentials, transport):
 
 @pytest.mark.parametrize('transport', ['tcp', 'grpc'])
 def test_a_client_with_another_certificate_is_not_served(served, transport):
-    """A client presenting a different certificate fails, and no method runs."""
+    """A client presenting a different certificate fails, and no method runs. (The client
+    retries until its deadline, so the test waits out the timeout it gives: 1 s.)"""
     server, target = served
-    client = courier.Client(server.address, transport=transport, secret=SECRET, timeout=3,
+    client = courier.Client(server.address, transport=transport, secret=SECRET, timeout=1,
                             tls=courier.TlsCredentials.generate())
     with pytest.raises(courier.CourierError):
         client.echo(1)
@@ -60,10 +61,11 @@ def test_a_client_with_another_certificate_is_not_served(served, transport):
 
 
 def test_a_plaintext_client_is_not_served(served):
-    """A client without TLS cannot talk to a TLS server: it fails, and no method runs."""
+    """A client without TLS cannot talk to a TLS server: it fails, and no method runs (after
+    its 1 s deadline, as above)."""
     server, target = served
     with pytest.raises(courier.CourierError):
-        courier.Client(server.address, transport='tcp', secret=SECRET, timeout=3).echo(1)
+        courier.Client(server.address, transport='tcp', secret=SECRET, timeout=1).echo(1)
     assert target.calls == 0
 
 

@@ -24,6 +24,9 @@ from launchpad_py.launchers.remote.setup import (HEARTBEAT_TIMEOUT_S, SILENCE_TI
                                                 RemoteSetup)
 from launchpad_py.program import Executable
 
+#: How long a run whose starter ended (its process or pod gone) may still take to close its
+#: channel, saying its last words (a failure's traceback) before it goes.
+LAST_WORDS_S = 5.0
 _PING = node_process.frame('ping')  # Encoded once: a heartbeat round is one send per node.
 _STOP = node_process.frame('stop')  # Likewise for the stop, asked of every node in a row.
 
@@ -339,7 +342,7 @@ class RemoteWorker(MembersOverChannel, Worker):
         # unless the scheduler took the node (a pod deleted: its container may stop seconds
         # later, and nothing the node says changes the verdict; a deleted coordinator's
         # program stopped 7.3 s after, 5 of them waiting here).
-        last_words_s = 0 if self._starter.taken_away() is not None else 5
+        last_words_s = 0 if self._starter.taken_away() is not None else LAST_WORDS_S
         if channel is not None and not self._channel_closed.wait(last_words_s):
             # Still connected though its starter ended (a pod deleted, its container not
             # stopped yet): cut, it ends itself, rather than serve beside its restart.
