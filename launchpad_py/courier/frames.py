@@ -264,10 +264,10 @@ class Outbox:
 
     def _write_held(self) -> None:
         held = self.held
-        if held:
-            parts = held[:]
+        if held:  # Small frames only (see ``small``): joined, one part, no view per frame.
+            data = b''.join(held)
             held.clear()
-            send(self.sock, parts, None)
+            send(self.sock, [data], None)
 
 
 def _advance(views: list[memoryview], sent: int) -> list[memoryview]:
