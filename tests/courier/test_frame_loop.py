@@ -170,3 +170,25 @@ def test_calls_and_shared_memory_work_on_each_loop(loop):
         np.testing.assert_array_equal(client.echo(array), array)
         assert client.echo('after') == 'after'
     assert os.environ.get(frame_loop.PURE_ENV) == ('1' if loop == 'pure' else None)
+
+
+def test_a_compiled_read_says_whether_a_whole_small_frame_follows():
+    """After each read the compiled reader's ``small_next`` says what ``has_small_frame``
+    says: a whole small frame buffered behind it (yes), half of one or nothing (no)."""
+    if frame_loop.compiled() is None:
+        pytest.skip('the compiled loop is not built (the first test of this file fails)')
+    first, second, third = _small(1, ('ok', 1)), _small(2, ('ok', 2)), _small(3, ('ok', 3))
+    left, right, reader = _pair()
+    try:
+        assert reader.loop is not None
+        left.sendall(first + second + third[:20])
+        seen = []
+        for _ in range(2):
+            frame = reader.read()
+            seen.append((frame.call_id, reader.small_next, reader.has_small_frame()))
+        left.sendall(third[20:])
+        frame = reader.read()
+        seen.append((frame.call_id, reader.small_next, reader.has_small_frame()))
+        assert seen == [(1, True, True), (2, False, False), (3, False, False)]
+    finally:
+        left.close(), right.close()
