@@ -525,4 +525,15 @@ static struct PyModuleDef module = {
     -1, methods, NULL, NULL, NULL, NULL,
 };
 
-PyMODINIT_FUNC PyInit__cframes(void) { return PyModule_Create(&module); }
+/* Bumped whenever a function's arguments or results change: frame_loop.py refuses a build
+ * of other sources (a stale _cframes*.so left beside newer Python) and runs the pure loop. */
+#define API_VERSION 2
+
+PyMODINIT_FUNC PyInit__cframes(void) {
+    PyObject *m = PyModule_Create(&module);
+    if (m != NULL && PyModule_AddIntConstant(m, "API_VERSION", API_VERSION) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}
