@@ -6,6 +6,7 @@
 Public means: a name from ``dir()`` (or reachable with ``getattr``, so
 delegating wrappers work) that does not start with ``_`` and is not ``run``,
 whose value is callable; plus ``__call__`` when the object itself is callable.
+A method defined on the object's class is looked up once and kept (see ``_Served``).
 
 The server listens on every transport of ``transports/registry.py`` that
 applies: gRPC on the address's port; a Unix socket when bound to loopback
