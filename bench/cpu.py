@@ -11,8 +11,10 @@ A server process's CPU comes from ``/proc/<pid>/stat`` (every thread, ended
 ones included, in clock ticks: 10 ms, so about 1 us per call over a 0.4 s
 window of ~8,000 calls); summing the live threads' nanosecond ``schedstat``
 instead went backwards when a server thread ended inside the window.  Its
-context switches are the live threads' sum (Linux keeps no process total),
-so a thread that ends inside the window is missing from them.
+context switches are counted per live thread (Linux keeps no process total)
+and a window takes each thread's growth: a thread that ends inside the
+window is missing from it (its switches there are lost, not subtracted, so
+the count never goes negative), one that starts inside it counts whole.
 
     meter = CpuMeter([server_pid])
     before = meter.snapshot()
@@ -24,23 +26,34 @@ from __future__ import annotations
 
 import os
 import resource
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 _TICK = os.sysconf("SC_CLK_TCK")
 
 
 @dataclass(frozen=True)
 class Usage:
-    """CPU seconds and context switches (voluntary + involuntary)."""
+    """CPU seconds and context switches (voluntary + involuntary).
+
+    ``switches`` are totals that never fall (``getrusage``, or a difference);
+    ``tasks`` are another process's live threads' switches by thread id,
+    which a difference takes thread by thread (see the module docstring).
+    """
 
     cpu_s: float = 0.0
     switches: int = 0
+    tasks: dict = field(default_factory=dict)
 
     def __add__(self, other: Usage) -> Usage:
-        return Usage(self.cpu_s + other.cpu_s, self.switches + other.switches)
+        return Usage(self.cpu_s + other.cpu_s, self.switches + other.switches,
+                     {**self.tasks, **other.tasks})
 
     def __sub__(self, other: Usage) -> Usage:
-        return Usage(self.cpu_s - other.cpu_s, self.switches - other.switches)
+        grown = 0
+        for tid, n in self.tasks.items():
+            before = other.tasks.get(tid, 0)
+            grown += n - before if n >= before else n  # Smaller: a new thread got a reused id.
+        return Usage(self.cpu_s - other.cpu_s, self.switches - other.switches + grown)
 
 
 def self_usage() -> Usage:
@@ -71,13 +84,13 @@ def process_usage(pid: int) -> Usage:
         cpu, tids = _process_cpu_s(pid), os.listdir(base)
     except OSError:
         return Usage()
-    switches = 0
+    tasks = {}
     for tid in tids:
         try:
-            switches += _task_switches(f"{base}/{tid}")
+            tasks[int(tid)] = _task_switches(f"{base}/{tid}")
         except OSError:  # the thread ended between listdir and read
             continue
-    return Usage(cpu, switches)
+    return Usage(cpu, 0, tasks)
 
 
 class CpuMeter:

@@ -79,6 +79,31 @@ def test_replace_object_serves_the_new_object_on_open_connections():
         assert courier.list_methods(client) == ['add']
 
 
+@pytest.mark.parametrize('path', ['sync', 'futures'])
+def test_a_method_replaced_on_the_object_after_calls_is_served_anew(served, path):
+    """A method set on the served object itself after it was called (and looked up) is the
+    one later calls run, on a connection already open; removing it serves the class's again."""
+    target, server = served
+    client = courier.Client(server.address)
+    call = client.add if path == 'sync' else lambda *a: client.futures.add(*a).result(timeout=30)
+    assert call(1, 2) == 3 and call(1, 2) == 3
+    target.add = lambda a, b: ('replaced', a, b)
+    assert call(1, 2) == ('replaced', 1, 2)
+    del target.add
+    assert call(1, 2) == 3
+
+
+def test_a_delegating_wrapper_serves_what_it_delegates_to_now():
+    """A wrapper whose ``__getattr__`` forwards to an object it swaps serves the new
+    object's method from the next call: such wrappers are asked on every call."""
+    wrapper = Delegating(Target())
+    with courier.Server(wrapper) as server:
+        client = courier.Client(server.address)
+        assert client.add(1, 2) == 3
+        wrapper._inner = Doubler()
+        assert client.add(1, 2) == 6
+
+
 def test_delegating_wrapper_is_served():
     """Methods reached through __getattr__ delegation work."""
     with courier.Server(Delegating(Target())) as server:

@@ -95,15 +95,28 @@ static void close_all(PyObject *fds) {
         close((int)PyLong_AsLong(PyList_GET_ITEM(fds, i)));
 }
 
+/* Whether buf[start:end] begins with a whole small frame (no buffers, nothing released, no
+ * shared memory): a server that finds one holds its reply back to leave with the next. */
+static int small_frame_at(const unsigned char *base, Py_ssize_t start, Py_ssize_t end) {
+    if (end - start < HEADER_SIZE)
+        return 0;
+    const unsigned char *h = base + start;
+    if (h[10] | h[11] | h[12] | h[13] | h[14] | h[15] || load_u64(h + 24))
+        return 0;
+    return (uint64_t)(end - start - HEADER_SIZE) >= load_u64(h + 16);
+}
+
 /* recv_small(fd, buf, start, end, ancillary, limit) ->
- *     (pickled | None, call_id, kind, start, end, fds | None, eof)
+ *     (pickled | None, call_id, kind, start, end, fds | None, eof, more)
  *
  * Receives into the scratch buffer ``buf`` (bytearray; unread bytes are buf[start:end])
  * until a small frame is complete, and returns its pickle as bytes. ``pickled`` is None
  * when the next frame is not small, its pickle is longer than ``limit`` (frames.py refuses
  * it), it does not fit behind ``start``, the socket would block
  * (it has a timeout: Python's own calls wait for it), or the stream ended (``eof``): then
- * frames.py goes on from the returned start and end. Descriptors received are returned. */
+ * frames.py goes on from the returned start and end. Descriptors received are returned.
+ * ``more``: after the frame returned, another whole small frame is already buffered (as
+ * frames.Reader.has_small_frame says, without a Python call per request). */
 static PyObject *recv_small(PyObject *self, PyObject *args) {
     int fd, ancillary;
     Py_buffer view;
@@ -157,9 +170,10 @@ static PyObject *recv_small(PyObject *self, PyObject *args) {
         }
         end += n;
     }
-    result = Py_BuildValue("(OKinnOi)", pickled ? pickled : Py_None,
+    result = Py_BuildValue("(OKinnOii)", pickled ? pickled : Py_None,
                            (unsigned long long)call_id, kind, start, end,
-                           fds ? fds : Py_None, eof);
+                           fds ? fds : Py_None, eof,
+                           pickled != NULL && small_frame_at(base, start, end));
 done:
     if (result == NULL)  /* Raising: close what came, nobody will. */
         close_all(fds);
@@ -511,4 +525,15 @@ static struct PyModuleDef module = {
     -1, methods, NULL, NULL, NULL, NULL,
 };
 
-PyMODINIT_FUNC PyInit__cframes(void) { return PyModule_Create(&module); }
+/* Bumped whenever a function's arguments or results change: frame_loop.py refuses a build
+ * of other sources (a stale _cframes*.so left beside newer Python) and runs the pure loop. */
+#define API_VERSION 2
+
+PyMODINIT_FUNC PyInit__cframes(void) {
+    PyObject *m = PyModule_Create(&module);
+    if (m != NULL && PyModule_AddIntConstant(m, "API_VERSION", API_VERSION) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}

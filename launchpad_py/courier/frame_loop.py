@@ -15,13 +15,23 @@ from __future__ import annotations
 
 import importlib
 import os
+import warnings
 from types import ModuleType
 
 PURE_ENV = 'LP_COURIER_PURE'
+#: The ``API_VERSION`` of ``_frames.c`` this Python speaks (its functions' arguments and results).
+API_VERSION = 2
 
 try:  # By name: an extension module is no source file the import-linter contracts can place.
     _cframes = importlib.import_module('launchpad_py.courier._cframes')
 except ImportError:  # Not built here (no compiler at install time): the pure loop runs.
+    _cframes = None
+if _cframes is not None and getattr(_cframes, 'API_VERSION', 1) != API_VERSION:
+    # A build of older sources would unpack wrongly on the first read: run pure instead.
+    warnings.warn(f'{_cframes.__file__} was built from other sources (API '
+                  f'{getattr(_cframes, "API_VERSION", 1)}, this code needs {API_VERSION}); the '
+                  'pure-Python frame loop runs. Rebuild: python setup.py build_ext --inplace '
+                  '(or pip install -e .)', RuntimeWarning)
     _cframes = None
 
 

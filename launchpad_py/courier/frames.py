@@ -264,10 +264,10 @@ class Outbox:
 
     def _write_held(self) -> None:
         held = self.held
-        if held:
-            parts = held[:]
+        if held:  # Small frames only (see ``small``): joined, one part, no view per frame.
+            data = b''.join(held)
             held.clear()
-            send(self.sock, parts, None)
+            send(self.sock, [data], None)
 
 
 def _advance(views: list[memoryview], sent: int) -> list[memoryview]:
@@ -316,6 +316,10 @@ class Reader:
         self.loop = None if isinstance(sock, ssl.SSLSocket) else frame_loop.compiled()
         if self.loop is not None:  # Each frame then costs one Python call less.
             self.read = self._read_compiled
+        #: Compiled loop only: whether, after the frame ``read`` returned, another whole small
+        #: frame is buffered (``has_small_frame``, answered by the read itself; False after a
+        #: frame read in Python, which only means a reply is not held back).
+        self.small_next = False
         self._descriptors = descriptors
         self._limit = max_frame_bytes
         # Frames read whole by the small-frame paths; a larger pickle takes the checked path.
@@ -457,9 +461,10 @@ class Reader:
 
     def _read_compiled(self) -> Frame:
         """The compiled loop receives a small frame; any other is read on in Python."""
-        pickled, call_id, kind, self._start, self._end, fds, eof = self.loop.recv_small(
-            self._sock.fileno(), self._buf, self._start, self._end, self._descriptors,
-            self._small_limit)
+        pickled, call_id, kind, self._start, self._end, fds, eof, self.small_next = \
+            self.loop.recv_small(
+                self._sock.fileno(), self._buf, self._start, self._end, self._descriptors,
+                self._small_limit)
         if fds:
             self._fds.extend(fds)
         if pickled is not None:
@@ -478,7 +483,7 @@ class Reader:
         if read is None:  # The send stopped short: the rest goes Python's way.
             _send_rest(self._sock, call_id, kind, pickled, sent)
             return self.read()
-        pickled, call_id, kind, self._start, self._end, fds, _ = read
+        pickled, call_id, kind, self._start, self._end, fds, _, self.small_next = read
         if fds:
             self._fds.extend(fds)
         if pickled is not None:

@@ -6,6 +6,7 @@
 Public means: a name from ``dir()`` (or reachable with ``getattr``, so
 delegating wrappers work) that does not start with ``_`` and is not ``run``,
 whose value is callable; plus ``__call__`` when the object itself is callable.
+A method defined on the object's class is looked up once and kept (see ``_Served``).
 
 The server listens on every transport of ``transports/registry.py`` that
 applies: gRPC on the address's port; a Unix socket when bound to loopback
@@ -27,6 +28,7 @@ from __future__ import annotations
 import concurrent.futures
 import queue
 import time
+import types
 from typing import Any, Callable
 
 from launchpad_py.courier import auth, errors, frames, messages, serialization, stats, stop_gate
@@ -99,7 +101,7 @@ class Server:
             local_transport, tcp_transport, tls, handshake_timeout, idle_timeout,
             max_frame_bytes, grpc_chunks.check_limit(max_message_bytes))
         self._listeners: dict[str, interface.Listener] = {}
-        self._obj = obj
+        self._served = _Served(obj)
         self._host = host
         self._requested_port = port
         self._label = label
@@ -146,7 +148,7 @@ class Server:
         serving = interface.Serving(
             self._host, self._requested_port, self._label, self._identity, self._secret,
             self._dispatch_frame, self._unsendable, self._pool, self._initializer, self.stats,
-            lambda: public_methods(self._obj), lambda: self.tcp_port or 0, self._options)
+            lambda: public_methods(self._served.obj), lambda: self.tcp_port or 0, self._options)
         listeners: dict[str, interface.Listener] = {}
         try:
             for transport in registry.ALL:
@@ -183,7 +185,7 @@ class Server:
         resolves its method on the object itself, without the stand-in's Python
         ``__getattr__`` (a tenth of a tiny call's server-side Python).
         """
-        self._obj = obj
+        self._served = _Served(obj)  # One store: a call sees the old object or the new.
 
     def __enter__(self) -> 'Server':
         return self.start()
@@ -191,19 +193,24 @@ class Server:
     def __exit__(self, *exc_info) -> None:
         self.stop()
 
-    def _resolve(self, name: str):
-        if name == '__call__' and '__call__' in dir(self._obj):
-            return self._obj
+    def _resolve(self, name: str, served: '_Served'):
+        """The callable ``name`` names on ``served.obj``, kept in ``served.methods`` when
+        ``served.keeps`` says a later call may reuse it."""
+        obj = served.obj
+        if name == '__call__' and '__call__' in dir(obj):
+            return obj
         if not name.startswith('_') and name != 'run':
             try:
-                attr = getattr(self._obj, name)
+                attr = getattr(obj, name)
             except AttributeError:
                 attr = None
             if callable(attr):
+                if served.keeps(name, attr):
+                    served.methods[name] = attr
                 return attr
-        available = ', '.join(public_methods(self._obj)) or '(none)'
+        available = ', '.join(public_methods(obj)) or '(none)'
         raise errors.UnknownMethodError(
-            f'{self._obj.__class__.__name__} served by {self._label or "this server"} has no '
+            f'{obj.__class__.__name__} served by {self._label or "this server"} has no '
             f'public method {name!r}; available: {available}')
 
     def _dispatch_frame(self, frame: frames.Frame, shard: stats.Shard | None = None) -> tuple:
@@ -219,7 +226,11 @@ class Server:
                 frame.method, args, kwargs = frame.value()
             else:  # ``frame.value()``'s common case, two Python calls less per request.
                 frame.method, args, kwargs = _loads(frame.pickled, buffers=frame.buffers)
-            reply = 'ok', self._resolve(frame.method)(*args, **kwargs)
+            served = self._served
+            method = served.methods.get(frame.method)
+            if method is None or frame.method in served.own:  # ``_Served`` says why.
+                method = self._resolve(frame.method, served)
+            reply = 'ok', method(*args, **kwargs)
             ok = True
             return reply
         except Exception as exc:  # Every failure travels back to the caller.
@@ -239,6 +250,38 @@ class Server:
     def _unsendable(self, frame: frames.Frame, exc: Exception) -> tuple:
         """The reply for a result that cannot be serialized: the caller learns why."""
         return 'error', messages.RemoteFailure.capture(exc, self._label, frame.method)
+
+
+class _Served:
+    """The served object and the methods its calls resolved, kept for the next calls.
+
+    Looking a method up is four Python calls per request; the original courier binds
+    every method once at start. Kept is only what a later lookup would find again: a
+    method defined on the object's class (bound to the object itself), of a class that
+    resolves attributes the ordinary way (no ``__getattr__``, no ``__getattribute__``:
+    a delegating wrapper or a launched node's stand-in is asked every time). An
+    attribute later set on the object itself is still seen, since each call checks
+    ``own`` (the object's ``__dict__``) first; a method replaced *on the class* after
+    its first call is not. ``Server.replace_object`` starts a new ``_Served``.
+    """
+
+    __slots__ = ('obj', 'methods', 'own', '_plain')
+
+    def __init__(self, obj: Any):
+        self.obj = obj
+        self.methods: dict[str, Any] = {}
+        self.own = getattr(obj, '__dict__', None)
+        if not isinstance(self.own, dict):  # No instance attributes (``__slots__``), or a proxy.
+            self.own = {}
+        cls = type(obj)
+        self._plain = (cls.__getattribute__ is object.__getattribute__
+                       and not hasattr(cls, '__getattr__'))
+
+    def keeps(self, name: str, attr: Any) -> bool:
+        """Whether ``attr``, just found as ``obj.name``, is the class's method ``name``."""
+        return (self._plain and name not in self.own and isinstance(attr, types.MethodType)
+                and attr.__self__ is self.obj
+                and getattr(type(self.obj), name, None) is attr.__func__)
 
 
 def is_loopback(host: str) -> bool:

@@ -3,9 +3,11 @@ write the same frames, whichever way the bytes arrive; ``LP_COURIER_PURE=1`` pic
 
 from __future__ import annotations
 
+import importlib
 import os
 import socket
 import threading
+import types
 
 import numpy as np
 import pytest
@@ -43,6 +45,24 @@ def test_compiled_loop_is_built_and_chosen_unless_pure_is_asked(monkeypatch):
         left.close(), right.close()
     monkeypatch.setenv(frame_loop.PURE_ENV, '0')
     assert frame_loop.active() == 'compiled'
+
+
+def test_a_compiled_loop_built_from_other_sources_is_not_used(monkeypatch):
+    """A ``_cframes`` of another API (a stale build beside newer Python) is refused with a
+    warning that says how to rebuild, and the pure loop runs, instead of failing its reads."""
+    stale = types.ModuleType('_cframes')  # Built before API_VERSION existed: version 1.
+    stale.__file__ = '/stale/_cframes.so'
+    real = importlib.import_module
+    monkeypatch.setattr(importlib, 'import_module',
+                        lambda name, *a: stale if name.endswith('._cframes') else real(name, *a))
+    monkeypatch.delenv(frame_loop.PURE_ENV, raising=False)
+    try:
+        with pytest.warns(RuntimeWarning, match='API 1, this code needs 2.*build_ext --inplace'):
+            importlib.reload(frame_loop)
+        assert frame_loop.compiled() is None and frame_loop.active() == 'pure'
+    finally:
+        monkeypatch.undo()
+        importlib.reload(frame_loop)  # The real build again, for the tests after this one.
 
 
 def test_a_frame_split_anywhere_is_read_whole(loop):
@@ -170,3 +190,25 @@ def test_calls_and_shared_memory_work_on_each_loop(loop):
         np.testing.assert_array_equal(client.echo(array), array)
         assert client.echo('after') == 'after'
     assert os.environ.get(frame_loop.PURE_ENV) == ('1' if loop == 'pure' else None)
+
+
+def test_a_compiled_read_says_whether_a_whole_small_frame_follows():
+    """After each read the compiled reader's ``small_next`` says what ``has_small_frame``
+    says: a whole small frame buffered behind it (yes), half of one or nothing (no)."""
+    if frame_loop.compiled() is None:
+        pytest.skip('the compiled loop is not built (the first test of this file fails)')
+    first, second, third = _small(1, ('ok', 1)), _small(2, ('ok', 2)), _small(3, ('ok', 3))
+    left, right, reader = _pair()
+    try:
+        assert reader.loop is not None
+        left.sendall(first + second + third[:20])
+        seen = []
+        for _ in range(2):
+            frame = reader.read()
+            seen.append((frame.call_id, reader.small_next, reader.has_small_frame()))
+        left.sendall(third[20:])
+        frame = reader.read()
+        seen.append((frame.call_id, reader.small_next, reader.has_small_frame()))
+        assert seen == [(1, True, True), (2, False, False), (3, False, False)]
+    finally:
+        left.close(), right.close()

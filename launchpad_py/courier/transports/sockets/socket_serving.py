@@ -112,6 +112,7 @@ class SocketServing:
         # Until a futures call comes (a promoted reader's connection has had one), this
         # reader is the connection's only writer: a reply and the next read may be one step.
         sync_only = turn.serial == 0 and reader.loop is not None
+        compiled = reader.loop is not None  # Its reads say whether a next request waits.
         try:
             connection.flush()  # Replies a reader that lost the role to us held back, if any.
             frame = connection.read()
@@ -129,8 +130,10 @@ class SocketServing:
                 else:
                     watchdog.begin(turn, frame)
                     # With another request already received, this reply waits to leave with
-                    # the next one's: the caller then wakes once for both.
-                    self._answer(connection, frame, shard, reader.has_small_frame)
+                    # the next one's: the caller then wakes once for both. Only this thread
+                    # reads, so what was buffered at the read is what is buffered now.
+                    self._answer(connection, frame, shard,
+                                 reader.small_next if compiled else reader.has_small_frame())
                     if not turn.finish(token):
                         connection.flush()  # The new reader may have flushed before we held.
                         return None
@@ -146,19 +149,18 @@ class SocketServing:
         return None if self._stats is None else self._stats.shard()
 
     def _answer(self, connection: frames.Connection, frame: frames.Frame,
-                shard: stats_module.Shard | None = None, more: Callable[[], bool] | None = None,
+                shard: stats_module.Shard | None = None, hold: bool = False,
                 reply: tuple | None = None) -> None:
         """Runs ``frame`` (unless its ``reply`` is given) and sends its reply; held back when
-        ``more()`` says another request waits, already read, for the same thread to run next
-        (it then sends both)."""
+        ``hold`` (another request waits, already read, for the same thread to run next: it
+        then sends both)."""
         if shard is None:  # On a pool thread.
             shard = self._own_shard()
         if reply is None:
             reply = self._dispatch(frame, shard)
         try:
             try:
-                connection.send(frame.call_id, frames.REPLY, reply, shard,
-                                more is not None and more())
+                connection.send(frame.call_id, frames.REPLY, reply, shard, hold)
             except (TypeError, MemoryError) as exc:  # The result itself cannot travel.
                 connection.send(frame.call_id, frames.REPLY, self._unsendable(frame, exc), shard)
         except OSError:
