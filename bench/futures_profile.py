@@ -158,8 +158,10 @@ def floor(depth: int, calls: int) -> dict:
 def courier_peer(transport: str):
     def measure(depth: int, calls: int) -> dict:
         from launchpad_py import courier
+        # A session of its own, as procs gives the floor's server (same autogroup placement).
         process = subprocess.Popen([sys.executable, '-c', SERVER], stdin=subprocess.PIPE,
-                                   stdout=subprocess.PIPE, text=True, env=procs.child_env())
+                                   stdout=subprocess.PIPE, text=True, env=procs.child_env(),
+                                   start_new_session=True)
         try:
             client = courier.Client(process.stdout.readline().strip(), transport=transport)
             return profile(process.pid, client.threads, _futures_loop(client), depth, calls)
@@ -230,8 +232,10 @@ def fanin(peer: str, callers: int, seconds: float = 2.0) -> dict:
         pid, spec, stop = server.pid, ('bench.peers_floor', 'connect',
                                        {'address': server.address}), server.stop
     else:
+        # A session of its own, as procs gives the floor's server (same autogroup placement).
         process = subprocess.Popen([sys.executable, '-c', SERVER], stdin=subprocess.PIPE,
-                                   stdout=subprocess.PIPE, text=True, env=procs.child_env())
+                                   stdout=subprocess.PIPE, text=True, env=procs.child_env(),
+                                   start_new_session=True)
         spec = ('bench.peers_launchpad', 'connect', {'address': process.stdout.readline().strip(),
                                                      'transport': PEER_TRANSPORTS[peer]})
         pid = process.pid
