@@ -35,6 +35,10 @@ MARK = 'LP_BENCH_MARK'
 MIN_REST_S = 0.5
 
 
+def _never() -> bool:
+    return False
+
+
 def marked(mark: str) -> list[psutil.Process]:
     """Processes whose environment holds ``MARK=mark`` (the nodes and agents of one run) or
     whose command line names it (the ssh clients)."""
@@ -48,14 +52,16 @@ def marked(mark: str) -> list[psutil.Process]:
     return found
 
 
-def tree_uss(root: psutil.Process, mark: str | None) -> int:
+def tree_uss(root: psutil.Process, mark: str | None, interrupted=_never) -> int:
     """USS summed over ``root``, every process below it and the ``mark``ed ones, less this
-    sampler itself."""
+    sampler itself; if ``interrupted()`` turns true, the partial sum so far (a lower bound)."""
     ours = {root, *root.children(recursive=True), *(marked(mark) if mark else [])}
     total = 0
     for process in ours:
         if process.pid == os.getpid():
             continue
+        if interrupted():
+            break
         try:
             total += process.memory_full_info().uss
         except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
@@ -71,9 +77,10 @@ class _Peaks:
         self.passes = 0
         self.longest_pass_s = 0.0
 
-    def sample(self, root: psutil.Process, mark: str | None, phase: str) -> float:
+    def sample(self, root: psutil.Process, mark: str | None, phase: str,
+               interrupted=_never) -> float:
         started = time.perf_counter()
-        total = tree_uss(root, mark)
+        total = tree_uss(root, mark, interrupted)
         took = time.perf_counter() - started
         setattr(self, phase, max(getattr(self, phase), total))
         self.passes += 1
@@ -94,13 +101,17 @@ def _serve(root_pid: int, mark: str | None) -> None:
     root, peaks, phase = psutil.Process(root_pid), _Peaks(), 'before_ready'
     print('sampling', flush=True)
     stdin = sys.stdin.fileno()  # Read raw: a buffered reader would hide lines from select.
+
+    def told() -> bool:  # A command waits on stdin.
+        return bool(select.select([stdin], [], [], 0)[0])
+
     while True:
-        took = peaks.sample(root, mark, phase)
+        # A pass before ready gives way to a command: over 1,000 starved nodes it can take
+        # seconds, and the program may end soon after ready; the pass at ready must not wait.
+        took = peaks.sample(root, mark, phase, told if phase == 'before_ready' else _never)
         readable, _, _ = select.select([stdin], [], [], max(MIN_REST_S, took))
         commands = os.read(stdin, 4096).decode().split() if readable else []
         if 'ready' in commands and phase == 'before_ready':
-            # The launch is measured: sample at the normal policy from now on.
-            os.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0))
             peaks.sample(root, mark, 'at_ready')
             phase = 'after_ready'
         if readable and (not commands or 'stop' in commands):  # 'stop', or stdin closed.
@@ -124,6 +135,9 @@ class UssSampler:
 
     def ready(self) -> None:
         """Every node is up: one pass now, at normal priority, and on until ``stop``."""
+        # Set from here, not by the sampler: under SCHED_IDLE beside 1,000 busy nodes it
+        # might not run for seconds to read the command, and the program may end by then.
+        os.sched_setscheduler(self.pid, os.SCHED_OTHER, os.sched_param(0))
         self._process.stdin.write('ready\n')
         self._process.stdin.flush()
 
