@@ -119,7 +119,9 @@ def fan_out_once(launch_type: str, nodes: int, scratch: str) -> dict:
             'stop_s': ended_at - caller['stop_requested_at'], **spent,
             **{key.replace('uss', 'uss_gib'): value / 2**30
                for key, value in memory.items() if 'uss' in key},
-            'sampler_passes': memory['passes'], 'sampler_longest_pass_s': memory['longest_pass_s'],
+            'sampler_processes_seen': memory['processes_seen'],
+            'sampler_passes': memory['passes'],
+            'sampler_longest_pass_s': memory['longest_pass_s'],
             'sampler_cpu_s': memory['cpu_s']}
 
 

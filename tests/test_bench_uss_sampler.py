@@ -53,6 +53,25 @@ def test_at_ready_pass_counts_every_child():
     assert result['peak_uss'] >= result['uss_at_ready']
 
 
+def test_peak_counts_each_process_at_its_largest_even_if_no_pass_saw_all():
+    """A process read in one pass and gone by the next still counts: the peak is each
+    process's largest USS summed (a pass over 1,000 nodes outlasts the program's end)."""
+    first = _children(1)
+    try:
+        sampler = UssSampler(os.getpid())  # Returns after a first pass, which read it.
+    finally:
+        _end(first)
+    second = _children(1)
+    try:
+        sampler.ready()
+        result = sampler.stop()
+    finally:
+        _end(second)
+    assert result['processes_seen'] >= 3  # This process and both children.
+    assert result['peak_uss'] >= 2 * 64 * 2**20
+    assert result['peak_uss_of_one_pass'] < result['peak_uss']
+
+
 def test_tree_cpu_leaves_out_the_sampler_process():
     """CPU read below the launching process excludes the sampler's pid, so what the sampler
     costs is not counted as the nodes'."""
