@@ -19,16 +19,19 @@ For each launch type and node count, ``--reps`` launches of issue 25's program
   all answered;
 - stop: from the caller's ``lp.stop()`` until ``wait()`` returned;
 - peak USS: the largest sum of unique memory over the launching process and
-  every process below it, sampled once a second while the program runs
-  (for local_mt that is the launching process alone).
+  every process below it (for local_mt that is the launching process alone), from
+  bench/uss_sampler.py: a process of its own that takes only idle CPU until ready, makes
+  one pass at ready and samples on at normal priority until the program ended; the run
+  records the peak before ready, at ready and after, and the sampler's passes and CPU
+  seconds (``sampler_cpu_s``: what the measurement cost, outside every other figure).
 
 Then once per point, fan-in: one counter and N client nodes making
 ``--fan_in_calls`` sync calls each; calls/s is the server's, between its
 first and its last call. Each point records the machine's load average
 (``os.getloadavg()``) when it started and when it ended, the ready time per
 node in milliseconds, and the CPU per node from launch to ready (``bench/tree_cpu.py``:
-user+sys of the launching process, less the memory sampler's thread, and of every process
-below it; far less moved by the machine's load than wall time), split into the launching
+user+sys of the launching process and of every process below it but the
+memory sampler; far less moved by the machine's load than wall time), split into the launching
 process's (``launcher_cpu``) and the processes below it (``nodes_cpu``); each run also keeps
 the launching process's garbage collections and their time, and its threads at ready.
 
@@ -67,60 +70,7 @@ import psutil
 import launchpad_py as lp
 from launchpad_py.launchers.options import LaunchOptions
 from bench import scale_nodes, tree_cpu
-
-
-#: Marks a run's node processes on the ssh hosts, which are not our descendants (in their
-#: environment; the hosts share this machine's process table).
-MARK = 'LP_BENCH_MARK'
-
-
-def marked(mark: str) -> list[psutil.Process]:
-    """Processes whose environment holds ``MARK=mark`` (the nodes and agents of one run) or
-    whose command line names it (the ssh clients)."""
-    found = []
-    for process in psutil.process_iter():
-        try:
-            if process.environ().get(MARK) == mark or mark in ' '.join(process.cmdline()):
-                found.append(process)
-        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
-            pass
-    return found
-
-
-class PeakUss:
-    """Samples the USS of this process and its descendants until stopped; keeps the peak.
-
-    ``mark``: processes elsewhere (ssh hosts) marked so count too.
-    """
-
-    def __init__(self, mark: str | None = None):
-        self.peak = 0
-        #: This thread's CPU seconds up to its last sample: no part of the launch it watches.
-        self.cpu_s = 0.0
-        self._mark = mark
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name='uss-sampler', daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        me = psutil.Process()
-        while True:
-            total = 0
-            ours = {me, *me.children(recursive=True), *(marked(self._mark) if self._mark else [])}
-            for process in ours:
-                try:
-                    total += process.memory_full_info().uss
-                except (psutil.NoSuchProcess, psutil.AccessDenied):
-                    pass
-            self.peak = max(self.peak, total)
-            self.cpu_s = time.thread_time()
-            if self._stop.wait(1.0):
-                return
-
-    def stop(self) -> int:
-        self._stop.set()
-        self._thread.join()
-        return self.peak
+from bench.uss_sampler import MARK, UssSampler
 
 
 def launch_arguments(launch_type: str, program: lp.Program, mark: str = '') -> dict:
@@ -144,9 +94,9 @@ def launch_arguments(launch_type: str, program: lp.Program, mark: str = '') -> d
 def fan_out_once(launch_type: str, nodes: int, scratch: str) -> dict:
     result_path = os.path.join(scratch, f'fan_out_{launch_type}_{nodes}.json')
     mark = uuid.uuid4().hex
-    sampler = PeakUss(mark)
+    sampler = UssSampler(os.getpid(), mark)
     gc_time = tree_cpu.GcTime()
-    cpu = tree_cpu.TreeCpu(exclude_s=sampler.cpu_s)
+    cpu = tree_cpu.TreeCpu(exclude_pids={sampler.pid})
     start = time.perf_counter()
     try:
         program = scale_nodes.fan_out(nodes, result_path)
@@ -154,20 +104,25 @@ def fan_out_once(launch_type: str, nodes: int, scratch: str) -> dict:
                                **launch_arguments(launch_type, program, mark))
         ready = time.perf_counter() - start
         collections = gc_time.close()  # First: reading /proc makes objects, and collections.
-        spent = {**cpu.read(exclude_s=sampler.cpu_s), **collections,
-                 'launcher_threads': threading.active_count()}
+        spent = {**cpu.read(), **collections, 'launcher_threads': threading.active_count()}
+        sampler.ready()
         controller.wait(timeout=900)
         ended_at = time.time()
     finally:
         gc_time.close()
-        peak = sampler.stop()
+        memory = sampler.stop()
     with open(result_path) as result:
         caller = json.load(result)
     os.remove(result_path)
     return {'ready_s': ready, 'answered': caller['answered'],
             'fan_out_calls_per_s': caller['calls_per_s'],
-            'stop_s': ended_at - caller['stop_requested_at'], 'peak_uss_gib': peak / 2**30,
-            **spent}
+            'stop_s': ended_at - caller['stop_requested_at'], **spent,
+            **{key.replace('uss', 'uss_gib'): value / 2**30
+               for key, value in memory.items() if 'uss' in key},
+            'sampler_processes_seen': memory['processes_seen'],
+            'sampler_passes': memory['passes'],
+            'sampler_longest_pass_s': memory['longest_pass_s'],
+            'sampler_cpu_s': memory['cpu_s']}
 
 
 def fan_in_once(launch_type: str, nodes: int, calls: int) -> dict:
@@ -208,6 +163,9 @@ def summarize(runs: list[dict]) -> dict:
             row[f'{key}_max'] = max(values)
     if 'ready_s_median' in row:
         row['ready_ms_per_node_median'] = 1000 * row['ready_s_median'] / runs[0]['nodes']
+    values = [r['sampler_cpu_s'] for r in ok if 'sampler_cpu_s' in r]
+    if values:
+        row['sampler_cpu_s_median'] = statistics.median(values)
     for key in ('cpu_s', 'launcher_cpu_s', 'nodes_cpu_s'):  # CPU from launch to ready.
         values = [r[key] for r in ok if key in r]
         if values:

@@ -4,14 +4,14 @@ Ready times on a shared machine move with the load (other work takes the cores, 
 launch waits), but the CPU seconds the launch itself spends barely do: so "is launch
 cost flat per node?" is asked of CPU per node beside wall time per node.
 
-    cpu = TreeCpu()
+    cpu = TreeCpu(exclude_pids={sampler.pid})
     controller = lp.launch(program)
-    spent = cpu.read(exclude_s=sampler.cpu_s)   # {'cpu_s', 'launcher_cpu_s', 'nodes_cpu_s', ...}
+    spent = cpu.read()   # {'cpu_s', 'launcher_cpu_s', 'nodes_cpu_s', ...}
 
 ``launcher_cpu_s`` is the launching process (all its threads; for ``local_mt`` the nodes
-too), less ``exclude_s``: the CPU of a thread of its own that is no part of the launch
-(bench/scale.py's memory sampler). ``nodes_cpu_s`` is every process below it (fork server,
-node processes, reaped or alive), read from /proc at ``read()``; alive nodes keep running
+too). ``nodes_cpu_s`` is every process below it (fork server, node processes, reaped or
+alive) but ``exclude_pids`` (processes of the benchmark's own that are no part of the
+launch: bench/uss_sampler.py), read from /proc at ``read()``; alive nodes keep running
 while they are read, which the time the reading took (``read_s``) bounds.
 """
 
@@ -40,9 +40,11 @@ def _process_cpu(process: psutil.Process) -> float:
     return t.user + t.system + t.children_user + t.children_system
 
 
-def _below(me: psutil.Process) -> dict[int, float]:
+def _below(me: psutil.Process, exclude_pids: frozenset[int]) -> dict[int, float]:
     spent = {}
     for process in me.children(recursive=True):
+        if process.pid in exclude_pids:
+            continue
         try:
             spent[process.pid] = _process_cpu(process)
         except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
@@ -76,16 +78,17 @@ class GcTime:
 class TreeCpu:
     """CPU spent by this process and its descendants since it was made."""
 
-    def __init__(self, exclude_s: float = 0.0):
+    def __init__(self, exclude_pids=frozenset()):
         self._me = psutil.Process()
-        self._own = _own_cpu() - exclude_s
+        self._exclude = frozenset(exclude_pids)
+        self._own = _own_cpu()
         self._reaped = _reaped_cpu()
-        self._below = _below(self._me)  # Normally none: a launch starts its own.
+        self._below = _below(self._me, self._exclude)  # Normally none: a launch starts its own.
 
-    def read(self, exclude_s: float = 0.0) -> dict:
+    def read(self) -> dict:
         start = time.perf_counter()
-        launcher = _own_cpu() - exclude_s - self._own
-        below = _below(self._me)
+        launcher = _own_cpu() - self._own
+        below = _below(self._me, self._exclude)
         nodes = _reaped_cpu() - self._reaped + sum(
             spent - self._below.get(pid, 0.0) for pid, spent in below.items())
         return {'cpu_s': launcher + nodes, 'launcher_cpu_s': launcher, 'nodes_cpu_s': nodes,
