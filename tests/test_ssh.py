@@ -85,13 +85,28 @@ def test_status_shows_host_and_remote_pid():
 
 
 def test_loopback_address_is_unreachable_from_another_host():
-    """A server on this host's 127.0.0.1 cannot be reached from h1: loopback is per host."""
-    with courier.Server(Pinger()) as server:
-        probe = (f'import socket; s = socket.socket(); s.settimeout(5); '
-                 f'print(s.connect_ex(("127.0.0.1", {server.port})))')
-        done = subprocess.run(['ssh', *SSH_OPTIONS, 'h1', f'{sys.executable} -c {probe!r}'],
-                              capture_output=True, text=True, timeout=60)
-    assert done.returncode == 0, done.stderr
+    """A server on this host's 127.0.0.1 cannot be reached from h1: loopback is per host.
+
+    h1 runs servers of its own (a Ray worker, sshd, nodes of other tests) on its loopback, so
+    the server's port may be taken there by chance: such a port proves nothing, and the test
+    serves again on another (CI saw a connect succeed to a port h1 itself listened on)."""
+    # h1's own TCP listeners on that port, from /proc/net/tcp{,6} (state 0A: LISTEN), then a
+    # connect to 127.0.0.1 there.
+    probe = ('import socket, sys; port = int(sys.argv[1]); '
+             'own = any(int(f.split()[1].split(":")[1], 16) == port and f.split()[3] == "0A" '
+             'for n in ("/proc/net/tcp", "/proc/net/tcp6") for f in open(n).readlines()[1:]); '
+             's = socket.socket(); s.settimeout(5); '
+             'print("own" if own else s.connect_ex(("127.0.0.1", port)))')
+    for _ in range(5):
+        with courier.Server(Pinger()) as server:
+            done = subprocess.run(['ssh', *SSH_OPTIONS, 'h1',
+                                   f'{sys.executable} -c {probe!r} {server.port}'],
+                                  capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+        if done.stdout.strip() != 'own':
+            break
+    else:
+        pytest.fail('h1 listened on each of 5 ports our server took here')
     assert int(done.stdout.strip()) != 0  # Refused there, though it listens here.
 
 
