@@ -22,8 +22,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
-import sys
 
 from . import peers_floor, peers_launchpad, procs
 from .cpu import process_usage
@@ -57,10 +55,8 @@ def _start(mode: str):
         peer.start()
         return peer
     peer = peers_floor.FloorPeer('unix')
-    cmd = [sys.executable, '-m', f'{procs.PACKAGE}.peers_floor', '--serve', *peer.server_args()]
-    proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            env=procs.child_env(), cwd=procs.PACKAGE_PARENT,
-                            start_new_session=(mode == 'floor_setsid'))
+    proc = procs.spawn_server('peers_floor', peer.server_args(),
+                              new_session=(mode == 'floor_setsid'))
     peer.server = procs.wait_ready(proc)
     peer.client = peer.connect(peer.server.address)
     return peer

@@ -68,19 +68,21 @@ class ServerProcess:
                 pass
 
 
-def spawn_server(module: str, args: list[str]) -> subprocess.Popen:
+def spawn_server(module: str, args: list[str], new_session: bool = True) -> subprocess.Popen:
     """Starts ``python -m PACKAGE.module --serve *args`` without waiting.
 
     The server gets a session of its own, as a node that ``local_mp`` launches
     does: with the kernel's autogroups on, a session is a scheduling group, and
     a server that shared the benchmark's group (its callers') would be
     scheduled unlike the launched peer it is compared with (docs/performance.md,
-    "Ninth pass"). It still ends with the benchmark: it exits on stdin EOF.
+    "Ninth pass"); ``new_session=False`` keeps it in the benchmark's, for that
+    A/B (bench/fanin_sessions.py). It still ends with the benchmark: it exits on
+    stdin EOF.
     """
     cmd = [sys.executable, "-m", f"{PACKAGE}.{module}", "--serve", *args]
     return subprocess.Popen(
         cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=child_env(), cwd=PACKAGE_PARENT,
-        start_new_session=True,
+        start_new_session=new_session,
     )
 
 
