@@ -109,10 +109,10 @@ class SocketServing:
         """The reader's loop; returns why it ended, None when it lost the reading role."""
         connection, shard, watchdog = turn.connection, self._own_shard(), self._watchdog
         reader = connection.reader
+        compiled = reader.loop is not None  # Its reads say whether a next request waits.
         # Until a futures call comes (a promoted reader's connection has had one), this
         # reader is the connection's only writer: a reply and the next read may be one step.
-        sync_only = turn.serial == 0 and reader.loop is not None
-        compiled = reader.loop is not None  # Its reads say whether a next request waits.
+        sync_only = turn.serial == 0 and compiled
         try:
             connection.flush()  # Replies a reader that lost the role to us held back, if any.
             frame = connection.read()
