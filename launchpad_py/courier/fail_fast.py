@@ -29,9 +29,9 @@ import weakref
 from typing import Callable, Iterable
 
 POLL_SECONDS = 0.05
-#: ``grpc.ChannelConnectivity.TRANSIENT_FAILURE``'s number, which ``_state`` reads; named
-#: here so that this module (loaded by every ``launchpad_py`` import) does not load gRPC.
-_TRANSIENT_FAILURE = 3
+#: ``grpc.ChannelConnectivity``'s numbers, which ``state`` reads; named here so that this
+#: module (loaded by every ``launchpad_py`` import) does not load gRPC.
+READY, TRANSIENT_FAILURE = 2, 3
 
 _rules: list[frozenset[str] | None] = []
 _cond = threading.Condition()
@@ -93,7 +93,7 @@ def _poll() -> None:
                 _polling = False
                 return
             gone = [(address, entry) for address, entry in _channels.items()
-                    if applies(address) and _state(entry[0]) == _TRANSIENT_FAILURE]
+                    if applies(address) and state(entry[0]) == TRANSIENT_FAILURE]
             for address, (channel, _) in gone:
                 del _channels[address]
                 _closed.add(channel)
@@ -104,7 +104,7 @@ def _poll() -> None:
             _cond.wait(POLL_SECONDS)
 
 
-def _state(channel: grpc.Channel) -> int | None:
+def state(channel: grpc.Channel) -> int | None:
     """The channel's connectivity without subscribing (gRPC has no public getter for it)."""
     try:
         return channel._channel.check_connectivity_state(False)
