@@ -174,6 +174,11 @@ class GrpcCaller:
                 and grpc_tokens.STALE in (error.details() or '')):
             self._peer = None  # The server restarted: ask who it is now.
             return _Restarted(errors.translate_rpc_error(error, self._address, method).args[0])
+        why = fail_fast.reason(self._address)
+        if why is not None and (fail_fast.closed_here(stubs.channel) or (
+                isinstance(error, grpc.RpcError) and error.code() == grpc.StatusCode.UNAVAILABLE)):
+            return errors.CourierUnavailableError(
+                f'server unavailable calling {method!r} on {self._address}: {why}')
         if fail_fast.closed_here(stubs.channel):
             return errors.CourierUnavailableError(
                 f'server unavailable calling {method!r} on {self._address}: it is gone, and '

@@ -29,7 +29,7 @@ from launchpad_py.supervision.controller import ProgramController
 from launchpad_py.launchers import start_program
 from launchpad_py.launchers.local.resources import check_open_files
 from launchpad_py.launchers.options import LaunchOptions
-from launchpad_py.supervision.worker import Events, FailureReport, Worker
+from launchpad_py.supervision.worker import Events, FailureReport, Worker, served_by
 from launchpad_py.program import ExecutionContext, Executable, Program
 
 _log = logging.getLogger('launchpad_py.supervision.controller')
@@ -93,6 +93,9 @@ class ThreadWorker(Worker):
         if self._book is not None:
             self._book.report(self._book.own(self._executable))
         self.events.ready(self)
+
+    def served(self) -> dict[str, str]:
+        return served_by(self._executable)
 
     def restarted(self) -> 'ThreadWorker':
         executable = self._executable if self._data is None else serialization.loads(self._data)
