@@ -93,11 +93,11 @@ class Directory:
         elastic group shrank): relocations raise ``why`` at once, and a call there that
         cannot connect fails with ``why`` instead of waiting for a server that will never
         come back (a restarting node is withdrawn instead, and waited for)."""
-        fresh = {key: value for key, value in values.items() if value not in self._left}
-        if not fresh:
-            return
-        end = courier_fail_fast.fail_fast_on_unavailable(fresh.values(), why)
         with self._changed:
+            fresh = {key: value for key, value in values.items() if value not in self._left}
+            if not fresh:
+                return
+            end = courier_fail_fast.fail_fast_on_unavailable(fresh.values(), why)
             for key, value in fresh.items():
                 self._gone[key] = why
                 self._left[value] = (key, end)

@@ -261,26 +261,20 @@ class Worker(abc.ABC):
         """Releases what the worker holds once the program is over."""
 
 
-def served_by(executable) -> dict[str, str]:
-    """``Worker.served`` of a worker running ``executable``."""
-    found = {a.key: a.known() for a in executable.addresses}
-    return {key: value for key, value in found.items() if value is not None}
-
-
 class MembersOverChannel:
     """For workers whose node has a control channel (``_channel``, guarded by ``_lock``):
     a group handle's member tables go over it once the node asked for them ('watch'), with
     each newer version after, and again when the node connects; so do the peers that left
     for good ('left')."""
 
+    _members: dict | None = None
+    _watched: frozenset = frozenset()
+    _sent: dict | None = None
+
     def tell_left(self, left: dict[str, tuple[str, str]]) -> None:
         with self._lock:
             if self._channel is not None:
                 self._channel.send('left', left)
-
-    _members: dict | None = None
-    _watched: frozenset = frozenset()
-    _sent: dict | None = None
 
     def send_members(self, table: dict) -> None:
         with self._lock:

@@ -36,7 +36,7 @@ from launchpad_py.launchers.options import LaunchOptions
 from launchpad_py.launchers.local.resources import (PythonProcess, apply_gpu_defaults,
                                                    check_open_files)
 from launchpad_py.supervision.worker import (Events, FailureReport, MembersOverChannel, Worker,
-                                             relay_node_messages, served_by)
+                                             relay_node_messages)
 from launchpad_py.program import Executable, Program
 
 _log = logging.getLogger(__name__)
@@ -76,7 +76,7 @@ class ProcessWorker(MembersOverChannel, Worker):
         return self._pid
 
     def served(self) -> dict[str, str]:
-        return served_by(self._executable)
+        return node_process.bound_addresses(self._executable)
 
     def restarted(self) -> 'ProcessWorker':
         """The same node (pickle, address, resources) in a new process; its log goes on."""

@@ -20,7 +20,7 @@ import concurrent.futures
 import logging
 import threading
 
-from launchpad_py.node_side import checkpoints, runtime
+from launchpad_py.node_side import checkpoints, node_process, runtime
 from launchpad_py.node_side.reporting import labelled_output, node_logging, node_metrics
 from launchpad_py.courier import serialization
 from launchpad_py.supervision.launch_kit import address_book, program_secret, rundir, shipping
@@ -29,7 +29,7 @@ from launchpad_py.supervision.controller import ProgramController
 from launchpad_py.launchers import start_program
 from launchpad_py.launchers.local.resources import check_open_files
 from launchpad_py.launchers.options import LaunchOptions
-from launchpad_py.supervision.worker import Events, FailureReport, Worker, served_by
+from launchpad_py.supervision.worker import Events, FailureReport, Worker
 from launchpad_py.program import ExecutionContext, Executable, Program
 
 _log = logging.getLogger('launchpad_py.supervision.controller')
@@ -95,7 +95,7 @@ class ThreadWorker(Worker):
         self.events.ready(self)
 
     def served(self) -> dict[str, str]:
-        return served_by(self._executable)
+        return node_process.bound_addresses(self._executable)
 
     def restarted(self) -> 'ThreadWorker':
         executable = self._executable if self._data is None else serialization.loads(self._data)

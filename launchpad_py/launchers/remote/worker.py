@@ -19,7 +19,7 @@ from launchpad_py.node_side import node_process
 from launchpad_py.courier import serialization
 from launchpad_py.supervision.launch_kit import metrics_probe, output
 from launchpad_py.supervision.worker import (Events, FailureReport, MembersOverChannel, Worker,
-                                             relay_node_messages, served_by)
+                                             relay_node_messages)
 from launchpad_py.launchers.remote.setup import (HEARTBEAT_TIMEOUT_S, SILENCE_TIMEOUT_S,
                                                 RemoteSetup)
 from launchpad_py.program import Executable
@@ -311,7 +311,7 @@ class RemoteWorker(MembersOverChannel, Worker):
                             incarnation=self.incarnation + 1)
 
     def served(self) -> dict[str, str]:
-        return served_by(self.executable)
+        return node_process.bound_addresses(self.executable)
 
     def send(self, *message) -> None:
         channel = self._channel
