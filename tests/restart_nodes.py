@@ -48,6 +48,35 @@ class Watcher:
         return self._members.wait_for_change(version, timeout)
 
 
+class MemberCaller:
+    """Keeps clients of a group's members (``take_clients``) and calls one later, reporting
+    how the call ended and how long it took (``call_member``)."""
+
+    def __init__(self, members):
+        self._members = members
+        self._clients = {}
+
+    def take_clients(self):
+        """A client of each live member, made now and not called yet; their names."""
+        self._clients = dict(zip(self._members.names(), self._members.clients()))
+        return sorted(self._clients)
+
+    def call_member(self, name, how, deadline=None):
+        """``who()`` on member ``name``'s client: 'sync' or 'future'; with ``deadline``, through
+        a client of the same address with that call timeout."""
+        client = self._clients[name]
+        if deadline is not None:
+            client = courier.Client(client.address, timeout=deadline)
+        started = time.monotonic()
+        try:
+            value = client.who() if how == 'sync' else client.futures.who().result()
+        except Exception as exc:
+            return {'error': type(exc).__name__, 'message': str(exc),
+                    'unavailable': isinstance(exc, courier.CourierUnavailableError),
+                    'seconds': time.monotonic() - started}
+        return {'value': value, 'seconds': time.monotonic() - started}
+
+
 def _record_start(path: str) -> int:
     """Appends this start's monotonic time to ``path``; how many starts came before."""
     with open(path, 'a') as log:

@@ -11,7 +11,7 @@ import pytest
 import launchpad_py as lp
 from launchpad_py.observability import prometheus
 from conftest import host_name, needs_ssh_hosts, ssh_host, wait_for
-from restart_nodes import Member, Watcher, ignore_stop
+from restart_nodes import Member, MemberCaller, Watcher, ignore_stop
 
 
 def _program(members=2, name='elastic'):
@@ -84,6 +84,46 @@ def test_removed_nodes_are_the_newest_and_stop_gracefully():
         assert controller.is_running
         controller.add_nodes('member', 1)  # Indices are not reused.
         assert _live(controller) == [0, 3]
+
+
+def _call_a_member_that_left(launch_type, how, deadline, **launch_options):
+    """member/2 of three leaves (remove_nodes) after a caller node made its client; the
+    caller's calls to it must fail at once saying it left, those to member/1 still work."""
+    program = lp.Program(f'left_{launch_type}_{how}_{deadline}')
+    with program.group('member', elastic=True):
+        for _ in range(3):
+            program.add_node(lp.CourierNode(Member))
+    caller = program.add_node(lp.CourierNode(MemberCaller, program.group_handle('member')),
+                              label='caller')
+    with lp.launch(program, launch_type=launch_type, **launch_options) as controller:
+        caller = caller.dereference()
+        assert caller.take_clients() == ['member/0', 'member/1', 'member/2']
+        (gone,) = controller.remove_nodes('member', 1, timeout=30)
+        assert (gone.index, gone.state) == (2, lp.NodeState.STOPPED)  # It has ended.
+        for _ in range(2):
+            outcome = caller.futures.call_member('member/2', how, deadline).result(timeout=30)
+            assert outcome.get('unavailable'), outcome
+            assert "node 'member/2' left its group 'member'" in outcome['message'], outcome
+            assert outcome['seconds'] < 10, outcome
+        assert caller.call_member('member/1', how, deadline)['value']['name'] == 'member/1'
+
+
+@pytest.mark.parametrize('launch_type', ['local_mp', 'local_mt'])
+@pytest.mark.parametrize('how, deadline', [('sync', None), ('future', None), ('sync', 60)])
+def test_a_call_to_a_member_that_left_fails_at_once_naming_it(launch_type, how, deadline):
+    """A node holding a client of member/2 calls it after remove_nodes took it out and it
+    ended: the call raises CourierUnavailableError within seconds, saying member/2 left its
+    group (without a deadline it waited in gRPC's first hello for ever: the evolution
+    strategies hang of stop 41), and so does the next one."""
+    _call_a_member_that_left(launch_type, how, deadline)
+
+
+@needs_ssh_hosts
+def test_a_call_to_a_member_that_left_fails_at_once_across_hosts():
+    """As above under ssh, the caller on another host than the members (raw TCP, whose
+    first hello is gRPC's): the launcher tells the caller's process that member/2 left."""
+    resources = {'member': [ssh_host('h1'), ssh_host('h2')], 'caller': ssh_host('h3')}
+    _call_a_member_that_left('ssh', 'sync', None, resources=resources)
 
 
 def test_removed_node_that_ignores_the_stop_is_killed_after_the_grace_period():

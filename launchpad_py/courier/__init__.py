@@ -43,6 +43,7 @@ from launchpad_py.courier.errors import CourierTimeoutError
 from launchpad_py.courier.errors import CourierUnavailableError
 from launchpad_py.courier.errors import RemoteError
 from launchpad_py.courier.errors import RemoteTraceback
+from launchpad_py.courier.errors import TlsMismatchError
 from launchpad_py.courier.errors import UnknownMethodError
 
 # Modules that moved into transports/ (issue 24): ``from launchpad_py.courier import uds`` and

@@ -33,6 +33,11 @@ class HandshakeTimeoutError(CourierUnavailableError):
     A call without a deadline dials again (``client.py``); one with a deadline fails."""
 
 
+class TlsMismatchError(CourierError):
+    """One end of a call uses TLS and the other does not: no call can ever go through, so
+    the client says so instead of waiting for a server that is already there."""
+
+
 class CourierCancelledError(CourierError):
     """The call was cancelled before it completed."""
 

@@ -29,11 +29,12 @@ import weakref
 from typing import Callable, Iterable
 
 POLL_SECONDS = 0.05
-#: ``grpc.ChannelConnectivity.TRANSIENT_FAILURE``'s number, which ``_state`` reads; named
-#: here so that this module (loaded by every ``launchpad_py`` import) does not load gRPC.
-_TRANSIENT_FAILURE = 3
+#: ``grpc.ChannelConnectivity``'s numbers, which ``state`` reads; named here so that this
+#: module (loaded by every ``launchpad_py`` import) does not load gRPC.
+READY, TRANSIENT_FAILURE = 2, 3
 
-_rules: list[frozenset[str] | None] = []
+# Each rule: (its addresses, None for every server; why they are gone, None if not said).
+_rules: list[tuple[frozenset[str] | None, str | None]] = []
 _cond = threading.Condition()
 _polling = False
 # address -> (channel, the function that drops it from the client's cache).
@@ -41,16 +42,19 @@ _channels: dict[str, tuple[grpc.Channel, Callable[[], None]]] = {}
 _closed: weakref.WeakSet = weakref.WeakSet()
 
 
-def fail_fast_on_unavailable(addresses: Iterable[str] | None = None) -> Callable[[], None]:
+def fail_fast_on_unavailable(addresses: Iterable[str] | None = None,
+                             why: str | None = None) -> Callable[[], None]:
     """Calls to ``addresses`` (every server when None) fail at once when unreachable.
 
-    Returns the function that ends this rule; rules add up, so ending one
-    leaves the others in force.
+    ``why``: why those servers are gone, for the errors (e.g. a node that left
+    its group for good). Returns the function that ends this rule; rules add
+    up, so ending one leaves the others in force.
     """
     global _polling
-    rule = None if addresses is None else frozenset(addresses)
-    if rule == frozenset():
+    covered = None if addresses is None else frozenset(addresses)
+    if covered == frozenset():
         return lambda: None
+    rule = (covered, why)
     with _cond:
         _rules.append(rule)
         if not _polling:
@@ -71,7 +75,13 @@ def fail_fast_on_unavailable(addresses: Iterable[str] | None = None) -> Callable
 def applies(address: str) -> bool:
     """Whether a call to ``address`` must not wait for its server now."""
     rules = _rules
-    return bool(rules) and any(rule is None or address in rule for rule in rules)
+    return bool(rules) and any(covered is None or address in covered for covered, _ in rules)
+
+
+def reason(address: str) -> str | None:
+    """Why the server at ``address`` is gone, as a rule that covers it says (None: unsaid)."""
+    return next((why for covered, why in list(_rules)
+                 if why is not None and (covered is None or address in covered)), None)
 
 
 def track_grpc_channel(address: str, channel: grpc.Channel, forget: Callable[[], None]) -> None:
@@ -93,7 +103,7 @@ def _poll() -> None:
                 _polling = False
                 return
             gone = [(address, entry) for address, entry in _channels.items()
-                    if applies(address) and _state(entry[0]) == _TRANSIENT_FAILURE]
+                    if applies(address) and state(entry[0]) == TRANSIENT_FAILURE]
             for address, (channel, _) in gone:
                 del _channels[address]
                 _closed.add(channel)
@@ -104,7 +114,7 @@ def _poll() -> None:
             _cond.wait(POLL_SECONDS)
 
 
-def _state(channel: grpc.Channel) -> int | None:
+def state(channel: grpc.Channel) -> int | None:
     """The channel's connectivity without subscribing (gRPC has no public getter for it)."""
     try:
         return channel._channel.check_connectivity_state(False)

@@ -10,7 +10,7 @@ Shared by the launchers' worker processes and the children of a
                       ('relocate', {key: stale value})
     parent → process: ('stop',), ('metrics', request_id), ('members', table),
                       ('addresses', {key: 'host:port'}, {key: why unknown}),
-                      ('moved', ['host:port', ...])
+                      ('moved', ['host:port', ...]), ('left', {key: ('host:port', why)})
 
 (``table``: the live members of the program's groups, see ``program.group_handle``.)
 'ready' carries the addresses the node's servers bound (late binding: they bind
@@ -22,7 +22,9 @@ member tables, which 'members' then brings on every change (``program.group_hand
 node may have come back elsewhere), which 'addresses' answers once it is known.
 'moved' names addresses a peer left for good (a restarted pod comes back at a
 new IP, where the old one may not even refuse connections): calls waiting there
-fail at once, and their clients then ask again ('relocate').
+fail at once, and their clients then ask again ('relocate'). 'left' names addresses
+whose node left for good (its elastic group shrank): calls there fail at once, saying
+why, and are never sent anywhere else (``Directory.retire``).
 
 The end of the channel means the parent died; the process then ends too, so
 no node outlives whoever started it.
@@ -247,7 +249,7 @@ def _listen(channel: Channel, scope: runtime.ProgramScope, finished: threading.E
 def answer(channel: Channel, message: tuple) -> None:
     """Handles a message the parent may send at any moment, whether the node runs yet or not
     (a remote node hears them while it waits for its executable too): 'metrics', 'members',
-    'addresses', 'moved'. Others ('ping') need nothing."""
+    'addresses', 'moved', 'left'. Others ('ping') need nothing."""
     if message[0] == 'metrics':
         channel.send('metrics', message[1], node_metrics.collect())
     elif message[0] == 'members':
@@ -258,6 +260,9 @@ def answer(channel: Channel, message: tuple) -> None:
             address.directory.give_up([key], why)
     elif message[0] == 'moved':  # A peer left these addresses for others (a new pod).
         courier.fail_fast_on_unavailable(message[1])
+    elif message[0] == 'left':  # Peers that left for good (their elastic group shrank).
+        for key, (value, why) in message[1].items():
+            address.directory.retire({key: value}, why)
 
 
 def bound_addresses(executable: Executable) -> dict[str, str]:

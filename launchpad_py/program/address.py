@@ -27,6 +27,7 @@ import portpicker
 
 from launchpad_py import errors
 from launchpad_py.courier import client as courier_client
+from launchpad_py.courier import fail_fast as courier_fail_fast
 
 
 class AbstractAddressBuilder(abc.ABC):
@@ -63,6 +64,9 @@ class Directory:
         self._relocating: set[str] = set()  # Keys asked again after a failed call (node side).
         self._down: set[str] = set()  # Keys whose node is down: relocations wait for it.
         self._final: set[str] = set()  # Keys of a stopping program: nothing moves any more.
+        # The value of a node that left for good -> (its key, the end of the courier rule
+        # that calls there fail fast): see ``retire``.
+        self._left: dict[str, tuple[str, Callable[[], None]]] = {}
         self._changed = threading.Condition()
         #: Set in a node process: sends a list of keys to its launcher, which answers
         #: through ``learn``/``give_up``.
@@ -77,7 +81,33 @@ class Directory:
             self._keys_of.update((value, key) for key, value in values.items())
             self._relocating.difference_update(values)
             self._down.difference_update(values)
+            # A new node may bind the port of one that left: calls to it wait again.
+            reused = [self._left.pop(value)[1] for key, value in values.items()
+                      if value in self._left and self._left[value][0] != key]
             self._changed.notify_all()
+        for end in reused:
+            end()
+
+    def retire(self, values: dict[str, str], why: str) -> None:
+        """The node whose addresses are ``values`` (key -> 'host:port') left for good (its
+        elastic group shrank): relocations raise ``why`` at once, and a call there that
+        cannot connect fails with ``why`` instead of waiting for a server that will never
+        come back (a restarting node is withdrawn instead, and waited for)."""
+        with self._changed:
+            fresh = {key: value for key, value in values.items() if value not in self._left}
+            if not fresh:
+                return
+            end = courier_fail_fast.fail_fast_on_unavailable(fresh.values(), why)
+            for key, value in fresh.items():
+                self._gone[key] = why
+                self._left[value] = (key, end)
+                self._down.discard(key)
+            self._changed.notify_all()
+
+    def left(self) -> dict[str, tuple[str, str]]:
+        """Key -> (value, why) of every address here whose node left for good (``retire``)."""
+        with self._changed:
+            return {key: (value, self._gone[key]) for value, (key, _) in self._left.items()}
 
     def known(self, key: str) -> str | None:
         return self._values.get(key)
@@ -97,7 +127,7 @@ class Directory:
         with self._changed:
             return sum(len(keys) for keys in (
                 self._values, self._keys_of, self._expected, self._gone, self._held,
-                self._asked, self._relocating, self._down, self._final))
+                self._asked, self._relocating, self._down, self._final, self._left))
 
     def expect(self, keys: Iterable[str]) -> None:
         """Keys that nodes of a program launched here will report: lookups wait for them."""
@@ -133,7 +163,11 @@ class Directory:
             self._held -= forgotten
             self._asked -= forgotten
             self._relocating -= forgotten
+            left = [value for value, (key, _) in self._left.items() if key in forgotten]
+            ends = [self._left.pop(value)[1] for value in left]
             self._changed.notify_all()  # A relocation waiting for one of them gives up.
+        for end in ends:
+            end()
 
     def tracks(self, key: str) -> bool:
         """Whether a launch in this process has this address (known, or waited for)."""
@@ -183,6 +217,8 @@ class Directory:
 
     def _ask_launcher_again(self, key: str, stale: str) -> str:
         with self._changed:
+            if key in self._gone:  # Left for good (``retire``): nothing to ask.
+                raise errors.NotRunningError(f'the server at {stale} is gone: {self._gone[key]}')
             first = key not in self._relocating
             self._relocating.add(key)
             if self._values.get(key) == stale:  # Lookups meanwhile wait for the answer.

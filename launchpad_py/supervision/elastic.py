@@ -28,7 +28,7 @@ from launchpad_py.courier import serialization
 from launchpad_py.supervision.membership import Membership
 from launchpad_py.supervision.worker import (ENDED as _ENDED, Events, GroupChange, NodeState,
                                              Progress, Worker)
-from launchpad_py.program import (AbstractAddressBuilder, Executable, Node, Program,
+from launchpad_py.program import (AbstractAddressBuilder, Executable, Node, Program, address,
                                   failure_policy, group_handle)
 
 _log = logging.getLogger('launchpad_py.supervision.controller')
@@ -202,6 +202,7 @@ class ElasticGroups:
         _log.info('program %r: removing %s', self._name, ', '.join(w.name for w in chosen))
         for worker in chosen:
             worker.removing = True
+            self._retire(worker)
         self.publish()  # Out of the group handles before they stop: a watcher rarely calls one.
         for worker in chosen:
             if worker.state == NodeState.RESTARTING:  # Nothing runs: it ends here.
@@ -212,6 +213,22 @@ class ElasticGroups:
                 self._alarms.set(('remove', worker), time.monotonic() + (
                     default_grace if grace is None else grace))
         return chosen
+
+    def _retire(self, leaving: Worker) -> None:
+        """Every process of the program learns, before ``leaving`` stops, that it left for
+        good: a call to it then fails saying so, instead of waiting for it as for a node
+        that restarts (the table above only says who is live: a caller may hold its client,
+        and a call made once its server is gone waited for it for ever)."""
+        why = (f'node {leaving.name!r} left its group {leaving.label!r} for good (removed from '
+               f'the elastic group by remove_nodes; program {self._name!r})')
+        served = leaving.served()
+        if not served:
+            return
+        address.directory.retire(served, why)
+        left = {key: (value, why) for key, value in served.items()}
+        for worker in self._workers:
+            if worker is not leaving and worker.state not in _ENDED and not worker.retired:
+                worker.tell_left(left)
 
     def publish(self) -> None:
         """Tells the launching process and every node when a group's live members changed."""

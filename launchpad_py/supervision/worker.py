@@ -18,6 +18,7 @@ from launchpad_py.node_side import node_process
 from launchpad_py.courier.errors import CourierCancelledError, CourierUnavailableError
 from launchpad_py.errors import PeerFailedError
 from launchpad_py.node_state import ENDED, NodeState, NodeStatus
+from launchpad_py.program import address
 
 if TYPE_CHECKING:
     from launchpad_py.supervision.launch_kit.address_book import AddressBook
@@ -230,6 +231,14 @@ class Worker(abc.ABC):
         """A new, unstarted worker for the same node, address and placement."""
         raise NotImplementedError(f'{type(self).__name__} cannot restart a node')
 
+    def served(self) -> dict[str, str]:
+        """Key -> 'host:port' of what the node's servers bound, as this process knows it."""
+        return {}
+
+    def tell_left(self, left: dict[str, tuple[str, str]]) -> None:
+        """Tells the node's process that peers left for good: key -> (value, why); see
+        ``Directory.retire``. (Nothing to tell a node in this process: it shares ours.)"""
+
     def send_members(self, table: dict) -> None:
         """Passes the live members of the program's groups on to the node (see group_handle)."""
 
@@ -255,11 +264,17 @@ class Worker(abc.ABC):
 class MembersOverChannel:
     """For workers whose node has a control channel (``_channel``, guarded by ``_lock``):
     a group handle's member tables go over it once the node asked for them ('watch'), with
-    each newer version after, and again when the node connects."""
+    each newer version after, and again when the node connects; so do the peers that left
+    for good ('left')."""
 
     _members: dict | None = None
     _watched: frozenset = frozenset()
     _sent: dict | None = None
+
+    def tell_left(self, left: dict[str, tuple[str, str]]) -> None:
+        with self._lock:
+            if self._channel is not None:
+                self._channel.send('left', left)
 
     def send_members(self, table: dict) -> None:
         with self._lock:
@@ -277,6 +292,9 @@ class MembersOverChannel:
         """Call with ``_lock`` held, as ``channel`` becomes ``_channel``."""
         self._sent = {}
         self._send_watched(channel)
+        left = address.directory.left()  # Those that left before this node (re)started.
+        if left:
+            channel.send('left', left)
 
     def _send_watched(self, channel) -> None:
         """The watched groups' entries newer than what the node was sent (``_lock`` held)."""

@@ -85,6 +85,27 @@ def test_new_call_to_a_gone_server_fails_at_once(transport):
 
 
 @pytest.mark.parametrize('transport', TRANSPORTS)
+@pytest.mark.parametrize('how', ['sync', 'future'])
+def test_a_rule_with_a_reason_says_it_in_the_error(transport, how):
+    """A rule's ``why`` (a node that left its group for good) is in the error of a call that
+    waited for the server and of a new one."""
+    address = _stopped_server_address()
+    client = courier.Client(address, transport=transport)
+    waiting = _call_in_thread(client) if how == 'sync' else client.futures.ping()
+    end = courier.fail_fast_on_unavailable([address], why="node 'x/1' left its group")
+    try:
+        errors = [waiting.exception(timeout=10)]
+        with pytest.raises(courier.CourierUnavailableError) as new:
+            courier.Client(address, transport=transport).ping()
+        errors.append(new.value)
+    finally:
+        end()
+    for error in errors:
+        assert isinstance(error, courier.CourierUnavailableError), error
+        assert address in str(error) and "node 'x/1' left its group" in str(error), error
+
+
+@pytest.mark.parametrize('transport', TRANSPORTS)
 def test_calls_to_live_servers_are_untouched(transport):
     """A call in progress when the rule starts, and calls made under it, get their answers."""
     obj = Slow()

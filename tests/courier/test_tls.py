@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import concurrent.futures
 import secrets
 import shutil
+import threading
+import time
 
 import numpy as np
 import pytest
@@ -92,3 +95,40 @@ def test_first_call_after_the_server_restarted_takes_a_fresh_connection(credenti
                         local_transport=False) as again:
         assert again.address == first.address
         assert client.echo(2) == 2
+
+
+def _echo_in_thread(client: courier.Client) -> concurrent.futures.Future:
+    """``client.echo(1)`` in a daemon thread: a call that hangs fails the test, not the run."""
+    result: concurrent.futures.Future = concurrent.futures.Future()
+
+    def call():
+        try:
+            result.set_result(client.echo(1))
+        except BaseException as exc:
+            result.set_exception(exc)
+
+    threading.Thread(target=call, daemon=True).start()
+    return result
+
+
+@pytest.mark.parametrize('transport', ['tcp', 'grpc'])
+@pytest.mark.parametrize('server_tls, wanted', [(True, 'wants TLS'),
+                                                (False, 'does not speak TLS')],
+                         ids=['plain_client', 'tls_client'])
+def test_a_tls_mismatch_without_deadline_fails_with_a_clear_error(credentials, transport,
+                                                                  server_tls, wanted):
+    """A client without a deadline whose TLS setting differs from its server's fails within
+    seconds with TlsMismatchError naming the address (its first call waited for ever, in
+    gRPC's Endpoints hello), and no method runs."""
+    target = Recorder()
+    server_creds, client_creds = (credentials, None) if server_tls else (None, credentials)
+    with courier.Server(target, secret=SECRET, tls=server_creds) as server:
+        client = courier.Client(server.address, transport=transport, secret=SECRET,
+                                tls=client_creds)
+        started = time.monotonic()
+        error = _echo_in_thread(client).exception(timeout=20)
+        elapsed = time.monotonic() - started
+    assert isinstance(error, courier.TlsMismatchError), error
+    assert server.address in str(error) and wanted in str(error)
+    assert elapsed < 10
+    assert target.calls == 0

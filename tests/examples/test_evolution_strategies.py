@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 
 import pytest
 
@@ -25,20 +24,9 @@ def test_converges_on_rastrigin(tmp_path, launch_type, num_evaluators):
     assert result['history'][-1]['fitness_of_mean'] > -5
 
 
-# Quarantined, opt-in (LP_RUN_KNOWN_HANGS=1): a known hang in the library, not in the example.
-# CI on 19ae3ad (stop 41) timed out here at 120 s: the evolver's call to an evaluator removed
-# by the shrink was made after that evaluator's socket closed and before the new member table
-# reached the evolver's process; with no socket the call went to gRPC, whose first `hello`
-# waits for the server (wait_for_ready, no deadline) and never returns for a member that left
-# for good. `elastic._shrink` publishes the table before stopping members ("a watcher rarely
-# calls one"), which narrows the window but does not close it. Fix: a call to a group member
-# that left must fail (CourierUnavailableError) instead of waiting. The test passed in the
-# earlier CI runs; this is its first failure on record.
-@pytest.mark.skipif(not os.environ.get('LP_RUN_KNOWN_HANGS'),
-                    reason='known hang: a call to an elastic member that just left can wait '
-                           'forever in gRPC (see the comment above); LP_RUN_KNOWN_HANGS=1 runs it')
-def test_evaluators_joining_and_leaving_change_nothing_in_the_search(tmp_path):
-    """The evaluator group grows and shrinks while the search runs (test_mp): every generation
+@pytest.mark.parametrize('launch_type', ['test_mp', 'test_mt'])
+def test_evaluators_joining_and_leaving_change_nothing_in_the_search(tmp_path, launch_type):
+    """The evaluator group grows and shrinks while the search runs: every generation
     is evaluated whole, and the search is exactly that of a fixed group (nothing lost or
     counted twice)."""
     results = {}
@@ -46,7 +34,7 @@ def test_evaluators_joining_and_leaving_change_nothing_in_the_search(tmp_path):
         path = str(tmp_path / f'{elastic}.json')
         program = make_program(2, seed=3, max_generations=100, result_path=path,
                                elastic=elastic, simulation_s=0.02 if elastic else 0.0)
-        controller = lp.launch(program, launch_type='test_mp')
+        controller = lp.launch(program, launch_type=launch_type)
         if elastic:
             resize_while_running(controller, 'evaluator', [4, 1, 3], interval_s=0.3)
         controller.wait(timeout=90)

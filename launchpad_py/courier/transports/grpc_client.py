@@ -19,12 +19,13 @@ from __future__ import annotations
 import concurrent.futures
 import hmac
 import threading
+import time
 from typing import Any, Callable, Iterable, NamedTuple
 
 import grpc
 
 from launchpad_py.courier import auth, errors, fail_fast, frames, messages
-from launchpad_py.courier.transports import grpc_chunks, grpc_tokens, interface
+from launchpad_py.courier.transports import grpc_chunks, grpc_tokens, interface, tls_probe
 from launchpad_py.courier.transports.tls import GRPC_CHANNEL_OPTIONS, TlsCredentials
 
 _channels: dict[tuple, grpc.Channel] = {}
@@ -40,6 +41,9 @@ CHANNEL_OPTIONS = [
     ('grpc.min_reconnect_backoff_ms', 100),
     ('grpc.max_reconnect_backoff_ms', 1000),
 ]
+#: How long a first contact waits for its channel to connect before it looks at why it
+#: cannot (see ``GrpcCaller.hello``).
+CONNECT_CHECK_S = 2.0
 
 
 def channel(address: str, tls: TlsCredentials | None = None) -> grpc.Channel:
@@ -119,16 +123,41 @@ class GrpcCaller:
         return stubs, options, proof
 
     def hello(self) -> tuple[auth.Identity, int]:
-        """Who the server is and its raw-TCP port (0: none), once it proved both."""
-        stubs, options = self._stubs_now()
-        nonce, options['metadata'] = grpc_tokens.hello_request()
-        try:
-            reply = stubs.endpoints(b'', **options)
-        except grpc.RpcError as exc:
-            raise self._error(exc, 'Endpoints', stubs) from None
+        """Who the server is and its raw-TCP port (0: none), once it proved both.
+
+        The first contact with a server. One that waits for its server asks in steps of
+        ``CONNECT_CHECK_S`` while the channel cannot connect, and looks between them at
+        why not (``_check_unreachable``): without a deadline it waited there for ever,
+        silently, at a server that could never answer it.
+        """
+        nonce, metadata = grpc_tokens.hello_request()
+        deadline = None if self._timeout is None else time.monotonic() + self._timeout
+        while True:
+            stubs, options = self._stubs_now()
+            options['metadata'] = metadata
+            left = None if deadline is None else max(deadline - time.monotonic(), 0.0)
+            step = left
+            if options['wait_for_ready'] and fail_fast.state(stubs.channel) != fail_fast.READY:
+                step = CONNECT_CHECK_S if left is None else min(CONNECT_CHECK_S, left)
+            try:
+                reply = stubs.endpoints(b'', **{**options, 'timeout': step})
+                break
+            except grpc.RpcError as exc:
+                if exc.code() != grpc.StatusCode.DEADLINE_EXCEEDED or step == left:
+                    raise self._error(exc, 'Endpoints', stubs) from None
+            self._check_unreachable(stubs)
         self._peer, port = grpc_tokens.check_hello_reply(self._secret, nonce, reply, self._address,
                                                   self._expected)
         return self._peer, port
+
+    def _check_unreachable(self, stubs: _Stubs) -> None:
+        """Raises when the channel cannot connect for a reason waiting will not cure: the
+        listener there speaks TLS and this client not, or the other way round."""
+        if fail_fast.state(stubs.channel) != fail_fast.TRANSIENT_FAILURE:
+            return  # Connecting, or connected meanwhile: the next step will tell.
+        why = tls_probe.mismatch(self._address, self._tls is not None)
+        if why is not None:
+            raise errors.TlsMismatchError(why)
 
     def _verify(self, call, proof: str | None, method: str) -> None:
         """Refuses a reply from a server that did not prove the secret, before decoding it."""
@@ -145,6 +174,11 @@ class GrpcCaller:
                 and grpc_tokens.STALE in (error.details() or '')):
             self._peer = None  # The server restarted: ask who it is now.
             return _Restarted(errors.translate_rpc_error(error, self._address, method).args[0])
+        why = fail_fast.reason(self._address)
+        if why is not None and (fail_fast.closed_here(stubs.channel) or (
+                isinstance(error, grpc.RpcError) and error.code() == grpc.StatusCode.UNAVAILABLE)):
+            return errors.CourierUnavailableError(
+                f'server unavailable calling {method!r} on {self._address}: {why}')
         if fail_fast.closed_here(stubs.channel):
             return errors.CourierUnavailableError(
                 f'server unavailable calling {method!r} on {self._address}: it is gone, and '

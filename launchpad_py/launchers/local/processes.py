@@ -75,6 +75,9 @@ class ProcessWorker(MembersOverChannel, Worker):
     def pid(self) -> int | None:
         return self._pid
 
+    def served(self) -> dict[str, str]:
+        return node_process.bound_addresses(self._executable)
+
     def restarted(self) -> 'ProcessWorker':
         """The same node (pickle, address, resources) in a new process; its log goes on."""
         return ProcessWorker(self._executable, self._data, self._setup, self._resources,

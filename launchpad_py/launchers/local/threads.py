@@ -20,7 +20,7 @@ import concurrent.futures
 import logging
 import threading
 
-from launchpad_py.node_side import checkpoints, runtime
+from launchpad_py.node_side import checkpoints, node_process, runtime
 from launchpad_py.node_side.reporting import labelled_output, node_logging, node_metrics
 from launchpad_py.courier import serialization
 from launchpad_py.supervision.launch_kit import address_book, program_secret, rundir, shipping
@@ -93,6 +93,9 @@ class ThreadWorker(Worker):
         if self._book is not None:
             self._book.report(self._book.own(self._executable))
         self.events.ready(self)
+
+    def served(self) -> dict[str, str]:
+        return node_process.bound_addresses(self._executable)
 
     def restarted(self) -> 'ThreadWorker':
         executable = self._executable if self._data is None else serialization.loads(self._data)

@@ -310,6 +310,9 @@ class RemoteWorker(MembersOverChannel, Worker):
         return RemoteWorker(self.executable, placement, self._setup, self.events, bind=bind,
                             incarnation=self.incarnation + 1)
 
+    def served(self) -> dict[str, str]:
+        return node_process.bound_addresses(self.executable)
+
     def send(self, *message) -> None:
         channel = self._channel
         if channel is not None:
