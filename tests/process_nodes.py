@@ -19,6 +19,9 @@ class Describe:
                 'marker': os.environ.get('LP_TEST_MARKER'),
                 'pythonpath_marker': os.environ.get('PYTHONLP_TEST')}
 
+    def modules(self):
+        return sorted(sys.modules)
+
 
 def call_until_stopped(server):
     """Calls ``server`` in a loop until the program stops, shrugging off failed calls."""
