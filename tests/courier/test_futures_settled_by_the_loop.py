@@ -104,3 +104,20 @@ def test_a_reply_that_cannot_be_unpickled_fails_only_its_future(loop, server):
         unreadable.result(timeout=30)
     assert (before.result(timeout=30), after.result(timeout=30)) == ('before', 'after')
     assert client.futures.echo('again').result(timeout=30) == 'again'
+
+
+def test_a_done_callback_belongs_to_its_own_future(loop, server):
+    """Futures start with no callbacks of their own (a class default): callbacks added to
+    one run once each, in order, for that future only, also one added after it is done."""
+    client = courier.Client(server.address, transport='auto')
+    first, second = client.futures.echo(1), client.futures.echo(2)
+    called = []
+    ran = {1: concurrent.futures.Future(), 2: concurrent.futures.Future()}
+    first.add_done_callback(lambda future: called.append(('a', future.result())))
+    first.add_done_callback(lambda future: called.append(('b', future.result())))
+    for future in (first, second):  # Callbacks run in order: this one last.
+        future.add_done_callback(lambda future: ran[future.result()].set_result(None))
+    ran[1].result(timeout=30), ran[2].result(timeout=30)
+    first.add_done_callback(lambda future: called.append(('c', future.result())))
+    assert called == [('a', 1), ('b', 1), ('c', 1)]
+    assert len(second._done_callbacks) == 1 and client.futures.echo(3)._done_callbacks == ()
