@@ -10,11 +10,14 @@ from __future__ import annotations
 
 import collections
 import concurrent.futures
+import socket
+import threading
 
 import pytest
 from frame_loops import loop  # noqa: F401 (the fixture)
 
 from launchpad_py import courier
+from launchpad_py.courier import frame_loop, frames, serialization, shm
 from launchpad_py.courier.transports.sockets import call_future
 
 
@@ -121,3 +124,58 @@ def test_a_done_callback_belongs_to_its_own_future(loop, server):
     first.add_done_callback(lambda future: called.append(('c', future.result())))
     assert called == [('a', 1), ('b', 1), ('c', 1)]
     assert len(second._done_callbacks) == 1 and client.futures.echo(3)._done_callbacks == ()
+
+
+class _Mux:
+    """What a ``CallFuture`` takes from its connection: the shared condition."""
+
+    def __init__(self):
+        self.condition = threading.Condition()
+
+
+def _settle_for(mux: _Mux) -> tuple:
+    """``FuturesConnection``'s settle tuple, for a reader used directly."""
+    return (serialization.decode_reply, serialization, serialization.plain_loads, set(),
+            mux.condition._lock, mux.condition._waiters, call_future.PENDING,
+            call_future.FINISHED)
+
+
+def _reply(call_id: int, obj) -> bytes:
+    parts, _ = frames.encode(call_id, frames.REPLY, obj)
+    return b''.join(bytes(p) for p in parts)
+
+
+def test_the_compiled_loop_leaves_a_future_whose_lock_is_held_to_python(monkeypatch):
+    """While another thread holds the connection's lock, ``take_replies`` does not wait for it:
+    the reply comes back unpickled, ``(entry, ('ok', value), None)``, its future untouched;
+    once the lock is free, the next reply's future is completed in C and not listed."""
+    monkeypatch.delenv(frame_loop.PURE_ENV, raising=False)
+    left, right = socket.socketpair()
+    reader = frames.Reader(right, shm.ReleaseQueue(), scratch=4096, descriptors=False)
+    assert reader.loop is not None, 'the compiled loop is not built (pip install -e .)'
+    mux = _Mux()
+    held, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with mux.condition:
+            held.set()
+            release.wait(timeout=30)
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    try:
+        assert held.wait(timeout=30)
+        first = call_future.CallFuture(mux, 1, None)
+        entry = (first, 'echo', serialization.decode_reply)
+        left.sendall(_reply(1, ('ok', 'one')))
+        assert reader.take_replies({1: entry}, _settle_for(mux)) == [(entry, ('ok', 'one'), None)]
+        assert first._state == call_future.PENDING
+    finally:
+        release.set()
+        holder.join(timeout=30)
+    second = call_future.CallFuture(mux, 2, None)
+    left.sendall(_reply(2, ('ok', 'two')))
+    assert reader.take_replies({2: (second, 'echo', serialization.decode_reply)},
+                               _settle_for(mux)) == []
+    assert second.result(timeout=0) == 'two'
+    left.close(), right.close()
