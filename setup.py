@@ -8,6 +8,7 @@ cannot be built, the install goes on and the courier runs its pure-Python frame 
 from setuptools import Extension, setup
 
 setup(ext_modules=[Extension('launchpad_py.courier._cframes',
-                             sources=['launchpad_py/courier/_frames.c'],
+                             sources=['launchpad_py/courier/_frames.c',
+                                      'launchpad_py/courier/_settle.c'],
                              extra_compile_args=['-O2', '-std=c11', '-Wall'],
                              optional=True)])

@@ -262,11 +262,18 @@ static int reply_at(const unsigned char *base, Py_ssize_t start, Py_ssize_t end,
     return REPLY_READY;
 }
 
-/* Pops ``call_id`` from ``pending`` and appends (entry, pickle, ()) to ``replies`` (the empty
- * tuple: a small frame's buffers); a reply to a call no longer pending (it timed out, or
- * failed) is dropped. */
-static int match_reply(PyObject *pending, PyObject *replies, uint64_t call_id,
-                       const unsigned char *pickle, Py_ssize_t length) {
+/* _settle.c: completing a future's call without Python code (see there). */
+int settle_init(void);
+int settle_valid(PyObject *settle);
+int settle_reply(PyObject *settle, PyObject *entry, PyObject *key, const char *pickle,
+                 Py_ssize_t length, PyObject **outcome);
+
+/* Pops ``call_id`` from ``pending``; with ``settle`` (not None) completes its future if
+ * _settle.c can (counted in *settled), else appends (entry, pickle, ()) to ``replies`` (the
+ * empty tuple: a small frame's buffers), or (entry, outcome, None) when _settle.c unpickled it
+ * already. A reply to a call no longer pending (it timed out, or failed) is dropped. */
+static int match_reply(PyObject *pending, PyObject *replies, PyObject *settle, uint64_t call_id,
+                       const unsigned char *pickle, Py_ssize_t length, Py_ssize_t *settled) {
     PyObject *key = PyLong_FromUnsignedLongLong(call_id);
     if (key == NULL) return -1;
     PyObject *entry = PyDict_GetItemWithError(pending, key);  /* Borrowed. */
@@ -276,38 +283,61 @@ static int match_reply(PyObject *pending, PyObject *replies, uint64_t call_id,
     }
     Py_INCREF(entry);
     int failed = PyDict_DelItem(pending, key) < 0;
+    PyObject *outcome = NULL, *reply = NULL;
+    if (!failed && settle != Py_None) {
+        int done = settle_reply(settle, entry, key, (const char *)pickle, length, &outcome);
+        failed = done < 0;
+        if (done == 1) {
+            (*settled)++;
+            Py_DECREF(key);
+            Py_DECREF(entry);
+            return 0;
+        }
+    }
     Py_DECREF(key);
-    PyObject *pickled = failed ? NULL : PyBytes_FromStringAndSize((const char *)pickle, length);
-    PyObject *none = pickled == NULL ? NULL : PyTuple_New(0);
-    PyObject *reply = none == NULL ? NULL : PyTuple_Pack(3, entry, pickled, none);
+    if (!failed && outcome != NULL) {
+        reply = PyTuple_Pack(3, entry, outcome, Py_None);
+    } else if (!failed) {
+        PyObject *pickled = PyBytes_FromStringAndSize((const char *)pickle, length);
+        PyObject *none = pickled == NULL ? NULL : PyTuple_New(0);
+        reply = none == NULL ? NULL : PyTuple_Pack(3, entry, pickled, none);
+        Py_XDECREF(none);
+        Py_XDECREF(pickled);
+    }
     failed = reply == NULL || PyList_Append(replies, reply) < 0;
     Py_XDECREF(reply);
-    Py_XDECREF(none);
-    Py_XDECREF(pickled);
+    Py_XDECREF(outcome);
     Py_DECREF(entry);
     return failed ? -1 : 0;
 }
 
 enum { TAKEN, NEXT_OTHER, STREAM_ENDED, WOULD_WAIT };
 
-/* take_replies(fd, buf, start, end, ancillary, limit, pending) ->
- *     (replies, start, end, fds | None, status)
+/* take_replies(fd, buf, start, end, ancillary, limit, pending, settle=None) ->
+ *     (replies, start, end, fds | None, status, settled)
  *
  * Receives into ``buf`` (unread bytes are buf[start:end]) until a small frame is complete,
  * then takes it and every other small frame already received: ``replies`` lists
  * (entry, pickle, ()) for those whose call id ``pending`` held (popped from it). ``status`` says
  * why it stopped: 0 nothing more is received, 1 the next frame is another kind (or does not
  * fit, or is longer than ``limit``: frames.py reads it), 2 the stream ended, 3 the socket
- * would block (it has a timeout). Descriptors received are returned, as recv_small's. */
+ * would block (it has a timeout). Descriptors received are returned, as recv_small's.
+ * ``settle`` (futures_connection.py's tuple): replies whose futures _settle.c completed are
+ * not listed, only counted in ``settled``. */
 static PyObject *take_replies(PyObject *self, PyObject *args) {
     int fd, ancillary;
     Py_buffer view;
     Py_ssize_t start, end, limit;
-    PyObject *pending;
+    PyObject *pending, *settle = Py_None;
     (void)self;
-    if (!PyArg_ParseTuple(args, "iw*nnpnO!", &fd, &view, &start, &end, &ancillary, &limit,
-                          &PyDict_Type, &pending))
+    if (!PyArg_ParseTuple(args, "iw*nnpnO!|O", &fd, &view, &start, &end, &ancillary, &limit,
+                          &PyDict_Type, &pending, &settle))
         return NULL;
+    if (!settle_valid(settle)) {
+        PyBuffer_Release(&view);
+        return NULL;
+    }
+    Py_ssize_t settled = 0;
     unsigned char *base = view.buf;
     Py_ssize_t cap = view.len;
     PyObject *fds = NULL, *result = NULL, *replies = PyList_New(0);
@@ -322,7 +352,8 @@ static PyObject *take_replies(PyObject *self, PyObject *args) {
         Py_ssize_t length;
         int found = reply_at(base, start, end, cap, limit, &call_id, &length);
         if (found == REPLY_READY) {
-            if (match_reply(pending, replies, call_id, base + start + HEADER_SIZE, length) < 0)
+            if (match_reply(pending, replies, settle, call_id, base + start + HEADER_SIZE, length,
+                            &settled) < 0)
                 goto done;
             start += HEADER_SIZE + length;
             took = 1;
@@ -343,7 +374,7 @@ static PyObject *take_replies(PyObject *self, PyObject *args) {
         if (n == 0) { status = STREAM_ENDED; break; }
         end += n;
     }
-    result = Py_BuildValue("(OnnOi)", replies, start, end, fds ? fds : Py_None, status);
+    result = Py_BuildValue("(OnnOin)", replies, start, end, fds ? fds : Py_None, status, settled);
 done:
     if (result == NULL)  /* Raising: close what came, nobody will. */
         close_all(fds);
@@ -511,7 +542,8 @@ static PyMethodDef methods[] = {
     {"send_small", send_small, METH_VARARGS,
      "Sends a small frame's header and pickle with one sendmsg; returns bytes sent."},
     {"take_replies", take_replies, METH_VARARGS,
-     "Receives and takes the small replies already received, popped from a pending dict."},
+     "Receives and takes the small replies already received, popped from a pending dict "
+     "(completing their futures when it can)."},
     {"peer_gone", peer_gone, METH_VARARGS,
      "Whether an idle stream socket's peer closed it (one non-blocking peek)."},
     {"answer_small", answer_small, METH_VARARGS,
@@ -527,9 +559,10 @@ static struct PyModuleDef module = {
 
 /* Bumped whenever a function's arguments or results change: frame_loop.py refuses a build
  * of other sources (a stale _cframes*.so left beside newer Python) and runs the pure loop. */
-#define API_VERSION 2
+#define API_VERSION 3
 
 PyMODINIT_FUNC PyInit__cframes(void) {
+    if (settle_init() < 0) return NULL;
     PyObject *m = PyModule_Create(&module);
     if (m != NULL && PyModule_AddIntConstant(m, "API_VERSION", API_VERSION) < 0) {
         Py_DECREF(m);

@@ -64,16 +64,8 @@ def _seconds(timeout: Timeout) -> float | None:
     raise TypeError(f'timeout must be a float, int or timedelta (got {timeout!r})')
 
 
-def decode_reply(pickled: bytes | memoryview, buffers: list, device_arrays: bool = False) -> Any:
-    """The call's value, or its remote exception raised here (a reply frame's pickle and
-    buffers: a futures connection matches replies without making ``frames.Frame``s)."""
-    if device_arrays or serialization.device_decodes:
-        status, value = serialization.decode(pickled, buffers, device_arrays=device_arrays)
-    else:  # ``serialization.decode``'s common case, one Python call less per reply.
-        status, value = serialization.plain_loads(pickled, buffers=buffers)
-    if status == 'ok':
-        return value
-    raise value.rebuild()
+#: A reply's value, or its remote exception raised (see ``serialization.decode_reply``).
+decode_reply = serialization.decode_reply
 
 
 #: Set by the program layer: for a ``host:port`` this process knows as a node's address,

@@ -406,7 +406,7 @@ class Reader:
                 return Frame(call_id, kind, self._buf[begin:stop], (), ())
         return self._read_frame()
 
-    def take_replies(self, pending: dict) -> list[tuple]:
+    def take_replies(self, pending: dict, settle: tuple | None = None) -> list[tuple]:
         """The replies received so far (at least one frame is read), matched to ``pending``.
 
         Every reply whose call id ``pending`` holds is popped from it and returned as
@@ -414,15 +414,18 @@ class Reader:
         the list may be empty: the caller looks again at what it waits for). The compiled
         loop takes all small replies received in one call (``_cframes.take_replies``), the
         pure one parses them in place; any other frame is read by ``_read_frame``.
+        ``settle`` (``futures_connection``'s): the compiled loop completes the futures it
+        can itself and leaves them out; an entry it unpickled but left to Python comes as
+        ``(entry, outcome, None)``. The pure loop ignores it.
         """
         replies: list[tuple] = []
         if self.loop is not None:
-            replies, self._start, self._end, fds, status = self.loop.take_replies(
+            replies, self._start, self._end, fds, status, settled = self.loop.take_replies(
                 self._sock.fileno(), self._buf, self._start, self._end, self._descriptors,
-                self._small_limit, pending)
+                self._small_limit, pending, settle)
             if fds:
                 self._fds.extend(fds)
-            if status == _TAKEN or replies:
+            if status == _TAKEN or replies or settled:
                 return replies
             if status == _STREAM_ENDED:
                 raise EOFError('the peer closed the connection')

@@ -155,6 +155,31 @@ def decode(pickled: bytes | memoryview, buffers: list, *, device_arrays: bool = 
         _count_device_decodes(-1)
 
 
+def decode_reply(pickled: bytes | memoryview, buffers: list, device_arrays: bool = False) -> Any:
+    """The call's value, or its remote exception raised here (a reply frame's pickle and
+    buffers: a futures connection matches replies without making ``frames.Frame``s; the
+    compiled loop completes a future itself for an entry decoded with this function)."""
+    if device_arrays or device_decodes:
+        status, value = decode(pickled, buffers, device_arrays=device_arrays)
+    else:  # ``decode``'s common case, one Python call less per reply.
+        status, value = plain_loads(pickled, buffers=buffers)
+    if status == 'ok':
+        return value
+    raise value.rebuild()
+
+
+def reply_value(outcome: tuple) -> Any:
+    """``decode_reply`` for a reply the compiled loop unpickled (``_settle.c``): ``('ok',
+    value)``, the remote ``('error', …)``, or ``('raised', exception)`` when unpickling it
+    raised (``decode_reply`` would have raised that)."""
+    status, value = outcome
+    if status == 'ok':
+        return value
+    if status == 'raised':
+        raise value
+    raise value.rebuild()
+
+
 def _count_device_decodes(step: int) -> None:
     global device_decodes
     with _device_decodes_lock:  # ``+=`` on a global is no atomic step between threads.

@@ -57,7 +57,8 @@ def test_a_compiled_loop_built_from_other_sources_is_not_used(monkeypatch):
                         lambda name, *a: stale if name.endswith('._cframes') else real(name, *a))
     monkeypatch.delenv(frame_loop.PURE_ENV, raising=False)
     try:
-        with pytest.warns(RuntimeWarning, match='API 1, this code needs 2.*build_ext --inplace'):
+        with pytest.warns(RuntimeWarning, match=f'API 1, this code needs {frame_loop.API_VERSION}'
+                                                '.*build_ext --inplace'):
             importlib.reload(frame_loop)
         assert frame_loop.compiled() is None and frame_loop.active() == 'pure'
     finally:

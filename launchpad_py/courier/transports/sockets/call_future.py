@@ -23,18 +23,24 @@ class CallFuture(concurrent.futures.Future):
     are only reached once the future is done, and ``wait_for`` loops.
     """
 
+    # ``Future.__init__``'s fields that every call starts with, as class defaults: a call
+    # stores only what is its own (a future is made per call). A future's first done-callback
+    # gives it a list of its own (``add_done_callback``); ``Future`` only ever appends to it
+    # there, and iterates it.
+    _state = PENDING
+    _result = _exception = _on_failure = None
+    _done_callbacks: list | tuple = ()
+
     def __init__(self, mux, call_id: int, deadline: float | None, on_failure=None):
-        # What Future.__init__ sets, but the condition; ``mux`` is the FuturesConnection.
+        # What Future.__init__ sets but the defaults above; ``mux`` is the FuturesConnection.
         # ``on_failure``: as ``on_failure(fn)`` sets it, given here by a caller that sets it on
         # every future (a client following its server), two Python calls less per call.
         self._condition = mux.condition
-        self._state = PENDING
-        self._result = self._exception = None
         self._waiters = waiters = _Watched()
         waiters.future = self
-        self._done_callbacks = []
         self._mux, self._call_id, self._deadline = mux, call_id, deadline
-        self._on_failure = on_failure
+        if on_failure is not None:
+            self._on_failure = on_failure
 
     def on_failure(self, fn) -> None:
         """Calls ``fn(self)`` if this call fails, without observing it: unlike a done-callback,
@@ -82,6 +88,9 @@ class CallFuture(concurrent.futures.Future):
     def add_done_callback(self, fn) -> None:
         if self._state == PENDING:
             self._mux.watched(self)
+        with self._condition:  # Where Future.add_done_callback appends, under the same lock.
+            if not isinstance(self._done_callbacks, list):
+                self._done_callbacks = []
         super().add_done_callback(fn)
 
 

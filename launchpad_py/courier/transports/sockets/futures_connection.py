@@ -19,7 +19,8 @@ entry is added before its request leaves and popped by whoever completes it
 (the reader matching its reply, its deadline, or the connection failing), and
 a dict's ``pop`` is atomic, so each future is completed by one taker. With the
 compiled frame loop the reader matches every small reply already received in
-one call (``frames.Reader.take_replies``).
+one call (``frames.Reader.take_replies``), and completes itself the futures that
+only their reader waits for (``_settle.c``): such a reply then runs no Python code.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ import threading
 import time
 from typing import Callable
 
-from launchpad_py.courier import errors, frames
+from launchpad_py.courier import errors, frames, serialization
 from launchpad_py.courier.transports.sockets import call_future, socket_serving
 from launchpad_py.courier.transports.sockets.deadlines import deadlines
 
@@ -57,6 +58,12 @@ class FuturesConnection:
         self._timed = False  # Whether any call here ever had a deadline.
         self._wake = threading.Condition(threading.Lock())
         self.condition = threading.Condition()  # Shared by this connection's futures.
+        # What the compiled loop needs to complete a future as ``CallFuture.deliver`` would
+        # (``_settle.c``): entries decoded with ``decode_reply`` qualify; the lock and the
+        # sleepers are the condition's, which every future here shares.
+        self._settle = (serialization.decode_reply, serialization, serialization.plain_loads,
+                        self._watched, self.condition._lock, self.condition._waiters,
+                        call_future.PENDING, call_future.FINISHED)
         self._asleep = False
         self._thread = threading.Thread(target=self._background, daemon=True,
                                         name=f'uds-channel-{address}')
@@ -191,8 +198,9 @@ class FuturesConnection:
     def _read_some(self) -> None:
         """Reads the replies received (at least one frame) and completes their futures; on a
         broken connection fails them all."""
-        try:
-            replies = self._connection.reader.take_replies(self.pending)
+        try:  # Calls with deadlines have theirs discarded below, so they are completed here.
+            replies = self._connection.reader.take_replies(
+                self.pending, None if self._timed else self._settle)
         except (EOFError, OSError) as exc:
             self._shut(exc)
             return
@@ -203,8 +211,9 @@ class FuturesConnection:
                 deadlines.discard(self, future._call_id)
             if watched:
                 watched.discard(future._call_id)
-            try:
-                value = decode(pickled, buffers)
+            try:  # No buffers: the compiled loop unpickled it (and left it to us).
+                value = decode(pickled, buffers) if buffers is not None \
+                    else serialization.reply_value(pickled)
             except BaseException as exc:  # The remote exception, rebuilt.
                 call_future.settle(future, exc, failed=True)
             else:
