@@ -1,0 +1,127 @@
+"""Fan-in: when the server admitted each TCP connection, beside when its calls came (issue 25).
+
+    python -m bench.fanin_admissions --launch_type ssh --nodes 1000 --json /tmp/admissions.json
+
+Separates the two candidate limits of fan-in over ssh at 1,000 clients: the server's admitting
+thread (``tcp_handshakes.Gate._admit_each`` starts each authenticated connection's reader
+thread, one at a time, and ``Thread.start`` waits for the thread to run) or the clients' own
+start (a fresh interpreter each). The server, ``TimedCounter``, is bench.scale's counter in a
+node process whose TCP door is wrapped when this module is imported there: for each connection
+it records when its handshake finished (queued for admission), when the admitting thread took
+it and when admission returned. If the admitter is the limit, connections wait in its queue
+(``wait``: seconds) and the admitter is busy most of the span (``admitter_busy``); if the
+clients are, the queue is empty when each arrives and admissions trail the handshakes by
+milliseconds. Also ``bench.scale``'s fan-in figures: calls and calls/s, first call to last.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import statistics
+import sys
+import time
+import uuid
+
+import launchpad_py as lp
+from bench import scale, scale_nodes
+from launchpad_py.courier.transports import tcp_handshakes
+
+_ADMISSIONS: list[tuple[float, float, float]] = []  # (queued, taken, admitted), monotonic.
+
+
+class _TimedQueue:
+    """The door's admission queue, noting when each socket was put in it."""
+
+    def __init__(self, inner, queued: collections.deque):
+        self._inner, self._queued = inner, queued
+
+    def put(self, item) -> None:
+        if item is not None:
+            self._queued.append(time.monotonic())
+        self._inner.put(item)
+
+    def get(self):
+        return self._inner.get()
+
+
+def _timed_gate_init(self, listener, identity, name, admit, *rest) -> None:
+    queued: collections.deque = collections.deque()
+
+    def timed_admit(sock, peer) -> None:
+        taken = time.monotonic()
+        admit(sock, peer)
+        _ADMISSIONS.append((queued.popleft(), taken, time.monotonic()))
+
+    _gate_init(self, listener, identity, name, timed_admit, *rest)
+    self._admitted = _TimedQueue(self._admitted, queued)
+
+
+_gate_init = tcp_handshakes.Gate.__init__
+tcp_handshakes.Gate.__init__ = _timed_gate_init  # In every process that imports this bench.
+
+
+class TimedCounter(scale_nodes.Counter):
+    """bench.scale's counter, which can also say when its connections were admitted."""
+
+    def admissions(self) -> dict:
+        """The admissions, in seconds from the first call (negative: before it)."""
+        rows, first = list(_ADMISSIONS), self.first or 0.0
+        if not rows:
+            return {'admitted': 0}
+        waits = sorted(taken - queued for queued, taken, _ in rows)
+        starts = sorted(admitted - taken for _, taken, admitted in rows)
+        span = max(a for _, _, a in rows) - min(q for q, _, _ in rows)
+        return {'admitted': len(rows),
+                'first_queued_s': min(q for q, _, _ in rows) - first,
+                'last_queued_s': max(q for q, _, _ in rows) - first,
+                'last_admitted_s': max(a for _, _, a in rows) - first,
+                'last_call_s': (self.last or 0.0) - first,
+                'wait_ms': _quantiles(waits), 'admit_ms': _quantiles(starts),
+                'admitter_busy': sum(starts) / span if span > 0 else None}
+
+
+def _quantiles(values: list[float]) -> dict:
+    return {'median': 1000 * statistics.median(values),
+            'p90': 1000 * values[int(0.9 * (len(values) - 1))], 'max': 1000 * values[-1]}
+
+
+def fan_in(launch_type: str, nodes: int, calls: int) -> dict:
+    """One ``TimedCounter`` and ``nodes`` clients making ``calls`` sync calls each."""
+    from bench import fanin_admissions  # By name, not __main__: its nodes import this module.
+    program = lp.Program(f'fan_in_admissions_{nodes}')
+    server = program.add_node(lp.CourierNode(fanin_admissions.TimedCounter), label='server')
+    with program.group('client'):
+        for _ in range(nodes):
+            program.add_node(lp.PyNode(scale_nodes.call_server, server, calls))
+    load = scale.load_average()
+    start = time.perf_counter()
+    with lp.launch(program, launch_type=launch_type,
+                   **scale.launch_arguments(launch_type, program, uuid.uuid4().hex)):
+        ready = time.perf_counter() - start
+        counter = server.dereference()
+        count, rate = counter.wait_count(nodes * calls, 600)
+        admissions = counter.admissions()
+    return {'launch_type': launch_type, 'nodes': nodes, 'ready_s': ready, 'calls': count,
+            'expected_calls': nodes * calls, 'fan_in_calls_per_s': rate,
+            'admissions': admissions, 'load_average': {'start': load,
+                                                       'end': scale.load_average()}}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+    parser.add_argument('--launch_type', default='ssh')
+    parser.add_argument('--nodes', type=int, default=1000)
+    parser.add_argument('--calls', type=int, default=20)
+    parser.add_argument('--json', help='also write the result here')
+    args = parser.parse_args()
+    result = fan_in(args.launch_type, args.nodes, args.calls)
+    print(json.dumps(result, indent=1))
+    if args.json:
+        with open(args.json, 'w') as f:
+            json.dump({'command': sys.argv[1:], **result}, f, indent=1)
+
+
+if __name__ == '__main__':
+    main()
