@@ -7,11 +7,12 @@ thread (``tcp_handshakes.Gate._admit_each`` starts each authenticated connection
 thread, one at a time, and ``Thread.start`` waits for the thread to run) or the clients' own
 start (a fresh interpreter each). The server, ``TimedCounter``, is bench.scale's counter in a
 node process whose TCP door is wrapped when this module is imported there: for each connection
-it records when its handshake finished (queued for admission), when the admitting thread took
-it and when admission returned. If the admitter is the limit, connections wait in its queue
-(``wait``: seconds) and the admitter is busy most of the span (``admitter_busy``); if the
-clients are, the queue is empty when each arrives and admissions trail the handshakes by
-milliseconds. Also ``bench.scale``'s fan-in figures: calls and calls/s, first call to last.
+it records when it was accepted, when its handshake finished (queued for admission), when the
+admitting thread took it and when admission returned. If the admitter is the limit, its queue grows over the run
+(``wait_ms_median_by_tenth`` rises from the first tenth of the connections to the last), it is
+busy most of the span (``admitter_busy``) and the last admission comes long after the last
+handshake; if the clients are, the wait stays level and the accepts themselves are spread
+over the span (``first_accepted_s`` .. ``last_accepted_s``, from the first call). Also ``bench.scale``'s fan-in figures: calls and calls/s, first call to last.
 """
 
 from __future__ import annotations
@@ -28,18 +29,19 @@ import launchpad_py as lp
 from bench import scale, scale_nodes
 from launchpad_py.courier.transports import tcp_handshakes
 
-_ADMISSIONS: list[tuple[float, float, float]] = []  # (queued, taken, admitted), monotonic.
+# (accepted, queued, taken, admitted) per connection, monotonic.
+_ADMISSIONS: list[tuple[float, float, float, float]] = []
 
 
 class _TimedQueue:
-    """The door's admission queue, noting when each socket was put in it."""
+    """The door's admission queue, noting when each socket was accepted and put in it."""
 
-    def __init__(self, inner, queued: collections.deque):
-        self._inner, self._queued = inner, queued
+    def __init__(self, gate, inner, queued: collections.deque):
+        self._gate, self._inner, self._queued = gate, inner, queued
 
     def put(self, item) -> None:
-        if item is not None:
-            self._queued.append(time.monotonic())
+        if item is not None:  # The door forgot the handshake just before: its accept time.
+            self._queued.append((self._gate.last_accepted, time.monotonic()))
         self._inner.put(item)
 
     def get(self):
@@ -52,14 +54,20 @@ def _timed_gate_init(self, listener, identity, name, admit, *rest) -> None:
     def timed_admit(sock, peer) -> None:
         taken = time.monotonic()
         admit(sock, peer)
-        _ADMISSIONS.append((queued.popleft(), taken, time.monotonic()))
+        _ADMISSIONS.append((*queued.popleft(), taken, time.monotonic()))
 
     _gate_init(self, listener, identity, name, timed_admit, *rest)
-    self._admitted = _TimedQueue(self._admitted, queued)
+    self._admitted = _TimedQueue(self, self._admitted, queued)
 
 
-_gate_init = tcp_handshakes.Gate.__init__
-tcp_handshakes.Gate.__init__ = _timed_gate_init  # In every process that imports this bench.
+def _timed_forget(self, entry) -> None:
+    self.last_accepted = entry.deadline - self._timeout
+    _gate_forget(self, entry)
+
+
+_gate_init, _gate_forget = tcp_handshakes.Gate.__init__, tcp_handshakes.Gate._forget
+# In every process that imports this bench (the server's, by unpickling TimedCounter).
+tcp_handshakes.Gate.__init__, tcp_handshakes.Gate._forget = _timed_gate_init, _timed_forget
 
 
 class TimedCounter(scale_nodes.Counter):
@@ -70,16 +78,28 @@ class TimedCounter(scale_nodes.Counter):
         rows, first = list(_ADMISSIONS), self.first or 0.0
         if not rows:
             return {'admitted': 0}
-        waits = sorted(taken - queued for queued, taken, _ in rows)
-        starts = sorted(admitted - taken for _, taken, admitted in rows)
-        span = max(a for _, _, a in rows) - min(q for q, _, _ in rows)
+        accepted, queued, taken, admitted = (sorted(column) for column in zip(*rows))
+        handshakes = sorted(q - a for a, q, _, _ in rows)
+        waits = sorted(t - q for _, q, t, _ in rows)
+        starts = sorted(d - t for _, _, t, d in rows)
+        span = admitted[-1] - queued[0]
         return {'admitted': len(rows),
-                'first_queued_s': min(q for q, _, _ in rows) - first,
-                'last_queued_s': max(q for q, _, _ in rows) - first,
-                'last_admitted_s': max(a for _, _, a in rows) - first,
+                'first_accepted_s': accepted[0] - first, 'last_accepted_s': accepted[-1] - first,
+                'first_queued_s': queued[0] - first, 'last_queued_s': queued[-1] - first,
+                'last_admitted_s': admitted[-1] - first,
                 'last_call_s': (self.last or 0.0) - first,
-                'wait_ms': _quantiles(waits), 'admit_ms': _quantiles(starts),
+                'handshake_ms': _quantiles(handshakes), 'wait_ms': _quantiles(waits),
+                'wait_ms_median_by_tenth': _by_tenth(rows), 'admit_ms': _quantiles(starts),
                 'admitter_busy': sum(starts) / span if span > 0 else None}
+
+
+def _by_tenth(rows: list[tuple]) -> list[float]:
+    """The median wait of each tenth of the connections, in the order they were queued: a
+    queue the admitter cannot keep up with grows, and its later tenths wait longer."""
+    rows = sorted(rows, key=lambda row: row[1])
+    tenths = [rows[i * len(rows) // 10:(i + 1) * len(rows) // 10] for i in range(10)]
+    return [round(1000 * statistics.median(t - q for _, q, t, _ in tenth), 1)
+            for tenth in tenths if tenth]
 
 
 def _quantiles(values: list[float]) -> dict:

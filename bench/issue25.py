@@ -2,7 +2,7 @@
 its target.
 
     python -m bench.issue25 --json bench/issue25.json          # full size: ~30 min, whole machine
-    python -m bench.issue25 --nodes 300 --json /tmp/issue25_300.json   # mid-size
+    python -m bench.issue25 --nodes 300 --reps 3 --json /tmp/issue25_300.json   # mid-size
     python -m bench.issue25 --quick --json /tmp/issue25_quick.json    # tiny sizes, < 1 min
 
 It calls the benches that measure the issue, one after the other, each in a process of its
@@ -232,6 +232,7 @@ def main() -> None:
     parser.add_argument('--nodes', help="bench.scale's node counts (e.g. 300: a mid-size run; "
                         'the fan-in under the soft limit and Kubernetes use the largest)')
     parser.add_argument('--launch_types', help="bench.scale's launch types")
+    parser.add_argument('--reps', type=int, help='launches per local point (full size: 20)')
     parser.add_argument('--part_timeout', type=float, default=3600,
                         help='seconds each part may run before it is killed')
     parser.add_argument('--json', help='write the parts and the figures here')
@@ -240,6 +241,8 @@ def main() -> None:
     if args.nodes:
         size['nodes'] = args.nodes
         size['kubernetes'] = [max(int(n) for n in args.nodes.split(','))]
+    if args.reps:
+        size['reps'] = args.reps
     if args.launch_types:
         size['launch_types'] = args.launch_types
     started = time.time()
