@@ -207,13 +207,27 @@ def measure(size: dict, args, scratch: str) -> dict:
     return parts
 
 
-def figures(parts: dict) -> list[dict]:
-    nofile = parts['fan_in_soft_nofile_1024']
-    rows = judge_scale(parts['scale'])
-    rows += [_fan_in_row(f'fan-in, soft RLIMIT_NOFILE {SOFT_NOFILE}, local_mp', p['nodes'],
-                         p.get('fan_in')) for p in nofile.get('points', [])] or [
-        _fan_in_row(f'fan-in, soft RLIMIT_NOFILE {SOFT_NOFILE}, local_mp', None, None)]
-    return rows + judge_kubernetes(parts['kubernetes']) + judge_controller(parts['controller_sim'])
+def judge_runs(parts: dict, launch_types: list[str]) -> list[dict]:
+    """Each part ran to its end and measured something (a part that died leaves no points, and
+    no figure would say so); bench.scale measured every launch type asked of it."""
+    rows = []
+    for name, part in parts.items():
+        points = part.get('points', [])
+        rows.append(_row('run', f"{name} ran to its end", None,
+                         part.get('error') or f"exit {part['run']['exit']}, {len(points)} points",
+                         'exit 0, points', part['run']['exit'] == 0 and bool(points)))
+    measured = {p['launch_type'] for p in parts['scale'].get('points', [])}
+    for kind in launch_types:
+        rows.append(_row('run', f'scale measured {kind}', None, kind in measured, 'True',
+                         kind in measured))
+    return rows
+
+
+def figures(parts: dict, launch_types: list[str]) -> list[dict]:
+    nofile = [_fan_in_row(f'fan-in, soft RLIMIT_NOFILE {SOFT_NOFILE}, local_mp', p['nodes'],
+                          p.get('fan_in')) for p in parts['fan_in_soft_nofile_1024']['points']]
+    return (judge_runs(parts, launch_types) + judge_scale(parts['scale']) + nofile
+            + judge_kubernetes(parts['kubernetes']) + judge_controller(parts['controller_sim']))
 
 
 def print_table(rows: list[dict]) -> None:
@@ -248,7 +262,7 @@ def main() -> None:
     started = time.time()
     with tempfile.TemporaryDirectory(prefix='lp-issue25-') as scratch:
         parts = measure(size, args, scratch)
-    rows = figures(parts)
+    rows = figures(parts, size['launch_types'].split(','))
     result = {'machine': {'cpus': os.cpu_count(), 'python': platform.python_version()},
               'command': sys.argv[1:], 'sizes': size, 'target_nodes': TARGET_NODES,
               'started': time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime(started)),

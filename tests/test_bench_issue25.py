@@ -24,11 +24,22 @@ def test_quick_run_records_every_part_and_judges_every_figure(tmp_path):
     rows = result['figures']
     assert all(set(row) == {'part', 'figure', 'nodes', 'value', 'target', 'met'} for row in rows)
     judged = {row['part'] for row in rows if row['met'] is not None}
-    assert judged == {'scale local_mp', 'scale local_mt', 'controller sim',
+    assert judged == {'run', 'scale local_mp', 'scale local_mt', 'controller sim',
                       'fan-in, soft RLIMIT_NOFILE 1024, local_mp',
                       'kubernetes, 1 a pod', 'kubernetes, 2 a pod'}
     assert result['all_met'] and all(row['met'] for row in rows if row['met'] is not None)
     assert 'NOT MET' not in done.stdout and 'fan-in: all calls answered' in done.stdout
+
+
+def test_a_part_that_measured_nothing_is_not_met():
+    """A part that died (no points) or a launch type bench.scale did not measure is a missed
+    figure, not a silent gap in the table."""
+    ran = {'run': {'exit': 0}}
+    parts = {'scale': {'points': [{'launch_type': 'local_mp'}], **ran},
+             'controller_sim': {'points': [], 'error': 'no results', 'run': {'exit': 1}}}
+    met = {row['figure']: row['met'] for row in issue25.judge_runs(parts, ['local_mp', 'ssh'])}
+    assert met == {'scale ran to its end': True, 'controller_sim ran to its end': False,
+                   'scale measured local_mp': True, 'scale measured ssh': False}
 
 
 def test_figures_past_their_targets_are_not_met():
