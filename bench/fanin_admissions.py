@@ -7,12 +7,14 @@ thread (``tcp_handshakes.Gate._admit_each`` starts each authenticated connection
 thread, one at a time, and ``Thread.start`` waits for the thread to run) or the clients' own
 start (a fresh interpreter each). The server, ``TimedCounter``, is bench.scale's counter in a
 node process whose TCP door is wrapped when this module is imported there: for each connection
-it records when it was accepted, when its handshake finished (queued for admission), when the
-admitting thread took it and when admission returned. If the admitter is the limit, its queue grows over the run
-(``wait_ms_median_by_tenth`` rises from the first tenth of the connections to the last), it is
-busy most of the span (``admitter_busy``) and the last admission comes long after the last
-handshake; if the clients are, the wait stays level and the accepts themselves are spread
-over the span (``first_accepted_s`` .. ``last_accepted_s``, from the first call). Also ``bench.scale``'s fan-in figures: calls and calls/s, first call to last.
+it records when it was accepted, when its handshake finished (queued for admission), when
+the admitting thread took it and when admission returned. If the admitter is the limit, its
+queue grows over the run (``wait_ms_median_by_tenth`` rises from the first tenth of the
+connections to the last), it is busy most of the span (``admitter_busy``) and the last
+admission comes long after the last handshake; if the clients are, the accepts themselves are
+spread over the span (``first_accepted_s`` .. ``last_accepted_s``, from the first call) and
+the last admission follows the last accept closely. Also bench.scale's fan-in figures: calls,
+and calls/s from the first call to the last.
 """
 
 from __future__ import annotations

@@ -35,6 +35,8 @@ import sys
 import tempfile
 import time
 
+import psutil
+
 from launchpad_py.launchers.options import LaunchOptions
 
 SIZES = {
@@ -166,12 +168,19 @@ def _soft_nofile() -> None:
 def run_part(module: str, args: list[str], out: str, timeout: float, **popen) -> dict:
     """``python -m module args`` (its progress on our stderr); its JSON, or why there is none."""
     started, load = time.time(), os.getloadavg()
+    part = subprocess.Popen([sys.executable, '-m', module, *args], stdout=sys.stderr,
+                            cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                            **popen)
     try:
-        done = subprocess.run([sys.executable, '-m', module, *args], stdout=sys.stderr,
-                              timeout=timeout, cwd=os.path.dirname(os.path.dirname(
-                                  os.path.abspath(__file__))), **popen)
-        code = done.returncode
-    except subprocess.TimeoutExpired:
+        code = part.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:  # Killed with every process it started, not alone.
+        for process in [*psutil.Process(part.pid).children(recursive=True),
+                        psutil.Process(part.pid)]:
+            try:
+                process.kill()
+            except psutil.NoSuchProcess:
+                pass
+        part.wait()
         code = f'killed after {timeout:g} s'
     meta = {'command': [module, *args], 'exit': code, 'seconds': round(time.time() - started, 1),
             'load_average': {'start': [round(x, 2) for x in load],

@@ -1,7 +1,10 @@
-"""bench.issue25: one command runs every bench of issue 25 and judges each figure against its target."""
+"""bench.issue25: one command runs every bench of issue 25 and judges each figure against its
+target."""
 
 import json
+import os
 import resource
+import signal
 import subprocess
 import sys
 
@@ -13,9 +16,17 @@ def test_quick_run_records_every_part_and_judges_every_figure(tmp_path):
     """At tiny sizes the one command runs every part end to end and writes one JSON: each
     part's points, and each figure with its value, its target and whether it was met."""
     out = tmp_path / 'issue25.json'
-    done = subprocess.run([sys.executable, '-m', 'bench.issue25', '--quick', '--json', str(out)],
-                          capture_output=True, text=True, timeout=150, cwd=REPO)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    # About 30 s on 2 quiet cores; 4 minutes at a load average of 1,000 (others' launches).
+    run = subprocess.Popen([sys.executable, '-m', 'bench.issue25', '--quick', '--json', str(out)],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO,
+                           start_new_session=True)
+    try:
+        stdout, stderr = run.communicate(timeout=400)
+    finally:
+        if run.returncode is None:  # Timed out: its parts and their launches end with it.
+            os.killpg(run.pid, signal.SIGKILL)
+            run.communicate()
+    assert run.returncode == 0, stdout[-3000:] + stderr[-3000:]
     result = json.loads(out.read_text())
     assert set(result['parts']) == {'scale', 'fan_in_soft_nofile_1024', 'kubernetes',
                                     'controller_sim'}
@@ -28,7 +39,7 @@ def test_quick_run_records_every_part_and_judges_every_figure(tmp_path):
                       'fan-in, soft RLIMIT_NOFILE 1024, local_mp',
                       'kubernetes, 1 a pod', 'kubernetes, 2 a pod'}
     assert result['all_met'] and all(row['met'] for row in rows if row['met'] is not None)
-    assert 'NOT MET' not in done.stdout and 'fan-in: all calls answered' in done.stdout
+    assert 'NOT MET' not in stdout and 'fan-in: all calls answered' in stdout
 
 
 def test_a_part_that_measured_nothing_is_not_met():
