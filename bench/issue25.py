@@ -60,10 +60,11 @@ def _row(part: str, figure: str, nodes, value, target: str | None, met: bool | N
 
 
 def _at_most(part, figure, nodes, value, limit, unit) -> dict:
-    if limit is None or value is None:
-        return _row(part, figure, nodes, value, None if limit is None else f'<= {limit:g} {unit}',
-                    None if limit is None else False)
-    return _row(part, figure, nodes, round(value, 3), f'<= {limit:g} {unit}', value <= limit)
+    value = None if value is None else round(value, 3)
+    if limit is None:
+        return _row(part, figure, nodes, value, None, None)
+    return _row(part, figure, nodes, value, f'<= {limit:g} {unit}',
+                value is not None and value <= limit)
 
 
 def _fan_in_row(part: str, nodes, fan_in: dict | None) -> dict:
