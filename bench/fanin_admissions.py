@@ -13,7 +13,10 @@ queue grows over the run (``wait_ms_median_by_tenth`` rises from the first tenth
 connections to the last), it is busy most of the span (``admitter_busy``) and the last
 admission comes long after the last handshake; if the clients are, the accepts themselves are
 spread over the span (``first_accepted_s`` .. ``last_accepted_s``, from the first call) and
-the last admission follows the last accept closely. Also bench.scale's fan-in figures: calls,
+the last admission follows the last accept closely. Each client also says when it began (its
+executable running) and how long its first call took: clients that begin early and wait long
+for their first answer point at the server (its ``Endpoints`` answer, door or admitter);
+clients that begin spread over the span point at their own start. Also bench.scale's fan-in figures: calls,
 and calls/s from the first call to the last.
 """
 
@@ -73,7 +76,29 @@ tcp_handshakes.Gate.__init__, tcp_handshakes.Gate._forget = _timed_gate_init, _t
 
 
 class TimedCounter(scale_nodes.Counter):
-    """bench.scale's counter, which can also say when its connections were admitted."""
+    """bench.scale's counter, which can also say when its connections were admitted and
+    when its clients began."""
+
+    def __init__(self):
+        super().__init__()
+        self.clients: list[tuple[float, float]] = []  # (began, first answer), monotonic.
+
+    def note_client(self, began: float, answered: float) -> None:
+        self.clients.append((began, answered))  # Not counted: wait_count sees adds only.
+
+    def client_starts(self) -> dict:
+        """When the clients began (their executable running), from the first call, and how
+        long their first call took (Endpoints, dial, handshake, admission, the call)."""
+        first = self.first or 0.0
+        began = sorted(b for b, _ in self.clients)
+        latencies = sorted(a - b for b, a in self.clients)
+        ordered = [a - b for b, a in sorted(self.clients)]
+        tenths = [ordered[i * len(ordered) // 10:(i + 1) * len(ordered) // 10] for i in range(10)]
+        return {'clients': len(began), 'first_began_s': began[0] - first,
+                'median_began_s': statistics.median(began) - first,
+                'last_began_s': began[-1] - first, 'first_call_ms': _quantiles(latencies),
+                'first_call_ms_median_by_tenth': [
+                    round(1000 * statistics.median(tenth), 1) for tenth in tenths if tenth]}
 
     def admissions(self) -> dict:
         """The admissions, in seconds from the first call (negative: before it)."""
@@ -109,6 +134,16 @@ def _quantiles(values: list[float]) -> dict:
             'p90': 1000 * values[int(0.9 * (len(values) - 1))], 'max': 1000 * values[-1]}
 
 
+def call_server_timed(server, calls: int) -> None:
+    """bench.scale's client, which also tells the server when it began and when its first
+    call was answered (one clock: the namespace hosts share this machine's)."""
+    began = time.monotonic()
+    server.add(1)
+    server.note_client(began, time.monotonic())
+    for _ in range(calls - 1):
+        server.add(1)
+
+
 def fan_in(launch_type: str, nodes: int, calls: int) -> dict:
     """One ``TimedCounter`` and ``nodes`` clients making ``calls`` sync calls each."""
     from bench import fanin_admissions  # By name, not __main__: its nodes import this module.
@@ -116,7 +151,7 @@ def fan_in(launch_type: str, nodes: int, calls: int) -> dict:
     server = program.add_node(lp.CourierNode(fanin_admissions.TimedCounter), label='server')
     with program.group('client'):
         for _ in range(nodes):
-            program.add_node(lp.PyNode(scale_nodes.call_server, server, calls))
+            program.add_node(lp.PyNode(fanin_admissions.call_server_timed, server, calls))
     load = scale.load_average()
     start = time.perf_counter()
     with lp.launch(program, launch_type=launch_type,
@@ -125,9 +160,10 @@ def fan_in(launch_type: str, nodes: int, calls: int) -> dict:
         counter = server.dereference()
         count, rate = counter.wait_count(nodes * calls, 600)
         admissions = counter.admissions()
+        clients = counter.client_starts()
     return {'launch_type': launch_type, 'nodes': nodes, 'ready_s': ready, 'calls': count,
             'expected_calls': nodes * calls, 'fan_in_calls_per_s': rate,
-            'admissions': admissions, 'load_average': {'start': load,
+            'admissions': admissions, 'clients': clients, 'load_average': {'start': load,
                                                        'end': scale.load_average()}}
 
 
