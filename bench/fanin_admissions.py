@@ -94,7 +94,8 @@ class TimedCounter(scale_nodes.Counter):
         latencies = sorted(a - b for b, a in self.clients)
         ordered = [a - b for b, a in sorted(self.clients)]
         tenths = [ordered[i * len(ordered) // 10:(i + 1) * len(ordered) // 10] for i in range(10)]
-        return {'clients': len(began), 'first_began_s': began[0] - first,
+        return {'clients': len(began), 'first_call_monotonic': first,
+                'first_began_s': began[0] - first,
                 'median_began_s': statistics.median(began) - first,
                 'last_began_s': began[-1] - first, 'first_call_ms': _quantiles(latencies),
                 'first_call_ms_median_by_tenth': [
@@ -153,15 +154,17 @@ def fan_in(launch_type: str, nodes: int, calls: int) -> dict:
         for _ in range(nodes):
             program.add_node(lp.PyNode(fanin_admissions.call_server_timed, server, calls))
     load = scale.load_average()
-    start = time.perf_counter()
+    start = time.monotonic()  # One clock with the nodes': the namespace hosts share it.
     with lp.launch(program, launch_type=launch_type,
                    **scale.launch_arguments(launch_type, program, uuid.uuid4().hex)):
-        ready = time.perf_counter() - start
+        ready = time.monotonic()
         counter = server.dereference()
         count, rate = counter.wait_count(nodes * calls, 600)
         admissions = counter.admissions()
         clients = counter.client_starts()
-    return {'launch_type': launch_type, 'nodes': nodes, 'ready_s': ready, 'calls': count,
+    first = clients.pop('first_call_monotonic')
+    return {'launch_type': launch_type, 'nodes': nodes, 'ready_s': ready - start,
+            'launch_called_s': start - first, 'launch_returned_s': ready - first, 'calls': count,
             'expected_calls': nodes * calls, 'fan_in_calls_per_s': rate,
             'admissions': admissions, 'clients': clients, 'load_average': {'start': load,
                                                        'end': scale.load_average()}}
