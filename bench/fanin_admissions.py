@@ -99,7 +99,9 @@ class TimedCounter(scale_nodes.Counter):
                 'median_began_s': statistics.median(began) - first,
                 'last_began_s': began[-1] - first, 'first_call_ms': _quantiles(latencies),
                 'first_call_ms_median_by_tenth': [
-                    round(1000 * statistics.median(tenth), 1) for tenth in tenths if tenth]}
+                    round(1000 * statistics.median(tenth), 1) for tenth in tenths if tenth],
+                'each': [(round(b - first, 3), round(a - first, 3))  # (began, answered) s.
+                         for b, a in sorted(self.clients)]}
 
     def admissions(self) -> dict:
         """The admissions, in seconds from the first call (negative: before it)."""
@@ -118,7 +120,8 @@ class TimedCounter(scale_nodes.Counter):
                 'last_call_s': (self.last or 0.0) - first,
                 'handshake_ms': _quantiles(handshakes), 'wait_ms': _quantiles(waits),
                 'wait_ms_median_by_tenth': _by_tenth(rows), 'admit_ms': _quantiles(starts),
-                'admitter_busy': sum(starts) / span if span > 0 else None}
+                'admitter_busy': sum(starts) / span if span > 0 else None,
+                'each': [tuple(round(t - first, 3) for t in row) for row in sorted(rows)]}
 
 
 def _by_tenth(rows: list[tuple]) -> list[float]:
