@@ -16,7 +16,8 @@ spread over the span (``first_accepted_s`` .. ``last_accepted_s``, from the firs
 the last admission follows the last accept closely. Each client also says when it began (its
 executable running) and how long its first call took: clients that begin early and wait long
 for their first answer point at the server (its ``Endpoints`` answer, door or admitter);
-clients that begin spread over the span point at their own start. Also bench.scale's fan-in figures: calls,
+clients that begin spread over the span point at their own start; the server's gRPC
+``Endpoints`` answers (their times, ``endpoints_answered``) come between. Also bench.scale's fan-in figures: calls,
 and calls/s from the first call to the last.
 """
 
@@ -32,7 +33,7 @@ import uuid
 
 import launchpad_py as lp
 from bench import scale, scale_nodes
-from launchpad_py.courier.transports import tcp_handshakes
+from launchpad_py.courier.transports import grpc_server, tcp_handshakes
 
 # (accepted, queued, taken, admitted) per connection, monotonic.
 _ADMISSIONS: list[tuple[float, float, float, float]] = []
@@ -70,6 +71,19 @@ def _timed_forget(self, entry) -> None:
     _gate_forget(self, entry)
 
 
+_ENDPOINTS: list[tuple[float, float]] = []  # (began, answered) of each gRPC Endpoints call.
+
+
+def _timed_endpoints(self, requests, context):
+    began = time.monotonic()
+    try:
+        return _endpoints(self, requests, context)
+    finally:
+        _ENDPOINTS.append((began, time.monotonic()))
+
+
+_endpoints = grpc_server.GrpcListener._handle_endpoints
+grpc_server.GrpcListener._handle_endpoints = _timed_endpoints
 _gate_init, _gate_forget = tcp_handshakes.Gate.__init__, tcp_handshakes.Gate._forget
 # In every process that imports this bench (the server's, by unpickling TimedCounter).
 tcp_handshakes.Gate.__init__, tcp_handshakes.Gate._forget = _timed_gate_init, _timed_forget
@@ -101,7 +115,9 @@ class TimedCounter(scale_nodes.Counter):
                 'first_call_ms_median_by_tenth': [
                     round(1000 * statistics.median(tenth), 1) for tenth in tenths if tenth],
                 'each': [(round(b - first, 3), round(a - first, 3))  # (began, answered) s.
-                         for b, a in sorted(self.clients)]}
+                         for b, a in sorted(self.clients)],
+                'endpoints_answered': [(round(b - first, 3), round(a - first, 3))
+                                       for b, a in sorted(_ENDPOINTS)]}
 
     def admissions(self) -> dict:
         """The admissions, in seconds from the first call (negative: before it)."""
