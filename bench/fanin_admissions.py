@@ -26,8 +26,10 @@ from __future__ import annotations
 import argparse
 import collections
 import json
+import os
 import statistics
 import sys
+import threading
 import time
 import uuid
 
@@ -96,6 +98,22 @@ class TimedCounter(scale_nodes.Counter):
     def __init__(self):
         super().__init__()
         self.clients: list[tuple[float, float]] = []  # (began, first answer), monotonic.
+        self.cpu: list[tuple[float, float, float]] = []  # (when, CPU s, runqueue wait s).
+        threading.Thread(target=self._sample_cpu, daemon=True).start()
+
+    def _sample_cpu(self) -> None:
+        """Twice a second: this process's CPU time and its threads' summed wait for a CPU
+        (``/proc/self/task/*/schedstat``): a starved server waits, a blocked one does neither."""
+        while True:
+            waited = 0
+            for task in os.listdir('/proc/self/task'):
+                try:
+                    with open(f'/proc/self/task/{task}/schedstat') as f:
+                        waited += int(f.read().split()[1])
+                except (OSError, IndexError, ValueError):
+                    pass
+            self.cpu.append((time.monotonic(), time.process_time(), waited / 1e9))
+            time.sleep(0.5)  # A sampling period, not a synchronization.
 
     def note_client(self, began: float, answered: float) -> None:
         self.clients.append((began, answered))  # Not counted: wait_count sees adds only.
@@ -117,7 +135,9 @@ class TimedCounter(scale_nodes.Counter):
                 'each': [(round(b - first, 3), round(a - first, 3))  # (began, answered) s.
                          for b, a in sorted(self.clients)],
                 'endpoints_answered': [(round(b - first, 3), round(a - first, 3))
-                                       for b, a in sorted(_ENDPOINTS)]}
+                                       for b, a in sorted(_ENDPOINTS)],
+                'server_cpu': [(round(t - first, 2), round(c, 3), round(w, 3))
+                               for t, c, w in self.cpu]}
 
     def admissions(self) -> dict:
         """The admissions, in seconds from the first call (negative: before it)."""
