@@ -95,8 +95,11 @@ class TimedCounter(scale_nodes.Counter):
     """bench.scale's counter, which can also say when its connections were admitted and
     when its clients began."""
 
-    def __init__(self):
+    def __init__(self, autogroup_nice: int | None = None):
         super().__init__()
+        if autogroup_nice is not None:  # The scheduling group's weight (this node's session).
+            with open('/proc/self/autogroup', 'w') as f:
+                f.write(str(autogroup_nice))
         self.clients: list[tuple[float, float]] = []  # (began, first answer), monotonic.
         self.cpu: list[tuple[float, float, float]] = []  # (when, CPU s, runqueue wait s).
         threading.Thread(target=self._sample_cpu, daemon=True).start()
@@ -184,11 +187,12 @@ def call_server_timed(server, calls: int) -> None:
         server.add(1)
 
 
-def fan_in(launch_type: str, nodes: int, calls: int) -> dict:
+def fan_in(launch_type: str, nodes: int, calls: int, autogroup_nice: int | None = None) -> dict:
     """One ``TimedCounter`` and ``nodes`` clients making ``calls`` sync calls each."""
     from bench import fanin_admissions  # By name, not __main__: its nodes import this module.
     program = lp.Program(f'fan_in_admissions_{nodes}')
-    server = program.add_node(lp.CourierNode(fanin_admissions.TimedCounter), label='server')
+    server = program.add_node(lp.CourierNode(fanin_admissions.TimedCounter, autogroup_nice),
+                              label='server')
     with program.group('client'):
         for _ in range(nodes):
             program.add_node(lp.PyNode(fanin_admissions.call_server_timed, server, calls))
@@ -214,9 +218,12 @@ def main() -> None:
     parser.add_argument('--launch_type', default='ssh')
     parser.add_argument('--nodes', type=int, default=1000)
     parser.add_argument('--calls', type=int, default=20)
+    parser.add_argument('--server_autogroup_nice', type=int,
+                        help="the server's scheduling group's nice (-20..19; root): does the "
+                        'server answer while the clients start when its group weighs more?')
     parser.add_argument('--json', help='also write the result here')
     args = parser.parse_args()
-    result = fan_in(args.launch_type, args.nodes, args.calls)
+    result = fan_in(args.launch_type, args.nodes, args.calls, args.server_autogroup_nice)
     print(json.dumps(result, indent=1))
     if args.json:
         with open(args.json, 'w') as f:
