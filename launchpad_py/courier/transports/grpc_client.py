@@ -144,11 +144,26 @@ class GrpcCaller:
                 break
             except grpc.RpcError as exc:
                 if exc.code() != grpc.StatusCode.DEADLINE_EXCEEDED or step == left:
-                    raise self._error(exc, 'Endpoints', stubs) from None
+                    raise self._hello_error(exc, stubs, options['wait_for_ready']) from None
             self._check_unreachable(stubs)
         self._peer, port = grpc_tokens.check_hello_reply(self._secret, nonce, reply, self._address,
                                                   self._expected)
         return self._peer, port
+
+    def _hello_error(self, exc: grpc.RpcError, stubs: _Stubs, waits: bool) -> errors.CourierError:
+        """The error of a first contact that failed. One that waits for its server and lost
+        its connection before the answer (UNAVAILABLE) raises ``HandshakeTimeoutError``, which
+        a call without a deadline dials again after (``client.py``): a server starved of CPU
+        closes connections whose HTTP/2 settings it read too late ("Did not receive HTTP/2
+        settings before handshake timeout", issue 25's fan-in at 1,000 over ssh). Not while a
+        ``fail_fast`` rule covers the server (its program stops, or it left its group)."""
+        if (waits and exc.code() == grpc.StatusCode.UNAVAILABLE
+                and not fail_fast.applies(self._address)
+                and not fail_fast.closed_here(stubs.channel)):
+            return errors.HandshakeTimeoutError(
+                f'no answer to the first contact (Endpoints) from {self._address}: '
+                f'{exc.details()}')
+        return self._error(exc, 'Endpoints', stubs)
 
     def _check_unreachable(self, stubs: _Stubs) -> None:
         """Raises when the channel cannot connect for a reason waiting will not cure: the
