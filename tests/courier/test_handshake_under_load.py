@@ -14,11 +14,12 @@ import logging
 import socket
 import threading
 
+import grpc
 import pytest
 
 from launchpad_py import courier
 from launchpad_py.courier import auth
-from launchpad_py.courier.transports import tcp, tcp_handshakes
+from launchpad_py.courier.transports import grpc_server, tcp, tcp_handshakes
 from frame_loops import loop  # noqa: F401 (a fixture)
 
 SECRET = b'handshake-under-load-secret-32by'
@@ -226,6 +227,36 @@ def test_a_call_without_deadline_asks_endpoints_again_after_a_grpc_handshake_tim
         else:
             assert client.futures.echo(9).result(timeout=30) == 9
         assert retried.is_set()
+
+
+@pytest.fixture
+def first_endpoints_cancelled(monkeypatch):
+    """Servers made from now on cancel the first ``Endpoints`` question they are asked (as a
+    starved server did in a fan-in at 1,000 over ssh, 11:05 UTC) and answer the next."""
+    answer = grpc_server.GrpcListener._handle_endpoints
+    asked = []
+
+    def cancelled_first(self, requests, context):
+        asked.append(True)
+        if len(asked) == 1:
+            context.abort(grpc.StatusCode.CANCELLED, 'cancelled by the test')
+        return answer(self, requests, context)
+
+    monkeypatch.setattr(grpc_server.GrpcListener, '_handle_endpoints', cancelled_first)
+    return asked
+
+
+@pytest.mark.parametrize('transport', ['grpc', 'tcp'])
+def test_a_call_without_deadline_asks_endpoints_again_after_the_server_cancelled_it(
+        first_endpoints_cancelled, transport):
+    """A first contact the server cancelled is made again by a call without a deadline;
+    before, the call failed with CourierCancelledError ('cancelled calling Endpoints')."""
+    with courier.Server(Echo(), secret=SECRET) as server, \
+            _released_on_first_retry(threading.Event()) as retried:
+        client = courier.Client(server.address, transport=transport, secret=SECRET)
+        assert client.echo(4) == 4
+        assert retried.is_set()
+        assert len(first_endpoints_cancelled) == 2
 
 
 def test_a_first_contact_with_a_deadline_fails_at_a_grpc_handshake_timeout():

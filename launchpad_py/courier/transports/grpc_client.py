@@ -41,6 +41,8 @@ CHANNEL_OPTIONS = [
     ('grpc.min_reconnect_backoff_ms', 100),
     ('grpc.max_reconnect_backoff_ms', 1000),
 ]
+#: The failures of a first contact that another try may not meet (see ``_hello_error``).
+_FIRST_CONTACT_LOST = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED)
 #: How long a first contact waits for its channel to connect before it looks at why it
 #: cannot (see ``GrpcCaller.hello``).
 CONNECT_CHECK_S = 2.0
@@ -152,12 +154,14 @@ class GrpcCaller:
 
     def _hello_error(self, exc: grpc.RpcError, stubs: _Stubs, waits: bool) -> errors.CourierError:
         """The error of a first contact that failed. One that waits for its server and lost
-        its connection before the answer (UNAVAILABLE) raises ``HandshakeTimeoutError``, which
-        a call without a deadline dials again after (``client.py``): a server starved of CPU
-        closes connections whose HTTP/2 settings it read too late ("Did not receive HTTP/2
-        settings before handshake timeout", issue 25's fan-in at 1,000 over ssh). Not while a
+        its connection or its call before the answer (UNAVAILABLE; CANCELLED, which this
+        client never does to a first contact but ``fail_fast``) raises
+        ``HandshakeTimeoutError``, which a call without a deadline dials again after
+        (``client.py``): a server starved of CPU closes connections whose HTTP/2 settings it
+        read too late ("Did not receive HTTP/2 settings before handshake timeout"), or
+        cancels their calls (both seen in issue 25's fan-in at 1,000 over ssh). Not while a
         ``fail_fast`` rule covers the server (its program stops, or it left its group)."""
-        if (waits and exc.code() == grpc.StatusCode.UNAVAILABLE
+        if (waits and exc.code() in _FIRST_CONTACT_LOST
                 and not fail_fast.applies(self._address)
                 and not fail_fast.closed_here(stubs.channel)):
             return errors.HandshakeTimeoutError(
