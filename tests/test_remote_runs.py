@@ -9,6 +9,7 @@ processes do.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import multiprocessing.connection as mpc
 import os
@@ -174,6 +175,51 @@ def test_killing_a_run_cuts_its_channel_at_once(tmp_path):
         connection.close()
         worker._starter.ended.set()
         setup.finish()
+
+
+@contextlib.contextmanager
+def _reader_paused_before_its_read():
+    """(An event set when a worker's channel thread is about to read its socket, and one
+    that lets it go on): the thread stops at the start of ``Connection._recv``, after
+    ``recv`` checked the connection is open and before it takes its descriptor."""
+    entered, go_on = threading.Event(), threading.Event()
+
+    def trace(frame, event, arg):
+        if (event == 'call' and frame.f_code.co_name == '_recv' and not entered.is_set()
+                and threading.current_thread().name.startswith('lp-channel-')):
+            entered.set()
+            go_on.wait(10)
+
+    threading.settrace(trace)  # Threads started from now on: the worker's channel thread.
+    try:
+        yield entered, go_on
+    finally:
+        threading.settrace(None)
+        go_on.set()
+
+
+def test_killing_a_run_while_its_channel_is_read_ends_the_reader_cleanly(tmp_path,
+                                                                        monkeypatch):
+    """A kill during the program's stop cut and closed the channel while the launcher's
+    channel thread was between ``recv``'s check and its read: the thread then read
+    descriptor None ("TypeError: 'NoneType' object cannot be interpreted as an integer",
+    issue 25's failed fan-in). Now the reader ends on the cut and closes the channel itself."""
+    failures = []
+    monkeypatch.setattr(threading, 'excepthook', failures.append)
+    with _reader_paused_before_its_read() as (entered, go_on):
+        setup, worker = _started(tmp_path)
+        connection = _dial(worker._starter.boot)
+        try:
+            assert entered.wait(10), 'the channel thread never read its channel'
+            worker.kill()
+            go_on.set()
+            wait_for(lambda: failures or worker._channel_closed.is_set(), 10,
+                     'the channel thread ending')
+            assert not failures, [repr(f.exc_value) for f in failures]
+        finally:
+            connection.close()
+            worker._starter.ended.set()
+            setup.finish()
 
 
 def test_a_stalled_node_delays_no_other_node_s_heartbeat(tmp_path):

@@ -30,7 +30,9 @@ class CourierUnavailableError(CourierError, ConnectionError):
 class HandshakeTimeoutError(CourierUnavailableError):
     """The server took the connection but did not finish the courier handshake in time: an
     overloaded server (1,000 clients dialling at once), or an address that answers nothing.
-    A call without a deadline dials again (``client.py``); one with a deadline fails."""
+    Over gRPC: the first contact (``Endpoints``) lost its connection before its answer, as
+    when a starved server times out the HTTP/2 handshake. A call without a deadline dials
+    again (``client.py``); one with a deadline fails."""
 
 
 class TlsMismatchError(CourierError):

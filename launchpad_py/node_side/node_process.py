@@ -135,7 +135,16 @@ class Channel:
         return self._connection.fileno()
 
     def close(self) -> None:
+        """Closes at once: only where no other thread reads or sends (another thread in
+        ``recv`` or a send would then use descriptor None, a TypeError, or a reused one)."""
         self._connection.close()
+
+    def end(self) -> None:
+        """Closes the channel for its reader once that is done with it: cut first, so that
+        a send blocked on a stalled peer fails now, then closed between two sends."""
+        self.cut()
+        with self._lock:
+            self._connection.close()
 
     def cut(self) -> None:
         """Ends the connection both ways now, also while a thread waits in ``recv``: ``close``

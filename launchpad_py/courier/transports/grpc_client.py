@@ -41,6 +41,8 @@ CHANNEL_OPTIONS = [
     ('grpc.min_reconnect_backoff_ms', 100),
     ('grpc.max_reconnect_backoff_ms', 1000),
 ]
+#: The failures of a first contact that another try may not meet (see ``_hello_error``).
+_FIRST_CONTACT_LOST = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED)
 #: How long a first contact waits for its channel to connect before it looks at why it
 #: cannot (see ``GrpcCaller.hello``).
 CONNECT_CHECK_S = 2.0
@@ -144,11 +146,28 @@ class GrpcCaller:
                 break
             except grpc.RpcError as exc:
                 if exc.code() != grpc.StatusCode.DEADLINE_EXCEEDED or step == left:
-                    raise self._error(exc, 'Endpoints', stubs) from None
+                    raise self._hello_error(exc, stubs, options['wait_for_ready']) from None
             self._check_unreachable(stubs)
         self._peer, port = grpc_tokens.check_hello_reply(self._secret, nonce, reply, self._address,
                                                   self._expected)
         return self._peer, port
+
+    def _hello_error(self, exc: grpc.RpcError, stubs: _Stubs, waits: bool) -> errors.CourierError:
+        """The error of a first contact that failed. One that waits for its server and lost
+        its connection or its call before the answer (UNAVAILABLE; CANCELLED, which this
+        client never does to a first contact but ``fail_fast``) raises
+        ``HandshakeTimeoutError``, which a call without a deadline dials again after
+        (``client.py``): a server starved of CPU closes connections whose HTTP/2 settings it
+        read too late ("Did not receive HTTP/2 settings before handshake timeout"), or
+        cancels their calls (both seen in issue 25's fan-in at 1,000 over ssh). Not while a
+        ``fail_fast`` rule covers the server (its program stops, or it left its group)."""
+        if (waits and exc.code() in _FIRST_CONTACT_LOST
+                and not fail_fast.applies(self._address)
+                and not fail_fast.closed_here(stubs.channel)):
+            return errors.HandshakeTimeoutError(
+                f'no answer to the first contact (Endpoints) from {self._address}: '
+                f'{exc.details()}')
+        return self._error(exc, 'Endpoints', stubs)
 
     def _check_unreachable(self, stubs: _Stubs) -> None:
         """Raises when the channel cannot connect for a reason waiting will not cure: the

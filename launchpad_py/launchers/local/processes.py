@@ -198,7 +198,7 @@ class ProcessWorker(MembersOverChannel, Worker):
                                                       book=self._setup.book)
         if failure is not None:
             self._failure = failure
-        channel.close()
+        channel.end()  # Between two sends of other threads (members, stop).
         self._channel_closed.set()
 
     def _wait_for_exit(self) -> None:

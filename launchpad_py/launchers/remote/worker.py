@@ -277,6 +277,7 @@ class RemoteWorker(MembersOverChannel, Worker):
             self._setup.bound(self)
         failure, self._finished = relay_node_messages(channel, self, self._probe,
                                                       f' (on host {self.host})', self._setup.book)
+        channel.end()  # By its reader, which is done with it (see ``kill``).
         if failure is not None:
             self._failure = failure
         if not self._starter.keeps_addresses and addresses:
@@ -388,8 +389,10 @@ class RemoteWorker(MembersOverChannel, Worker):
         started = self._starter.terminate()
         channel = self._channel
         if channel is not None:
-            channel.cut()  # (close alone: the node heard nothing while we waited in recv)
-            channel.close()
+            # (close alone: the node heard nothing while we waited in recv.) Not closed
+            # here: the channel thread ends it once the cut ends its read; closed under
+            # it, that thread read descriptor None (a TypeError) or, reused, another file.
+            channel.cut()
         return started
 
     def output_tail(self) -> str:
