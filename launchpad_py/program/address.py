@@ -129,6 +129,14 @@ class Directory:
                 self._values, self._keys_of, self._expected, self._gone, self._held,
                 self._asked, self._relocating, self._down, self._final, self._left))
 
+    def keys(self) -> set[str]:
+        """Every key this directory holds anything about: once a program is over, none of
+        its keys may be among them (a process that launches program after program)."""
+        with self._changed:
+            return (set(self._values) | set(self._keys_of.values()) | self._expected
+                    | set(self._gone) | self._held | self._asked | self._relocating
+                    | self._down | self._final | {key for key, _ in self._left.values()})
+
     def expect(self, keys: Iterable[str]) -> None:
         """Keys that nodes of a program launched here will report: lookups wait for them."""
         with self._changed:
