@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 
 import pytest
 
@@ -76,3 +77,49 @@ def test_a_podman_pod_whose_start_timed_out_is_removed_and_the_kubelet_goes_on(t
         assert runtime.left() == []
     finally:
         runtime.sweep()
+
+
+_ECHO_UNTIL_EOF = '''
+import socket, sys
+server = socket.create_server(("127.0.0.1", int(sys.argv[1])))
+open(sys.argv[2] + ".listening", "w").close()
+connection, _ = server.accept()
+while connection.recv(65536):
+    pass
+open(sys.argv[2], "w").write("ended")
+'''
+
+
+def test_a_port_forward_whose_client_goes_ends_its_connection_in_the_pod(tmp_path):
+    """When the client of ``pods/portforward`` closes, the connection the fake opened to the
+    pod's port ends at once, as a kubelet's does. Before, the fake closed that socket while its
+    own reading thread was still in ``recv``, which sends no FIN: the pod's side saw the end
+    only when that thread's receive timed out, or when the pod closed first (a dashboard relay:
+    after the dashboard's idle timeout). Stop 42's CI once timed out waiting for the relays in
+    a pod to end (``test_submit_kubernetes_dashboard``)."""
+    import socket as sockets
+
+    from kubernetes import client, config
+    from kubernetes.stream import portforward
+    with sockets.socket() as free:
+        free.bind(('127.0.0.1', 0))
+        port = free.getsockname()[1]
+    ended = tmp_path / 'ended'
+    pod = _pod('echo')
+    pod['spec']['containers'][0]['command'] = [
+        sys.executable, '-c', _ECHO_UNTIL_EOF, str(port), str(ended)]
+    (tmp_path / 'kube').mkdir()
+    with FakeCluster(str(tmp_path / 'kube'), [FakeNode('n1')]) as cluster:
+        cluster.store.create('pods', 'default', pod)
+        core = client.CoreV1Api(config.new_client_from_config(cluster.kubeconfig))
+        wait_for(lambda: os.path.exists(f'{ended}.listening'), 60, "the pod's server to listen")
+        forward = portforward(core.connect_get_namespaced_pod_portforward, 'echo', 'default',
+                              ports=str(port))
+        sock = forward.socket(port)
+        sock.setblocking(True)
+        sock.sendall(b'hello')
+        sock.close()
+        forward.close()
+        # Before, it ended only when the fake's reading thread timed out (10 s, the timeout of
+        # the kubelet's connection to the pod).
+        wait_for(ended.exists, 5, "the pod's side of the forward to see the end")

@@ -53,11 +53,15 @@ def assert_closed(port: int) -> None:
 
 
 def relayed_connections(port: int) -> list:
-    """Connections of this machine still open to or from the controller's endpoint ``port``
-    (closed ones linger in TIME_WAIT: the kernel's, held by no process)."""
+    """The connections the controller's endpoint (listening on ``port``) still holds open:
+    each relay in the pod is one of them (closed ones linger in TIME_WAIT: the kernel's, held
+    by no process). Only their local port is matched: a connection from this machine to port
+    ``port`` of some other address (another host's daemon) is not the endpoint's and may
+    never end. (Stop 42's CI timed out here once; a stranger on that port, or the fake's
+    forward that sent no FIN, ``test_fake_kubelet``, are the two causes found by reading.)"""
     return [c for c in psutil.net_connections('tcp')
             if c.status not in (psutil.CONN_LISTEN, psutil.CONN_TIME_WAIT)
-            and port in (c.laddr and c.laddr.port, c.raddr and c.raddr.port)]
+            and c.laddr and c.laddr.port == port]
 
 
 def test_dashboard_of_a_kubernetes_program_is_forwarded_with_its_token(cluster):

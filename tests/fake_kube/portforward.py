@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import socket
 import struct
 import threading
 
@@ -85,7 +86,7 @@ def serve(handler, kubelet, namespace: str, pod: str, query: dict) -> None:
     send(_BINARY, b'\1' + number)
     try:
         target = kubelet.connect(namespace, pod, port)
-    except OSError as exc:
+    except (OSError, ApiError) as exc:  # After the upgrade: an HTTP error would be garbage.
         send(_BINARY, b'\1' + f'error forwarding port {port} to pod {pod}: {exc}'.encode())
         send(_CLOSE, b'')
         return
@@ -103,6 +104,12 @@ def serve(handler, kubelet, namespace: str, pod: str, query: dict) -> None:
     except OSError:
         pass
     finally:
+        # Shut down first: close() alone sends no FIN while _pod_to_client is still in recv
+        # on this socket, and the pod would not see the client go.
+        try:
+            target.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
         target.close()
 
 
