@@ -86,15 +86,20 @@ def test_removed_nodes_are_the_newest_and_stop_gracefully():
         assert _live(controller) == [0, 3]
 
 
-def _call_a_member_that_left(launch_type, how, deadline, **launch_options):
+def _call_a_member_that_left(launch_type, how, deadline, colocated=False, **launch_options):
     """member/2 of three leaves (remove_nodes) after a caller node made its client; the
-    caller's calls to it must fail at once saying it left, those to member/1 still work."""
+    caller's calls to it must fail at once saying it left, those to member/1 still work.
+    ``colocated``: the caller is a child process of a MultiProcessingColocation."""
     program = lp.Program(f'left_{launch_type}_{how}_{deadline}')
     with program.group('member', elastic=True):
         for _ in range(3):
             program.add_node(lp.CourierNode(Member))
-    caller = program.add_node(lp.CourierNode(MemberCaller, program.group_handle('member')),
-                              label='caller')
+    caller_node = lp.CourierNode(MemberCaller, program.group_handle('member'))
+    if colocated:
+        caller = caller_node.create_handle()
+        program.add_node(lp.MultiProcessingColocation([caller_node]), label='caller')
+    else:
+        caller = program.add_node(caller_node, label='caller')
     with lp.launch(program, launch_type=launch_type, **launch_options) as controller:
         caller = caller.dereference()
         assert caller.take_clients() == ['member/0', 'member/1', 'member/2']
@@ -116,6 +121,13 @@ def test_a_call_to_a_member_that_left_fails_at_once_naming_it(launch_type, how, 
     group (without a deadline it waited in gRPC's first hello for ever: the evolution
     strategies hang of stop 41), and so does the next one."""
     _call_a_member_that_left(launch_type, how, deadline)
+
+
+def test_a_call_to_a_member_that_left_fails_at_once_from_a_colocated_child():
+    """As above, the caller a child process of a MultiProcessingColocation: its parent
+    passes on that member/2 left (before, only the parent learned it, and the child's call
+    waited for member/2 to come back, for ever)."""
+    _call_a_member_that_left('local_mp', 'sync', None, colocated=True)
 
 
 @needs_ssh_hosts

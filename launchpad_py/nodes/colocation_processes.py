@@ -91,6 +91,7 @@ class _Supervisor:
         threading.Thread(target=self._watch_stop, daemon=True,
                          name=f'lp-colocation-{self._context.label}/{self._context.index}').start()
         self._members = group_handle.subscribe(self._forward_members)
+        address.directory.retired_listeners.append(self._forward_left)
         try:
             for child in self._children:
                 self._start(child)
@@ -98,6 +99,7 @@ class _Supervisor:
                 self._handle(*self._next_event())
         finally:
             group_handle.unsubscribe(self._forward_members)
+            address.directory.retired_listeners.remove(self._forward_left)
             self._end_children()
 
     def _forward_members(self, table: group_handle.Table) -> None:
@@ -106,6 +108,13 @@ class _Supervisor:
         for child in self._children:
             if child.channel is not None:
                 child.channel.send('members', table)
+
+    def _forward_left(self, left: dict[str, tuple[str, str]]) -> None:
+        """Peers left for good (``Directory.retire``): the children's calls to them must fail
+        at once too, not wait for them to come back."""
+        for child in self._children:
+            if child.channel is not None:
+                child.channel.send('left', left)
 
     def _watch(self, channel: Channel, token: str) -> None:
         """A child uses a group handle: we ask our launcher for its tables, which we pass on
@@ -153,6 +162,9 @@ class _Supervisor:
                            node_process.bound_addresses(child.executable))
         if self._members:
             child.channel.send('members', self._members)
+        left = address.directory.left()  # Those that left before this child (re)started.
+        if left:
+            child.channel.send('left', left)
         threading.Thread(target=self._read, args=(child, child.generation, child.process,
                                                    child.channel),
                          name=f'lp-colocated-{child.executable.label}/{child.executable.index}',

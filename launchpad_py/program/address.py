@@ -68,6 +68,9 @@ class Directory:
         # that calls there fail fast): see ``retire``.
         self._left: dict[str, tuple[str, Callable[[], None]]] = {}
         self._changed = threading.Condition()
+        #: Called with ``{key: (value, why)}`` after each ``retire`` that names new
+        #: addresses: a process colocation passes it on to its children.
+        self.retired_listeners: list[Callable[[dict[str, tuple[str, str]]], None]] = []
         #: Set in a node process: sends a list of keys to its launcher, which answers
         #: through ``learn``/``give_up``.
         self.ask: Callable[[list[str]], None] | None = None
@@ -103,6 +106,8 @@ class Directory:
                 self._left[value] = (key, end)
                 self._down.discard(key)
             self._changed.notify_all()
+        for listener in list(self.retired_listeners):
+            listener({key: (value, why) for key, value in fresh.items()})
 
     def left(self) -> dict[str, tuple[str, str]]:
         """Key -> (value, why) of every address here whose node left for good (``retire``)."""
