@@ -36,8 +36,9 @@ class HandshakeTimeoutError(CourierUnavailableError):
 
 
 class TlsMismatchError(CourierError):
-    """One end of a call uses TLS and the other does not: no call can ever go through, so
-    the client says so instead of waiting for a server that is already there."""
+    """One end of a call uses TLS and the other does not, or both do with different
+    credentials: no call can ever go through, so the client says so instead of waiting for
+    a server that is already there."""
 
 
 class CourierCancelledError(CourierError):

@@ -132,3 +132,30 @@ def test_a_tls_mismatch_without_deadline_fails_with_a_clear_error(credentials, t
     assert server.address in str(error) and wanted in str(error)
     assert elapsed < 10
     assert target.calls == 0
+
+
+@pytest.mark.parametrize('transport', ['tcp', 'grpc'])
+@pytest.mark.parametrize('refused_by', ['client', 'server'])
+def test_another_programs_certificate_without_deadline_fails_with_a_clear_error(
+        credentials, transport, refused_by):
+    """Both ends speak TLS with different credentials, and the client has no deadline: it
+    fails within seconds with TlsMismatchError saying which end refused the other's
+    certificate (it waited for ever before), and no method runs. 'client': the client does
+    not trust the server's certificate; 'server': the client trusts it, but presents one
+    the server does not trust."""
+    other = courier.TlsCredentials.generate()
+    if refused_by == 'server':  # Presents other's certificate, trusts both.
+        other = courier.TlsCredentials(other.certificate + credentials.certificate,
+                                       other.private_key)
+    target = Recorder()
+    with courier.Server(target, secret=SECRET, tls=credentials) as server:
+        client = courier.Client(server.address, transport=transport, secret=SECRET, tls=other)
+        started = time.monotonic()
+        error = _echo_in_thread(client).exception(timeout=20)
+        elapsed = time.monotonic() - started
+    assert isinstance(error, courier.TlsMismatchError), error
+    said = ('presents a certificate that this client' if refused_by == 'client'
+            else "refused this client's certificate")
+    assert server.address in str(error) and said in str(error), error
+    assert elapsed < 10
+    assert target.calls == 0

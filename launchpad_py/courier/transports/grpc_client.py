@@ -171,10 +171,11 @@ class GrpcCaller:
 
     def _check_unreachable(self, stubs: _Stubs) -> None:
         """Raises when the channel cannot connect for a reason waiting will not cure: the
-        listener there speaks TLS and this client not, or the other way round."""
+        listener there speaks TLS and this client not, or the other way round, or the two
+        hold different TLS credentials."""
         if fail_fast.state(stubs.channel) != fail_fast.TRANSIENT_FAILURE:
             return  # Connecting, or connected meanwhile: the next step will tell.
-        why = tls_probe.mismatch(self._address, self._tls is not None)
+        why = tls_probe.mismatch(self._address, self._tls)
         if why is not None:
             raise errors.TlsMismatchError(why)
 
