@@ -16,8 +16,10 @@
 
 PyObject *future_maker(PyObject *self, PyObject *args);  /* Called by _frames.c's table. */
 int future_init(void);
+PyObject **future_field(PyObject *maker, PyObject *future, int field);  /* For _settle.c. */
 
-/* The slots a maker fills, in the order of call_future.FIELDS. */
+/* The slots a maker fills, in the order of call_future.FIELDS (_settle.c names the ones it
+ * reads again: keep both in step). */
 enum { CONDITION, WAITERS, MUX, CALL_ID, DEADLINE, ON_FAILURE, STATE, RESULT, EXCEPTION,
        CALLBACKS, N_FIELDS };
 
@@ -133,6 +135,15 @@ static PyTypeObject MakerType = {
 };
 
 int future_init(void) { return PyType_Ready(&MakerType); }
+
+/* Where ``future`` keeps field ``field`` (an index of call_future.FIELDS) when ``maker`` is a
+ * FutureMaker whose class is exactly the future's, else NULL (_settle.c then asks by name). */
+PyObject **future_field(PyObject *maker, PyObject *future, int field) {
+    if (!Py_IS_TYPE(maker, &MakerType) || field < 0 || field >= N_FIELDS) return NULL;
+    Maker *made = (Maker *)maker;
+    if (Py_TYPE(future) != made->cls) return NULL;
+    return (PyObject **)((char *)future + made->offsets[field]);
+}
 
 /* future_maker(cls, watched, fields, mux, condition, pending) -> make (see the top). */
 PyObject *future_maker(PyObject *self, PyObject *args) {

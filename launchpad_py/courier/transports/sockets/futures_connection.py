@@ -59,18 +59,20 @@ class FuturesConnection:
         self._timed = False  # Whether any call here ever had a deadline.
         self._wake = threading.Condition(threading.Lock())
         self.condition = threading.Condition()  # Shared by this connection's futures.
-        # What the compiled loop needs to complete a future as ``CallFuture.deliver`` would
-        # (``_settle.c``): entries decoded with ``decode_reply`` qualify; the lock and the
-        # sleepers are the condition's, which every future here shares.
-        self._settle = (serialization.decode_reply, serialization, serialization.plain_loads,
-                        self._watched, self.condition._lock, self.condition._waiters,
-                        call_future.PENDING, call_future.FINISHED)
         # ``CallFuture(self, call_id, deadline, on_failure)``; the compiled loop's maker fills
         # the future's slots in one C call, without a Python ``__init__``.
         loop = connection.reader.loop
         self._new_future = functools.partial(call_future.CallFuture, self) if loop is None \
             else loop.future_maker(call_future.CallFuture, call_future.Watched,
                                    call_future.FIELDS, self, self.condition, call_future.PENDING)
+        # What the compiled loop needs to complete a future as ``CallFuture.deliver`` would
+        # (``_settle.c``): entries decoded with ``decode_reply`` qualify; the lock and the
+        # sleepers are the condition's, which every future here shares; the maker says where
+        # the fields of the futures it made lie.
+        self._settle = (serialization.decode_reply, serialization, serialization.plain_loads,
+                        self._watched, self.condition._lock, self.condition._waiters,
+                        call_future.PENDING, call_future.FINISHED,
+                        None if loop is None else self._new_future)
         self._asleep = False
         self._thread = threading.Thread(target=self._background, daemon=True,
                                         name=f'uds-channel-{address}')
