@@ -9,6 +9,7 @@ from setuptools import Extension, setup
 
 setup(ext_modules=[Extension('launchpad_py.courier._cframes',
                              sources=['launchpad_py/courier/_frames.c',
-                                      'launchpad_py/courier/_settle.c'],
+                                      'launchpad_py/courier/_settle.c',
+                                      'launchpad_py/courier/_future.c'],
                              extra_compile_args=['-O2', '-std=c11', '-Wall'],
                              optional=True)])

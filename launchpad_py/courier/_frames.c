@@ -262,6 +262,10 @@ static int reply_at(const unsigned char *base, Py_ssize_t start, Py_ssize_t end,
     return REPLY_READY;
 }
 
+/* _future.c: making a call's future without Python code (see there). */
+PyObject *future_maker(PyObject *self, PyObject *args);
+int future_init(void);
+
 /* _settle.c: completing a future's call without Python code (see there). */
 int settle_init(void);
 int settle_valid(PyObject *settle);
@@ -544,6 +548,8 @@ static PyMethodDef methods[] = {
     {"take_replies", take_replies, METH_VARARGS,
      "Receives and takes the small replies already received, popped from a pending dict "
      "(completing their futures when it can)."},
+    {"future_maker", future_maker, METH_VARARGS,
+     "A maker of one connection's futures, filling their slots in C (see _future.c)."},
     {"peer_gone", peer_gone, METH_VARARGS,
      "Whether an idle stream socket's peer closed it (one non-blocking peek)."},
     {"answer_small", answer_small, METH_VARARGS,
@@ -559,10 +565,10 @@ static struct PyModuleDef module = {
 
 /* Bumped whenever a function's arguments or results change: frame_loop.py refuses a build
  * of other sources (a stale _cframes*.so left beside newer Python) and runs the pure loop. */
-#define API_VERSION 3
+#define API_VERSION 4
 
 PyMODINIT_FUNC PyInit__cframes(void) {
-    if (settle_init() < 0) return NULL;
+    if (settle_init() < 0 || future_init() < 0) return NULL;
     PyObject *m = PyModule_Create(&module);
     if (m != NULL && PyModule_AddIntConstant(m, "API_VERSION", API_VERSION) < 0) {
         Py_DECREF(m);

@@ -18,8 +18,14 @@ int settle_reply(PyObject *settle, PyObject *entry, PyObject *key, const char *p
 
 enum { SETTLE_LEFT, SETTLE_DONE };  /* settle_reply's answers, besides -1 (an exception). */
 
-/* The ``settle`` tuple futures_connection.py builds once per connection. */
-enum { DECODE, SERIALIZATION, LOADS, WATCHED, LOCK, SLEEPERS, PENDING, FINISHED, SETTLE_SIZE };
+/* The ``settle`` tuple futures_connection.py builds once per connection; MAKER is the
+ * connection's FutureMaker (_future.c), whose futures' fields are read and stored in place. */
+enum { DECODE, SERIALIZATION, LOADS, WATCHED, LOCK, SLEEPERS, PENDING, FINISHED, MAKER,
+       SETTLE_SIZE };
+
+/* _future.c: where a future the maker made keeps a field (indices of call_future.FIELDS). */
+PyObject **future_field(PyObject *maker, PyObject *future, int field);
+enum { F_WAITERS = 1, F_STATE = 6, F_RESULT = 7, F_CALLBACKS = 9 };
 
 static PyObject *s_device_decodes, *s_state, *s_result, *s_waiters, *s_callbacks, *s_acquire,
     *s_release, *s_ok;
@@ -42,7 +48,7 @@ int settle_valid(PyObject *settle) {
     if (PyTuple_CheckExact(settle) && PyTuple_GET_SIZE(settle) == SETTLE_SIZE &&
         PySet_Check(PyTuple_GET_ITEM(settle, WATCHED)))
         return 1;
-    PyErr_SetString(PyExc_TypeError, "take_replies: settle must be None or the 8-tuple "
+    PyErr_SetString(PyExc_TypeError, "take_replies: settle must be None or the 9-tuple "
                                      "futures_connection.py builds");
     return 0;
 }
@@ -56,17 +62,40 @@ static int empty_attr(PyObject *obj, PyObject *name) {
     return size < 0 ? -1 : size == 0;
 }
 
+/* The size of a future's waiter list or callbacks read in place: -2 when it is no list or
+ * tuple (then asked by name). */
+static Py_ssize_t held_size(PyObject *held) {
+    if (held == NULL) return -2;
+    if (PyList_Check(held)) return PyList_GET_SIZE(held);
+    return PyTuple_CheckExact(held) ? PyTuple_GET_SIZE(held) : -2;
+}
+
+/* quiet() for a future the connection's maker made: its fields read in place. 1, 0, or -2
+ * when a field is not what the maker stored (then asked by name). */
+static int quiet_in_place(PyObject *settle, PyObject *future) {
+    PyObject *maker = PyTuple_GET_ITEM(settle, MAKER);
+    PyObject **state = future_field(maker, future, F_STATE);
+    if (state == NULL || *state == NULL) return -2;
+    if (*state != PyTuple_GET_ITEM(settle, PENDING)) return -2;  /* Any other: by name. */
+    Py_ssize_t waiters = held_size(*future_field(maker, future, F_WAITERS));
+    Py_ssize_t callbacks = held_size(*future_field(maker, future, F_CALLBACKS));
+    if (waiters == -2 || callbacks == -2) return -2;
+    return waiters == 0 && callbacks == 0;
+}
+
 /* 1 when only the reader cares about ``future``: still pending, no waiter of wait() or
  * as_completed, no done-callback, and nobody asleep on the connection's condition (those
  * Python's deliver wakes). 0 otherwise, -1 with an exception. */
 static int quiet(PyObject *settle, PyObject *future) {
+    Py_ssize_t asleep = PyObject_Length(PyTuple_GET_ITEM(settle, SLEEPERS));
+    if (asleep != 0) return asleep < 0 ? -1 : 0;
+    int in_place = quiet_in_place(settle, future);
+    if (in_place != -2) return in_place;
     PyObject *state = PyObject_GetAttr(future, s_state);
     if (state == NULL) return -1;
     int pending = PyObject_RichCompareBool(state, PyTuple_GET_ITEM(settle, PENDING), Py_EQ);
     Py_DECREF(state);
     if (pending <= 0) return pending;
-    Py_ssize_t sleepers = PyObject_Length(PyTuple_GET_ITEM(settle, SLEEPERS));
-    if (sleepers != 0) return sleepers < 0 ? -1 : 0;
     int empty = empty_attr(future, s_waiters);
     return empty <= 0 ? empty : empty_attr(future, s_callbacks);
 }
@@ -116,10 +145,21 @@ static int store_result(PyObject *settle, PyObject *future, PyObject *outcome) {
     Py_DECREF(got);
     if (locked <= 0) return locked;  /* Held by a thread in wait_for or cancel: Python's turn. */
     int done = quiet(settle, future);  /* Unpickling ran Python code: look again, locked. */
-    if (done == 1 &&
+    PyObject *maker = PyTuple_GET_ITEM(settle, MAKER);
+    PyObject **result = future_field(maker, future, F_RESULT);
+    if (done == 1 && result != NULL) {  /* Its slots, stored in place (None replaced). */
+        PyObject *value = PyTuple_GET_ITEM(outcome, 1);
+        PyObject *finished = PyTuple_GET_ITEM(settle, FINISHED);
+        PyObject **state = future_field(maker, future, F_STATE);
+        Py_INCREF(value);
+        Py_XSETREF(*result, value);
+        Py_INCREF(finished);
+        Py_XSETREF(*state, finished);
+    } else if (done == 1 &&
         (PyObject_SetAttr(future, s_result, PyTuple_GET_ITEM(outcome, 1)) < 0 ||
-         PyObject_SetAttr(future, s_state, PyTuple_GET_ITEM(settle, FINISHED)) < 0))
+         PyObject_SetAttr(future, s_state, PyTuple_GET_ITEM(settle, FINISHED)) < 0)) {
         done = -1;
+    }
     return release(lock) < 0 ? -1 : done;
 }
 

@@ -20,7 +20,7 @@ from types import ModuleType
 
 PURE_ENV = 'LP_COURIER_PURE'
 #: The ``API_VERSION`` of ``_frames.c`` this Python speaks (its functions' arguments and results).
-API_VERSION = 3
+API_VERSION = 4
 
 try:  # By name: an extension module is no source file the import-linter contracts can place.
     _cframes = importlib.import_module('launchpad_py.courier._cframes')

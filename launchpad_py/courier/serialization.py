@@ -22,7 +22,7 @@ import io
 import pickle
 import threading
 import types
-from typing import Any
+from typing import Any, Callable
 
 import cloudpickle
 
@@ -92,35 +92,56 @@ def _rebuild_jax_array(array):
     return array
 
 
+class _LargeBuffer(Exception):
+    """Raised by ``_small_only``: the payload holds a buffer to keep out of band."""
+
+
+def _small_only(buffer: pickle.PickleBuffer) -> bool:
+    """``encode``'s first try: small buffers in band, a large one starts again."""
+    if buffer.raw().nbytes < OUT_OF_BAND_MIN_BYTES:
+        return True
+    raise _LargeBuffer
+
+
 def encode(obj: Any) -> tuple[bytes, list[memoryview]]:
     """The pickle stream and the raw out-of-band buffers it refers to (not copied)."""
+    # The C pickler first (several times faster on small calls); cloudpickle when the
+    # payload needs it: something from __main__ or a JAX array (both show in the
+    # stream as module names), or anything plain pickle refuses (lambdas, local classes).
+    # A stream without STACK_GLOBAL names no module at all (the usual small call).
+    # The first try keeps every buffer in band and stops at a large one: the usual call
+    # holds none, and then makes no list or closure to collect them.
     buffers: list[memoryview] = []
+    try:
+        pickled = pickle.dumps(obj, protocol=PROTOCOL, buffer_callback=_small_only)
+    except _LargeBuffer:
+        try:
+            pickled = pickle.dumps(obj, protocol=PROTOCOL, buffer_callback=_keep_large(buffers))
+        except Exception:
+            pickled = None
+    except Exception:
+        pickled = None
+    if pickled is not None and (_STACK_GLOBAL not in pickled or (
+            b'__main__' not in pickled and b'jax' not in pickled)):
+        return pickled, buffers
+    buffers.clear()
+    stream = io.BytesIO()
+    try:
+        _Pickler(stream, protocol=PROTOCOL, buffer_callback=_keep_large(buffers)).dump(obj)
+    except Exception as exc:
+        raise TypeError(f'cannot serialize {_describe(obj)} for courier: {exc}') from exc
+    return stream.getvalue(), buffers
 
+
+def _keep_large(buffers: list) -> Callable[[pickle.PickleBuffer], bool]:
+    """A ``buffer_callback`` that keeps small buffers in band and appends large ones."""
     def keep_large(buffer: pickle.PickleBuffer) -> bool:
         raw = buffer.raw()
         if raw.nbytes < OUT_OF_BAND_MIN_BYTES:
             return True  # In band.
         buffers.append(raw)
         return False
-
-    # The C pickler first (several times faster on small calls); cloudpickle when the
-    # payload needs it: something from __main__ or a JAX array (both show in the
-    # stream as module names), or anything plain pickle refuses (lambdas, local classes).
-    # A stream without STACK_GLOBAL names no module at all (the usual small call).
-    try:
-        pickled = pickle.dumps(obj, protocol=PROTOCOL, buffer_callback=keep_large)
-        if _STACK_GLOBAL not in pickled or (
-                b'__main__' not in pickled and b'jax' not in pickled):
-            return pickled, buffers
-    except Exception:
-        pass
-    buffers.clear()
-    stream = io.BytesIO()
-    try:
-        _Pickler(stream, protocol=PROTOCOL, buffer_callback=keep_large).dump(obj)
-    except Exception as exc:
-        raise TypeError(f'cannot serialize {_describe(obj)} for courier: {exc}') from exc
-    return stream.getvalue(), buffers
+    return keep_large
 
 
 def _describe(obj: Any) -> str:

@@ -133,11 +133,16 @@ class _Mux:
         self.condition = threading.Condition()
 
 
-def _settle_for(mux: _Mux) -> tuple:
-    """``FuturesConnection``'s settle tuple, for a reader used directly."""
+def _settle_for(mux: _Mux, in_place: bool) -> tuple:
+    """``FuturesConnection``'s settle tuple, for a reader used directly; ``in_place``: with
+    the connection's future maker (fields read and stored in their slots), else without
+    (by name)."""
+    maker = frame_loop.compiled().future_maker(
+        call_future.CallFuture, call_future.Watched, call_future.FIELDS, mux, mux.condition,
+        call_future.PENDING) if in_place else None
     return (serialization.decode_reply, serialization, serialization.plain_loads, set(),
             mux.condition._lock, mux.condition._waiters, call_future.PENDING,
-            call_future.FINISHED)
+            call_future.FINISHED, maker)
 
 
 def _reply(call_id: int, obj) -> bytes:
@@ -145,10 +150,12 @@ def _reply(call_id: int, obj) -> bytes:
     return b''.join(bytes(p) for p in parts)
 
 
-def test_the_compiled_loop_leaves_a_future_whose_lock_is_held_to_python(monkeypatch):
+@pytest.mark.parametrize('in_place', [True, False], ids=['in-place', 'by-name'])
+def test_the_compiled_loop_leaves_a_future_whose_lock_is_held_to_python(monkeypatch, in_place):
     """While another thread holds the connection's lock, ``take_replies`` does not wait for it:
     the reply comes back unpickled, ``(entry, ('ok', value), None)``, its future untouched;
-    once the lock is free, the next reply's future is completed in C and not listed."""
+    once the lock is free, the next reply's future is completed in C and not listed (its
+    slots read and stored in place, or by name without the maker)."""
     monkeypatch.delenv(frame_loop.PURE_ENV, raising=False)
     left, right = socket.socketpair()
     reader = frames.Reader(right, shm.ReleaseQueue(), scratch=4096, descriptors=False)
@@ -168,7 +175,7 @@ def test_the_compiled_loop_leaves_a_future_whose_lock_is_held_to_python(monkeypa
         first = call_future.CallFuture(mux, 1, None)
         entry = (first, 'echo', serialization.decode_reply)
         left.sendall(_reply(1, ('ok', 'one')))
-        assert reader.take_replies({1: entry}, _settle_for(mux)) == [(entry, ('ok', 'one'), None)]
+        assert reader.take_replies({1: entry}, _settle_for(mux, in_place)) == [(entry, ('ok', 'one'), None)]
         assert first._state == call_future.PENDING
     finally:
         release.set()
@@ -176,6 +183,6 @@ def test_the_compiled_loop_leaves_a_future_whose_lock_is_held_to_python(monkeypa
     second = call_future.CallFuture(mux, 2, None)
     left.sendall(_reply(2, ('ok', 'two')))
     assert reader.take_replies({2: (second, 'echo', serialization.decode_reply)},
-                               _settle_for(mux)) == []
+                               _settle_for(mux, in_place)) == []
     assert second.result(timeout=0) == 'two'
     left.close(), right.close()

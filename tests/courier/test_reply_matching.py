@@ -8,6 +8,7 @@ frame is read by Python. ``tcp.Connection.peer_gone`` peeks without raising when
 
 from __future__ import annotations
 
+import os
 import socket
 import threading
 
@@ -93,6 +94,22 @@ def test_peer_gone_sees_a_closed_tcp_peer_without_blocking(loop):
     finally:
         connection.close()
 
+
+def test_a_closed_tcp_connection_is_gone_without_looking_at_its_descriptor(loop):
+    """After ``close`` the connection says gone, even when its descriptor number was reused
+    by an open socket whose peer is there (the compiled peek is bound to the number)."""
+    left, right = socket.socketpair()
+    connection = tcp.Connection(right)
+    number = right.fileno()
+    a, b = socket.socketpair()  # Made first: neither may take the number closed below.
+    connection.close()
+    os.dup2(b.fileno(), number)  # The number now names an open socket whose peer is there.
+    try:
+        assert connection.peer_gone()
+    finally:
+        os.close(number)
+        for end in (left, a, b):
+            end.close()
 
 
 def test_a_reply_nobody_waits_for_is_dropped_without_waiting_for_more(loop, pair):

@@ -12,6 +12,7 @@ for them, and bounded by ``max_frame_bytes`` before anything is allocated.
 
 from __future__ import annotations
 
+import functools
 import logging
 import select
 import socket
@@ -53,6 +54,8 @@ class Connection:
                                     max_frame_bytes=max_frame_bytes)
         self.outbox = frames.Outbox(sock, self.reader.loop)
         self.read = self.reader.read  # Nothing to add to it here (see uds.Connection.read).
+        if self.reader.loop is not None:  # The compiled peek, called directly (see close).
+            self.peer_gone = functools.partial(self.reader.loop.peer_gone, sock.fileno())
 
     def send(self, call_id: int, kind: int, obj, counts=None, hold: bool = False) -> None:
         pickled, buffers = serialization.encode(obj)
@@ -76,7 +79,9 @@ class Connection:
         and fails only when the reply is read, as if the server had died during
         the call; this check lets the caller take a fresh connection instead. The
         compiled loop peeks without raising (``BlockingIOError`` for the usual
-        answer cost more than the system call).
+        answer cost more than the system call); a connection on it has this method
+        replaced by that peek bound to its descriptor (asked before every pooled
+        synchronous call: one C call instead of a Python method around it).
         """
         if isinstance(self.sock, ssl.SSLSocket):
             return _tls_peer_gone(self.sock)
@@ -91,7 +96,14 @@ class Connection:
             return True
 
     def close(self) -> None:
+        # The bound peek would look at whatever socket reuses the descriptor: gone instead.
+        self.peer_gone = _gone
         uds.shut(self.sock)
+
+
+def _gone() -> bool:
+    """``peer_gone`` of a connection closed here."""
+    return True
 
 
 def _tls_peer_gone(sock: ssl.SSLSocket) -> bool:

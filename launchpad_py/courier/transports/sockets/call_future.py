@@ -15,32 +15,40 @@ from concurrent.futures import _base
 PENDING, FINISHED = _base.PENDING, _base.FINISHED
 
 
+#: A ``CallFuture``'s fields, in the order ``_cframes.future_maker`` fills them.
+FIELDS = ('_condition', '_waiters', '_mux', '_call_id', '_deadline', '_on_failure', '_state',
+          '_result', '_exception', '_done_callbacks')
+
+
 class CallFuture(concurrent.futures.Future):
     """A call's ``concurrent.futures.Future``; waiting for it reads from the connection.
 
     The futures of one connection share its condition (making one per call
     cost more than the rest of a call's bookkeeping): ``Future``'s own waits
     are only reached once the future is done, and ``wait_for`` loops.
+
+    Its fields, ``Future``'s included, are slots: C members of the instance, which the
+    compiled loop fills when it makes a future (``_cframes.future_maker``, no ``__init__``
+    runs) and reads and stores when it completes one (``_settle.c``). ``Future``'s code
+    reaches them by name as before; anything else set on a future goes to its ``__dict__``.
     """
 
-    # ``Future.__init__``'s fields that every call starts with, as class defaults: a call
-    # stores only what is its own (a future is made per call). A future's first done-callback
-    # gives it a list of its own (``add_done_callback``); ``Future`` only ever appends to it
-    # there, and iterates it.
-    _state = PENDING
-    _result = _exception = _on_failure = None
-    _done_callbacks: list | tuple = ()
+    __slots__ = FIELDS
 
     def __init__(self, mux, call_id: int, deadline: float | None, on_failure=None):
-        # What Future.__init__ sets but the defaults above; ``mux`` is the FuturesConnection.
+        # What the compiled maker stores, for the pure loop: ``mux`` is the FuturesConnection;
         # ``on_failure``: as ``on_failure(fn)`` sets it, given here by a caller that sets it on
         # every future (a client following its server), two Python calls less per call.
         self._condition = mux.condition
-        self._waiters = waiters = _Watched()
+        self._waiters = waiters = Watched()
         waiters.future = self
         self._mux, self._call_id, self._deadline = mux, call_id, deadline
-        if on_failure is not None:
-            self._on_failure = on_failure
+        self._on_failure = on_failure
+        self._state = PENDING
+        self._result = self._exception = None
+        # A future's first done-callback gives it a list of its own (``add_done_callback``);
+        # ``Future`` only ever appends to it there, and iterates it.
+        self._done_callbacks = ()
 
     def on_failure(self, fn) -> None:
         """Calls ``fn(self)`` if this call fails, without observing it: unlike a done-callback,
@@ -89,12 +97,12 @@ class CallFuture(concurrent.futures.Future):
         if self._state == PENDING:
             self._mux.watched(self)
         with self._condition:  # Where Future.add_done_callback appends, under the same lock.
-            if not isinstance(self._done_callbacks, list):
+            if not isinstance(self._done_callbacks, list):  # The shared empty tuple.
                 self._done_callbacks = []
         super().add_done_callback(fn)
 
 
-class _Watched(list):
+class Watched(list):
     """A future's waiter list (``wait``, ``as_completed``): a waiter added asks for delivery."""
 
     __slots__ = ('future',)

@@ -25,6 +25,7 @@ only their reader waits for (``_settle.c``): such a reply then runs no Python co
 
 from __future__ import annotations
 
+import functools
 import itertools
 import select
 import ssl
@@ -58,12 +59,20 @@ class FuturesConnection:
         self._timed = False  # Whether any call here ever had a deadline.
         self._wake = threading.Condition(threading.Lock())
         self.condition = threading.Condition()  # Shared by this connection's futures.
+        # ``CallFuture(self, call_id, deadline, on_failure)``; the compiled loop's maker fills
+        # the future's slots in one C call, without a Python ``__init__``.
+        loop = connection.reader.loop
+        self._new_future = functools.partial(call_future.CallFuture, self) if loop is None \
+            else loop.future_maker(call_future.CallFuture, call_future.Watched,
+                                   call_future.FIELDS, self, self.condition, call_future.PENDING)
         # What the compiled loop needs to complete a future as ``CallFuture.deliver`` would
         # (``_settle.c``): entries decoded with ``decode_reply`` qualify; the lock and the
-        # sleepers are the condition's, which every future here shares.
+        # sleepers are the condition's, which every future here shares; the maker says where
+        # the fields of the futures it made lie.
         self._settle = (serialization.decode_reply, serialization, serialization.plain_loads,
                         self._watched, self.condition._lock, self.condition._waiters,
-                        call_future.PENDING, call_future.FINISHED)
+                        call_future.PENDING, call_future.FINISHED,
+                        None if loop is None else self._new_future)
         self._asleep = False
         self._thread = threading.Thread(target=self._background, daemon=True,
                                         name=f'uds-channel-{address}')
@@ -78,9 +87,8 @@ class FuturesConnection:
         connection is closed, and the caller may send the request on a new one.
         ``on_failure``: the future's failure hook (``CallFuture.on_failure``)."""
         call_id = next(self._ids)
-        future = call_future.CallFuture(self, call_id,
-                                        None if not timeout else time.monotonic() + timeout,
-                                        on_failure)
+        future = self._new_future(call_id, None if not timeout else time.monotonic() + timeout,
+                                  on_failure)
         pending = self.pending
         pending[call_id] = (future, request[0], decode)
         if self.closed:  # Shut before or while it was added: whoever pops it fails it.

@@ -85,6 +85,11 @@ class SocketChannel:
                     on_failure: Callable | None = None) -> concurrent.futures.Future | object:
         """The call's future, or ``NO_SOCKET`` when the server offers no such socket here;
         ``on_failure(future)`` runs if the call fails (``CallFuture.on_failure``)."""
+        mux = self._mux
+        if mux is not None and mux.pending and not mux.closed:  # In use: no staleness to ask.
+            future = mux.submit(request, timeout, decode, on_failure)
+            if future is not None:
+                return future
         for attempt in range(2):  # A connection its server closed is noticed, then replaced.
             mux = self._mux
             if mux is None or mux.closed or (not mux.pending and mux.stale()):
