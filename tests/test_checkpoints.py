@@ -112,10 +112,11 @@ def test_actor_learner_learner_resumes_after_sigkill_with_its_step_and_return(
         tmp_path, monkeypatch):
     """The example's learner checkpoints every few steps; SIGKILLed under lp.Restart, the new
     learner starts from the last save: its step, env steps and recent return, not from zero
-    (a fresh learner needs seconds to compile before its first step)."""
+    (a fresh learner needs seconds to compile before its first step: one batch size,
+    ``batch_growth=1``, so one compile per start, not four)."""
     from examples.actor_learner.program import Config, make_program
     monkeypatch.setenv('LAUNCHPAD_PY_CHECKPOINT_DIR', str(tmp_path))
-    config = Config(num_actors=2, checkpoint_every=5, target_return=10_000.0,
+    config = Config(num_actors=2, checkpoint_every=5, batch_growth=1, target_return=10_000.0,
                     eval_interval_s=3600.0)
     program = make_program(config)
     learner = next(n for n in program.get_all_nodes() if n.label == 'learner').create_handle()

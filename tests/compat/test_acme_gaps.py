@@ -55,7 +55,12 @@ def test_colocated_children_slow_to_stop_do_not_outlast_the_grace_period(launch_
 
 
 def lose_the_learner():
-    """What an actor raises when the learner's server went away under its call."""
+    """What an actor raises when the learner's server went away under its call.
+
+    Its runtime then waits 0.5 s, not STOP_NOTICE_SECONDS (5 s), for a stop that is not
+    coming before it reports the failure: set here, in the node's own process (test_mp),
+    as the test's monkeypatch does under test_mt (which restores it afterwards)."""
+    runtime.STOP_NOTICE_SECONDS = 0.5
     raise CourierUnavailableError("server unavailable calling 'get_variables' on "
                                   "127.0.0.1:1: the peer closed the connection")
 
@@ -77,9 +82,10 @@ def fail_once_stopping():
 def test_the_cause_is_reported_not_the_node_that_lost_its_peer(launch_type, consequence,
                                                                monkeypatch):
     """A peer-lost failure that arrives first gives way to the failure that caused it."""
-    if launch_type == 'test_mt':  # Threads of this process: the actor need not wait 5 s for
-        # a stop that is not coming before it fails (its processes under test_mp still do).
-        monkeypatch.setattr(runtime, 'STOP_NOTICE_SECONDS', 0.5)
+    # The actor need not wait 5 s for a stop that is not coming before it fails; under
+    # test_mt it is a thread of this process, which the node function must not change for
+    # the tests after this one.
+    monkeypatch.setattr(runtime, 'STOP_NOTICE_SECONDS', runtime.STOP_NOTICE_SECONDS)
     program = lp.Program('acme_like')
     program.add_node(lp.PyNode(fail_once_stopping), label='learner')
     program.add_node(lp.PyNode(consequence), label='actor')

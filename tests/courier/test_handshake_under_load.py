@@ -91,7 +91,8 @@ def test_a_call_without_deadline_dials_again_until_a_slow_server_greets(
 @pytest.mark.parametrize('path', ['sync', 'futures'])
 def test_a_call_with_a_deadline_keeps_it_while_the_server_is_slow(held_greetings, monkeypatch,
                                                                   path):
-    """With a deadline the timed-out handshake is the caller's error, not retried."""
+    """With a deadline the timed-out handshake is the caller's error, not retried. The
+    greeting is released before the server stops, which otherwise waited for its held door."""
     with courier.Server(Echo(), secret=SECRET) as server:
         client = courier.Client(server.address, transport='tcp', secret=SECRET, timeout=0.3)
         with pytest.raises(courier.CourierUnavailableError, match='no courier handshake'):
@@ -99,6 +100,7 @@ def test_a_call_with_a_deadline_keeps_it_while_the_server_is_slow(held_greetings
                 client.echo(1)
             else:
                 client.futures.echo(1).result(timeout=30)
+        held_greetings.set()
 
 
 def test_a_future_without_deadline_dials_again_too(held_greetings, monkeypatch):

@@ -7,6 +7,7 @@ import os
 import stat
 import subprocess
 import sys
+import threading
 import time
 
 import numpy as np
@@ -124,17 +125,27 @@ def test_a_crash_fails_pending_futures(remote):
 
 @pytest.mark.parametrize('timeout', [0.3, 1, __import__('datetime').timedelta(seconds=0.3)])
 def test_timeouts_on_the_local_path(timeout):
-    """Float, int and timedelta deadlines raise CourierTimeoutError, sync and futures."""
-    class Slow:
-        def sleep(self, seconds):
-            time.sleep(seconds)
+    """Float, int and timedelta deadlines raise CourierTimeoutError, sync and futures.
 
-    with courier.Server(Slow()) as server:
+    The server's method blocks until the test releases it (not a 1.5 s sleep, which the
+    server's stop then waited out after each timeout)."""
+    class Slow:
+        def __init__(self):
+            self.released = threading.Event()
+
+        def sleep(self, seconds):
+            self.released.wait(seconds)
+
+    slow = Slow()
+    with courier.Server(slow) as server:
         client = courier.Client(server.address, timeout=timeout)
-        with pytest.raises(courier.CourierTimeoutError, match="'sleep'"):
-            client.sleep(1.5)
-        with pytest.raises(courier.CourierTimeoutError, match="'sleep'"):
-            client.futures.sleep(1.5).result(timeout=30)
+        try:
+            with pytest.raises(courier.CourierTimeoutError, match="'sleep'"):
+                client.sleep(30)
+            with pytest.raises(courier.CourierTimeoutError, match="'sleep'"):
+                client.futures.sleep(30).result(timeout=30)
+        finally:
+            slow.released.set()
 
 
 def test_no_timeout_when_falsy():

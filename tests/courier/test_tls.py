@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from launchpad_py import courier
+from launchpad_py.courier.transports import grpc_client
 
 pytestmark = pytest.mark.skipif(shutil.which('openssl') is None,
                                 reason='TlsCredentials.generate needs the openssl command')
@@ -116,10 +117,13 @@ def _echo_in_thread(client: courier.Client) -> concurrent.futures.Future:
                                                 (False, 'does not speak TLS')],
                          ids=['plain_client', 'tls_client'])
 def test_a_tls_mismatch_without_deadline_fails_with_a_clear_error(credentials, transport,
-                                                                  server_tls, wanted):
+                                                                  server_tls, wanted,
+                                                                  monkeypatch):
     """A client without a deadline whose TLS setting differs from its server's fails within
     seconds with TlsMismatchError naming the address (its first call waited for ever, in
-    gRPC's Endpoints hello), and no method runs."""
+    gRPC's Endpoints hello), and no method runs. The client looks at why it cannot connect
+    every CONNECT_CHECK_S (2 s), which the test shortens: it waited that out four times."""
+    monkeypatch.setattr(grpc_client, 'CONNECT_CHECK_S', 0.2)
     target = Recorder()
     server_creds, client_creds = (credentials, None) if server_tls else (None, credentials)
     with courier.Server(target, secret=SECRET, tls=server_creds) as server:

@@ -39,9 +39,13 @@ def test_learns_cartpole_as_processes(tmp_path):
                          ids=['defaults', 'three_per_call_published_on_request'])
 def test_stops_at_step_budget_as_threads(tmp_path, options):
     """Under test_mt the evaluator ends the program once the env-step budget is used,
-    with parameters published either way and unrolls sent one or several per call."""
-    config = Config(num_actors=1, batch_size=4, target_return=1e9, max_env_steps=1000,
-                    eval_interval_s=0.5, eval_episodes=2, **options)
+    with parameters published either way and unrolls sent one or several per call.
+
+    One batch size (``batch_growth=1``): each size is a JAX compile of seconds before the
+    first step, and growth is what test_learns_cartpole_as_processes and
+    test_learner_step_compiles_once_per_batch_size cover."""
+    config = Config(num_actors=1, batch_size=4, batch_growth=1, target_return=1e9,
+                    max_env_steps=1000, eval_interval_s=0.5, eval_episodes=2, **options)
     result = _run(tmp_path, 'test_mt', config, timeout=90)
     assert not result['reached_target']
     assert result['history'][-1]['env_steps'] >= 1000
@@ -52,9 +56,10 @@ def test_stops_at_step_budget_as_threads(tmp_path, options):
 def test_actors_joining_and_leaving_lose_and_double_count_no_unroll(tmp_path, unrolls_per_call):
     """Actors join and leave while the learner trains (test_mp): the added actors' unrolls
     arrive, and from every actor each numbered unroll arrives once, with no gap, also when
-    an actor sends several in one call."""
-    config = Config(num_actors=2, batch_size=4, target_return=1e9, max_env_steps=10**9,
-                    eval_interval_s=60.0, unrolls_per_call=unrolls_per_call)
+    an actor sends several in one call. One batch size: the learner counts unrolls as
+    they arrive, and each further size would be a compile of seconds first."""
+    config = Config(num_actors=2, batch_size=4, batch_growth=1, target_return=1e9,
+                    max_env_steps=10**9, eval_interval_s=60.0, unrolls_per_call=unrolls_per_call)
     program = make_program(config, elastic=True)
     learner = program.groups['learner'][0].create_handle()
     with lp.launch(program, launch_type='test_mp',
