@@ -27,7 +27,9 @@ import argparse
 import glob
 import json
 import os
+import pathlib
 import statistics
+import sys
 import time
 
 import psutil
@@ -151,13 +153,12 @@ def main() -> None:
     parser.add_argument('--nodes', default='300,1000')
     parser.add_argument('--json')
     args = parser.parse_args()
-    points = []
+    result = {'command': sys.argv[1:], 'points': []}
     for nodes in [int(n) for n in args.nodes.split(',')]:
-        points.append(measure(nodes))
-        print(json.dumps(points[-1]), flush=True)
-        if args.json:
-            with open(args.json, 'w') as f:
-                json.dump({'points': points}, f, indent=2)
+        result['points'].append(measure(nodes))
+        print(json.dumps(result['points'][-1]), flush=True)
+        if args.json:  # After every point: a run cut short keeps what it measured.
+            pathlib.Path(args.json).write_text(json.dumps(result, indent=2))
 
 
 if __name__ == '__main__':
