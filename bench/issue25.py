@@ -16,6 +16,12 @@ own (the figures come from them; nothing is measured twice here):
 - ``bench.scale_kubernetes``: 1,000 nodes against the fake API server, packed 10 and 50 a pod;
 - ``bench.controller_sim``: the controller with 10,000 and 100,000 simulated workers.
 
+"Flat per node" (issue 25: no step or superlinear growth of launch-to-ready, for every
+launcher) is judged per launch type from the sizes of ``FLAT_FROM`` (100) nodes up: the ready
+time per node at the largest size is at most ``FLAT_FACTOR`` (1.25) times the median ready
+time per node of the smaller ones (below 100 nodes a launch's fixed cost dominates the per-node
+time; with fewer than two sizes from 100 up it is reported, not judged).
+
 The JSON keeps each bench's own output under ``parts`` and one row per figure under
 ``figures``: its value, its target and ``met`` (true or false; null where the issue asks only
 that it be reported). Thresholds are judged at 1,000 nodes, or at the largest size measured
@@ -30,6 +36,7 @@ import json
 import os
 import platform
 import resource
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -50,6 +57,8 @@ TARGET_NODES = 1000  # Where the issue sets its thresholds.
 SOFT_NOFILE = 1024
 GIB_LIMIT = 10.0
 READY_LIMIT_S = {'local_mp': 20.0, 'local_mt': 20.0, 'ssh': 30.0, 'slurm': 30.0}
+FLAT_FROM = 100  # Sizes from here up are judged for a flat per-node curve.
+FLAT_FACTOR = 1.25
 STOP_LIMIT_S = {'local_mp': LaunchOptions().grace + 2, 'local_mt': LaunchOptions().grace + 2,
                 'ssh': 10.0}  # slurm's stop: reported (the issue sets no limit).
 
@@ -104,7 +113,26 @@ def judge_scale(scale: dict, part: str = 'scale') -> list[dict]:
                          _rounded(point.get('fan_out_calls_per_s_median')), None, None))
         if 'fan_in' in point:
             rows.append(_fan_in_row(name, nodes, point['fan_in']))
-    return rows
+    kinds = dict.fromkeys(point['launch_type'] for point in points)
+    return rows + [judge_flat(f'{part} {kind}', [p for p in points if p['launch_type'] == kind])
+                   for kind in kinds]
+
+
+def judge_flat(name: str, points: list[dict]) -> dict:
+    """Flat per node: ready ms/node at the largest size from ``FLAT_FROM`` nodes up is at most
+    ``FLAT_FACTOR`` x the median of the smaller sizes' (a step or superlinear growth is not)."""
+    per_node = {p['nodes']: p['ready_ms_per_node_median'] for p in points
+                if p['nodes'] >= FLAT_FROM and p.get('ready_ms_per_node_median') is not None}
+    figure = 'ready per node flat, ms (largest size)'
+    if len(per_node) < 2:
+        largest = max(per_node, default=None)
+        return _row(name, figure, largest, _rounded(per_node.get(largest)), None, None)
+    largest = max(per_node)
+    median = statistics.median(v for n, v in per_node.items() if n != largest)
+    limit = FLAT_FACTOR * median
+    return _row(name, figure, largest, _rounded(per_node[largest]),
+                f'<= {FLAT_FACTOR:g} x median {median:.2f} ({limit:.2f})',
+                per_node[largest] <= limit)
 
 
 def judge_kubernetes(kube: dict) -> list[dict]:

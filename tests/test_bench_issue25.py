@@ -63,7 +63,8 @@ def test_figures_past_their_targets_are_not_met():
     met = {row['figure']: row['met'] for row in issue25.judge_scale({'points': [point]})}
     assert met == {'launches with every call answered': True, 'ready, median': False,
                    'peak USS, max': True, 'stop, max': False, 'ready per node, ms': None,
-                   'fan-out calls/s': None, 'fan-in: all calls answered': False}
+                   'fan-out calls/s': None, 'fan-in: all calls answered': False,
+                   'ready per node flat, ms (largest size)': None}
 
 
 def test_thresholds_apply_at_1000_nodes_not_above():
@@ -74,6 +75,26 @@ def test_thresholds_apply_at_1000_nodes_not_above():
              if row['figure'] == 'ready, median'}
     assert (ready[1000]['met'], ready[1000]['target']) == (True, '<= 20 s')
     assert (ready[2000]['met'], ready[2000]['target']) == (None, None)
+
+
+def test_flat_per_node_judges_the_largest_size_against_the_median_from_100_up():
+    """Stop 42's local_mp curve (10.3, 10.1, 10.8 ms/node at 100 to 1,000, 15.2 at 2,000) is
+    a step, not flat; 12 ms/node at 2,000 is within 1.25 x the median; sizes below 100 nodes
+    (a launch's fixed cost) and other launch types are left out of the median."""
+    def rows(at_2000):
+        per_node = {10: 32.4, 100: 10.3, 300: 10.1, 1000: 10.8, 2000: at_2000}
+        points = [{'launch_type': 'local_mp', 'nodes': nodes, 'launches': 1, 'succeeded': 1,
+                   'ready_ms_per_node_median': ms} for nodes, ms in per_node.items()]
+        points.append({'launch_type': 'ssh', 'nodes': 1000, 'launches': 1, 'succeeded': 1,
+                       'ready_ms_per_node_median': 99.0})
+        return {row['part']: row for row in issue25.judge_scale({'points': points})
+                if row['figure'] == 'ready per node flat, ms (largest size)'}
+
+    step = rows(15.2)
+    assert (step['scale local_mp']['nodes'], step['scale local_mp']['met']) == (2000, False)
+    assert '10.30' in step['scale local_mp']['target']  # The median of 100, 300 and 1,000.
+    assert step['scale ssh']['met'] is None  # One size from 100 up: reported, not judged.
+    assert rows(12.0)['scale local_mp']['met'] is True
 
 
 def test_the_soft_limit_part_starts_with_a_soft_limit_of_1024():
