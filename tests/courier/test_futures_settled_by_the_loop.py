@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import collections
 import concurrent.futures
+import gc
 import socket
 import threading
+import weakref
 
 import pytest
 from frame_loops import loop  # noqa: F401 (the fixture)
@@ -98,6 +100,26 @@ def test_observed_futures_errors_and_deadlines_complete_through_python(loop, ser
     timed_call = timed.futures.echo('deadline')
     assert timed_call.result(timeout=30) == 'deadline'
     assert (id(timed_call._mux), timed_call._call_id) not in deadlines.deadlines._entries
+
+
+def test_a_future_whose_value_was_read_is_freed_without_the_garbage_collector(loop, server):
+    """Once ``result()`` returned its value, a future is freed when its caller drops it (its
+    waiter list no longer refers back to it: no cycle for the collector to find), and waiting
+    on it with ``concurrent.futures.wait`` still works."""
+    client = courier.Client(server.address, transport='auto')
+    future = client.futures.echo('freed')
+    assert future.result(timeout=30) == 'freed'
+    done, _ = concurrent.futures.wait([future], timeout=30)
+    assert done == {future}
+    gone = weakref.ref(future)
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        del future, done
+        assert gone() is None
+    finally:
+        if collecting:
+            gc.enable()
 
 
 def test_a_reply_that_cannot_be_unpickled_fails_only_its_future(loop, server):
