@@ -79,6 +79,9 @@ class CallFuture(concurrent.futures.Future):
         if self._state == PENDING:
             self._mux.wait_for(self, timeout)
         if self._state == FINISHED and self._exception is None:
+            # Its waiter list knows it (a cycle): unknowing it frees the future by refcount
+            # once its caller drops it, not in the garbage collector's next pass.
+            self._waiters.future = None
             return self._result
         return super().result(timeout=0)
 
@@ -109,7 +112,9 @@ class Watched(list):
 
     def append(self, waiter) -> None:
         super().append(waiter)
-        self.future._mux.watched(self.future)
+        future = self.future
+        if future is not None:  # None once its value was read (``result``): nothing to deliver.
+            future._mux.watched(future)
 
 
 def settle(future: CallFuture, outcome, failed: bool = False) -> None:
