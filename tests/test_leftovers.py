@@ -151,6 +151,24 @@ def test_sweep_removes_only_what_is_dead(tmp_path):
     assert launcher.returncode == 0, err
 
 
+def test_sweep_does_not_dial_live_servers():
+    """A live server's socket is kept without being dialed: every launch on the machine sweeps,
+    and a dial starts the accept thread of each live node of every other program."""
+    live = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    path = uds.socket_path(2)  # Port 2: never a courier server's.
+    live.bind(path)
+    live.listen(8)
+    live.setblocking(False)
+    try:
+        uds.remove_stale_sockets()
+        assert os.path.exists(path)
+        with pytest.raises(BlockingIOError):  # Nobody connected.
+            live.accept()[0].close()
+    finally:
+        live.close()
+        os.unlink(path)
+
+
 def test_process_ending_without_stopping_its_server_removes_the_socket():
     """A script that exits with a courier server still running leaves no socket file."""
     result = run_script('from launchpad_py import courier\n'
