@@ -112,7 +112,8 @@ def _serve(fd: int) -> None:
             pid = children.pop(pidfd)
             os.close(pidfd)
             _, status = os.waitpid(pid, 0)
-            sock.send(pickle.dumps(('exited', pid, os.waitstatus_to_exitcode(status))))
+            if not _answer(sock, ('exited', pid, os.waitstatus_to_exitcode(status))):
+                return
         if fd not in ready:
             continue
         try:
@@ -125,9 +126,10 @@ def _serve(fd: int) -> None:
         try:
             pid = os.fork()
         except OSError as exc:
-            sock.send(pickle.dumps(('failed', request_id, f'fork failed: {exc}')))
             for extra in fds:
                 os.close(extra)
+            if not _answer(sock, ('failed', request_id, f'fork failed: {exc}')):
+                return
             continue
         if pid == 0:
             _child(fds, spec_path, env, cwd, [fd, *children])
@@ -137,7 +139,18 @@ def _serve(fd: int) -> None:
         children[pidfd] = pid
         poller.register(pidfd, select.POLLIN)
         # The launcher gets the pidfd too: it tells when the child ends, even after we die.
-        socket.send_fds(sock, [pickle.dumps(('started', request_id, pid))], [pidfd])
+        if not _answer(sock, ('started', request_id, pid), pidfd):
+            return
+
+
+def _answer(sock: socket.socket, message: tuple, pidfd: int | None = None) -> bool:
+    """Sends ``message`` (with ``pidfd``) to the launcher; False when it has closed its end
+    (at a stop, while children still end): the server then ends quietly, the children run on."""
+    try:
+        socket.send_fds(sock, [pickle.dumps(message)], [] if pidfd is None else [pidfd])
+    except (BrokenPipeError, ConnectionResetError):
+        return False
+    return True
 
 
 def _die_with(parent_pid: int) -> None:
