@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import logging
@@ -78,9 +79,9 @@ def _our_threads() -> set[threading.Thread]:
     return {t for t in threading.enumerate() if t.name.startswith(_OURS)}
 
 
-@pytest.fixture(autouse=True)
-def no_leaks():
-    """Fails the test if it leaves library threads or child processes running."""
+@contextlib.contextmanager
+def leaves_nothing_running():
+    """Fails if the block leaves library threads or child processes running."""
     threads_before = _our_threads()
     children_before = {p.pid for p in psutil.Process().children(recursive=True)}
     yield
@@ -94,6 +95,13 @@ def no_leaks():
         process.kill()
     assert not leaked_threads, f'threads left running: {leaked_threads}'
     assert not alive, f'processes left running: {[p.cmdline() for p in alive]}'
+
+
+@pytest.fixture(autouse=True)
+def no_leaks():
+    """Fails the test if it leaves library threads or child processes running."""
+    with leaves_nothing_running():
+        yield
 
 
 class _GraceKills(logging.Handler):
@@ -234,14 +242,29 @@ def ray_cluster() -> str:
     return ray_address()
 
 
-@pytest.fixture
-def kubernetes_cluster(tmp_path, monkeypatch):
-    """A fake cluster (KUBECONFIG points at it) with nodes h1..h3; h3 has GPUs and pool=a100."""
+@contextlib.contextmanager
+def _fake_kubernetes_cluster(directory: str, monkeypatch: pytest.MonkeyPatch):
     from fake_kube import FakeCluster, FakeNode
     nodes = [FakeNode('h1', netns='lp-h1'), FakeNode('h2', netns='lp-h2'),
              FakeNode('h3', labels={'pool': 'a100'}, gpus=2, netns='lp-h3')]
-    with FakeCluster(str(tmp_path), nodes) as fake:
+    with FakeCluster(directory, nodes) as fake:
         monkeypatch.setenv('KUBECONFIG', fake.kubeconfig)
+        yield fake
+
+
+@pytest.fixture
+def kubernetes_cluster(tmp_path, monkeypatch):
+    """A fake cluster (KUBECONFIG points at it) with nodes h1..h3; h3 has GPUs and pool=a100."""
+    with _fake_kubernetes_cluster(str(tmp_path), monkeypatch) as fake:
+        yield fake
+
+
+@pytest.fixture(scope='module')
+def module_kubernetes_cluster(tmp_path_factory):
+    """The same fake cluster, shared by the tests of a module that launch one program after
+    another into it (a fresh one per test costs its start and its stop each time)."""
+    with pytest.MonkeyPatch.context() as monkeypatch, _fake_kubernetes_cluster(
+            str(tmp_path_factory.mktemp('kubernetes')), monkeypatch) as fake:
         yield fake
 
 

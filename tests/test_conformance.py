@@ -10,21 +10,24 @@ import pytest
 
 import launchpad_py as lp
 from launchpad_py import courier
-from conftest import ALL_LAUNCH_TYPES, launch, read_on_host, wait_for
+from conftest import (ALL_LAUNCH_TYPES, launch, leaves_nothing_running, ray_address,
+                      read_on_host, wait_for)
 from nodes_for_tests import (Pinger, crash, record_stop_handler_calls, serve_forever,
                              stop_from_side_thread)
 
-pytestmark = pytest.mark.parametrize('launch_type', ALL_LAUNCH_TYPES)
+# Module scope: the tests of one launcher run together, so those that only call a node can
+# share one program (``pinger``) instead of launching their own.
+pytestmark = pytest.mark.parametrize('launch_type', ALL_LAUNCH_TYPES, scope='module')
 
 
-@pytest.fixture(autouse=True)
-def cluster_for_kubernetes(request, launch_type):
-    """Kubernetes runs against a fake cluster of its own per test (see fake_kube); ray on the
-    test Ray cluster, or skips saying why."""
+@pytest.fixture(scope='module', autouse=True)
+def cluster_for_launcher(request, launch_type):
+    """Kubernetes runs against a fake cluster of its own, one per launcher's tests here (see
+    fake_kube); ray on the test Ray cluster, or skips saying why."""
     if launch_type == 'kubernetes':
-        request.getfixturevalue('kubernetes_cluster')
+        request.getfixturevalue('module_kubernetes_cluster')
     if launch_type == 'ray':
-        request.getfixturevalue('ray_cluster')
+        ray_address()
 
 
 def _pinger_program():
@@ -33,47 +36,66 @@ def _pinger_program():
     return program, handle
 
 
-def test_ping_courier_node(launch_type):
+# Under these the node's threads live in this process, and each test counts the threads it
+# leaves (conftest.no_leaks): a shared node's lazily started handler threads would be counted.
+_IN_THIS_PROCESS = ('local_mt', 'test_mt')
+
+
+@pytest.fixture(scope='module')
+def _shared_pinger(launch_type):
+    """A client of one pinger node, launched once per launcher that runs nodes in processes
+    of their own; the program stops, leaving nothing running, after the last test using it."""
+    if launch_type in _IN_THIS_PROCESS:
+        yield None
+        return
+    program, handle = _pinger_program()
+    with leaves_nothing_running():
+        with launch(program, launch_type):
+            yield handle.dereference()
+
+
+@pytest.fixture
+def pinger(_shared_pinger, launch_type):
+    """A client of a pinger node, for the tests that only call it: the launcher's shared one,
+    or (threads in this process) one of a program launched for this test alone."""
+    if _shared_pinger is not None:
+        yield _shared_pinger
+        return
+    program, handle = _pinger_program()
+    with launch(program, launch_type):
+        yield handle.dereference()
+
+
+def test_ping_courier_node(pinger):
     """A courier node answers calls from the launching process."""
-    program, handle = _pinger_program()
-    with launch(program, launch_type):
-        assert handle.dereference().ping(7) == ('pong', 7)
+    assert pinger.ping(7) == ('pong', 7)
 
 
-def test_futures_from_many_threads(launch_type):
+def test_futures_from_many_threads(pinger):
     """Futures issued concurrently from 8 threads each get their own answer."""
-    program, handle = _pinger_program()
-    with launch(program, launch_type):
-        client = handle.dereference()
+    def issue(thread_index):
+        futures = [pinger.futures.ping((thread_index, i)) for i in range(20)]
+        return [f.result(timeout=30) for f in futures]
 
-        def issue(thread_index):
-            futures = [client.futures.ping((thread_index, i)) for i in range(20)]
-            return [f.result(timeout=30) for f in futures]
-
-        with concurrent.futures.ThreadPoolExecutor(8) as pool:
-            results = list(pool.map(issue, range(8)))
+    with concurrent.futures.ThreadPoolExecutor(8) as pool:
+        results = list(pool.map(issue, range(8)))
     for thread_index, answers in enumerate(results):
         assert answers == [('pong', (thread_index, i)) for i in range(20)]
 
 
-def test_numpy_arrays_both_ways(launch_type):
+def test_numpy_arrays_both_ways(pinger):
     """Arrays go to the node and come back intact."""
-    program, handle = _pinger_program()
-    with launch(program, launch_type):
-        client = handle.dereference()
-        sent = np.random.default_rng(0).normal(size=(64, 3))
-        np.testing.assert_array_equal(client.double(sent), sent * 2)
-        received = client.make_array(1000)
-        assert received.dtype == np.float32
-        np.testing.assert_array_equal(received, np.arange(1000, dtype=np.float32))
+    sent = np.random.default_rng(0).normal(size=(64, 3))
+    np.testing.assert_array_equal(pinger.double(sent), sent * 2)
+    received = pinger.make_array(1000)
+    assert received.dtype == np.float32
+    np.testing.assert_array_equal(received, np.arange(1000, dtype=np.float32))
 
 
-def test_remote_exception_keeps_type_message_and_traceback(launch_type):
+def test_remote_exception_keeps_type_message_and_traceback(pinger):
     """A server-side exception is re-raised as its own type with the remote traceback."""
-    program, handle = _pinger_program()
-    with launch(program, launch_type):
-        with pytest.raises(KeyError, match='no such key') as info:
-            handle.dereference().fail('no such key')
+    with pytest.raises(KeyError, match='no such key') as info:
+        pinger.fail('no such key')
     assert isinstance(info.value.__cause__, courier.RemoteTraceback)
     assert 'in fail' in info.value.remote_traceback
     assert any("'pinger/0'" in note and "'fail'" in note for note in info.value.__notes__)

@@ -7,6 +7,7 @@ of the address, and a client whose call failed asks again and follows it.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
 import socket
@@ -23,8 +24,23 @@ from launchpad_py.supervision.launch_kit import address_book, program_secret
 from conftest import launch, needs_ray, needs_ssh_hosts, ssh_host, wait_for
 from restart_nodes import Caller, Member
 
-# Backoff long enough to take the dead node's port before its restart binds it.
-_SLOW = lp.Restart(max_restarts=3, backoff=(3.0, 3.0))
+
+@dataclasses.dataclass(frozen=True)
+class _HeldRestart(lp.Restart):
+    """``lp.Restart`` whose restart waits until the test has taken the dead node's port.
+
+    The supervisor asks the policy for the backoff (``delay``) once the node has failed;
+    here that answer waits for ``released``, so the restart cannot bind the old port first,
+    however loaded the machine (a fixed 3 s backoff was only a safety margin for that race).
+    """
+
+    released: threading.Event = dataclasses.field(default_factory=threading.Event,
+                                                  compare=False, repr=False)
+
+    def delay(self, restarts_done, rng=None):
+        # Bounded: a test that failed before releasing must not hang the program's stop.
+        self.released.wait(60)
+        return 0.0
 
 
 def _state(controller, label='member'):
@@ -49,11 +65,15 @@ def _take_port(value: str) -> socket.socket:
     return wait_for(bind, what=f'port {port} to be free')
 
 
-def _kill_and_take_its_port(controller, handle, pid):
-    """SIGKILLs the member, takes its port, waits until it serves again; the taken socket."""
+def _kill_and_take_its_port(controller, handle, pid, policy):
+    """SIGKILLs the member, takes its port, lets it restart and waits until it serves again;
+    the old address and the taken socket."""
     old = handle.address.resolve()
     os.kill(pid, signal.SIGKILL)
-    taken = _take_port(old)
+    try:
+        taken = _take_port(old)
+    finally:
+        policy.released.set()
     wait_for(lambda: _state(controller).restarts == 1
              and _state(controller).state == lp.NodeState.RUNNING, what='the restart')
     return old, taken
@@ -66,13 +86,14 @@ def test_a_client_follows_a_restarted_node_to_its_new_port(made_from):
     knows every node's address, so that client follows too."""
     program = lp.Program(f'moves_{made_from}')
     handle = program.add_node(lp.CourierNode(Member), label='member')
-    with lp.launch(program, launch_type='test_mp', failure_policy={'member': _SLOW}) as controller:
+    policy = _HeldRestart(max_restarts=3)
+    with lp.launch(program, launch_type='test_mp', failure_policy={'member': policy}) as controller:
         client = (handle.dereference() if made_from == 'handle'
                   else courier.Client(handle.address.resolve()))
         pid = client.who()['pid']
         in_flight = client.futures.hold()
         wait_for(lambda: client.holding() == 1, what='the held call to arrive')
-        old, taken = _kill_and_take_its_port(controller, handle, pid)
+        old, taken = _kill_and_take_its_port(controller, handle, pid, policy)
         with taken:
             with pytest.raises(courier.CourierUnavailableError):
                 in_flight.result(timeout=30)
@@ -85,12 +106,13 @@ def test_a_client_in_another_node_follows_it_too():
     program = lp.Program('moves_in_node')
     member = program.add_node(lp.CourierNode(Member), label='member')
     caller = program.add_node(lp.CourierNode(Caller, member), label='caller')
-    with lp.launch(program, launch_type='test_mp', failure_policy={'member': _SLOW}) as controller:
+    policy = _HeldRestart(max_restarts=3)
+    with lp.launch(program, launch_type='test_mp', failure_policy={'member': policy}) as controller:
         client = caller.dereference()
         pid = client.who()
         in_flight = client.futures.hold()
         wait_for(lambda: member.dereference().holding() == 1, what="the caller's call to arrive")
-        old, taken = _kill_and_take_its_port(controller, member, pid)
+        old, taken = _kill_and_take_its_port(controller, member, pid, policy)
         with taken:
             assert in_flight.result(timeout=30) == 'unavailable'
             assert client.who() == _state(controller).pid != pid
@@ -146,7 +168,8 @@ def test_remotely_a_restart_whose_port_was_taken_serves_on_another_and_is_found(
     program = lp.Program(f'{launch_type}_moves')
     member = program.add_node(lp.CourierNode(Member), label='member')
     caller = program.add_node(lp.CourierNode(Caller, member), label='caller')
-    with launch(program, launch_type, failure_policy={'member': _SLOW},
+    policy = _HeldRestart(max_restarts=3)
+    with launch(program, launch_type, failure_policy={'member': policy},
                 **_on_hosts(launch_type)) as controller:
         client = caller.dereference()
         pid = client.who()
@@ -154,7 +177,10 @@ def test_remotely_a_restart_whose_port_was_taken_serves_on_another_and_is_found(
         wait_for(lambda: member.dereference().holding() == 1, what="the caller's call to arrive")
         old = member.address.resolve()
         os.kill(pid, signal.SIGKILL)
-        taker = _take_port_on_host('lp-h2', old)
+        try:
+            taker = _take_port_on_host('lp-h2', old)
+        finally:
+            policy.released.set()
         try:
             wait_for(lambda: _state(controller).restarts == 1
                      and _state(controller).state == lp.NodeState.RUNNING, what='the restart')
