@@ -109,6 +109,19 @@ class ReverbQueue:
         self._stop = stop
 
     def put(self, unroll: dict[str, np.ndarray]) -> None:
+        """Inserts ``unroll`` once the table has room; gives up when the program stops.
+
+        Reverb's insert into a full queue waits with no deadline, stop or not (an actor
+        stuck there was killed at the end of the stop's grace period), so ``put`` waits for
+        room itself, checking for a stop every 50 ms. (Several actors may still race for
+        the last slot; the loser's insert then waits for the learner's next take.)
+        """
+        while True:
+            info = self._client.server_info(timeout=5)[TABLE]
+            if info.current_size < info.max_size:
+                break
+            if self._stop.wait(0.05):
+                return
         self._client.insert([unroll[name] for name in FIELDS], priorities={TABLE: 1.0})
 
     def take(self, sizes: tuple[int, ...]) -> list[dict[str, np.ndarray]] | None:

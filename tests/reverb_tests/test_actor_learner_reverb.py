@@ -32,3 +32,30 @@ def test_learns_cartpole_through_reverb(tmp_path):
     with open(path) as f:
         result = json.load(f)
     assert result['reached_target'], result['history'][-3:]
+
+
+def test_an_actor_waiting_on_a_full_queue_heeds_the_stop():
+    """A put into a full Reverb queue returns once the program stops. Reverb's own insert
+    waits for room with no deadline, stop or not: the actor stuck there was killed at the
+    end of the stop's grace period (10 s in the reverb test above)."""
+    import threading
+
+    import numpy as np
+    import reverb
+
+    from examples.actor_learner.replay import FIELDS, ReverbQueue, reverb_tables
+    server = reverb.Server(tables=reverb_tables(max_size=1))
+    try:
+        stop = threading.Event()
+        queue = ReverbQueue(reverb.Client(f'localhost:{server.port}'), stop)
+        unroll = {name: np.zeros(2, np.float32) for name in FIELDS}
+        queue.put(unroll)  # The table is now full.
+        second = threading.Thread(target=queue.put, args=(unroll,), daemon=True)
+        second.start()
+        second.join(0.5)
+        assert second.is_alive(), 'a put into a full queue returned without room or stop'
+        stop.set()
+        second.join(10)
+        assert not second.is_alive(), 'the put into a full queue ignored the stop'
+    finally:
+        server.stop()
