@@ -112,6 +112,23 @@ def _echo_in_thread(client: courier.Client) -> concurrent.futures.Future:
     return result
 
 
+def _assert_mismatch_fails_at_once(transport, server_tls, client_tls, said: str) -> None:
+    """A client without a deadline, holding ``client_tls``, calls a server holding
+    ``server_tls``: its call fails within seconds with TlsMismatchError naming the server's
+    address and saying ``said``, and no method runs."""
+    target = Recorder()
+    with courier.Server(target, secret=SECRET, tls=server_tls) as server:
+        client = courier.Client(server.address, transport=transport, secret=SECRET,
+                                tls=client_tls)
+        started = time.monotonic()
+        error = _echo_in_thread(client).exception(timeout=20)
+        elapsed = time.monotonic() - started
+    assert isinstance(error, courier.TlsMismatchError), error
+    assert server.address in str(error) and said in str(error), error
+    assert elapsed < 10
+    assert target.calls == 0
+
+
 @pytest.mark.parametrize('transport', ['tcp', 'grpc'])
 @pytest.mark.parametrize('server_tls, wanted', [(True, 'wants TLS'),
                                                 (False, 'does not speak TLS')],
@@ -124,18 +141,8 @@ def test_a_tls_mismatch_without_deadline_fails_with_a_clear_error(credentials, t
     gRPC's Endpoints hello), and no method runs. The client looks at why it cannot connect
     every CONNECT_CHECK_S (2 s), which the test shortens: it waited that out four times."""
     monkeypatch.setattr(grpc_client, 'CONNECT_CHECK_S', 0.2)
-    target = Recorder()
     server_creds, client_creds = (credentials, None) if server_tls else (None, credentials)
-    with courier.Server(target, secret=SECRET, tls=server_creds) as server:
-        client = courier.Client(server.address, transport=transport, secret=SECRET,
-                                tls=client_creds)
-        started = time.monotonic()
-        error = _echo_in_thread(client).exception(timeout=20)
-        elapsed = time.monotonic() - started
-    assert isinstance(error, courier.TlsMismatchError), error
-    assert server.address in str(error) and wanted in str(error)
-    assert elapsed < 10
-    assert target.calls == 0
+    _assert_mismatch_fails_at_once(transport, server_creds, client_creds, wanted)
 
 
 @pytest.mark.parametrize('transport', ['tcp', 'grpc'])
@@ -152,15 +159,6 @@ def test_another_programs_certificate_without_deadline_fails_with_a_clear_error(
     if refused_by == 'server':  # Presents other's certificate, trusts both.
         other = courier.TlsCredentials(other.certificate + credentials.certificate,
                                        other.private_key)
-    target = Recorder()
-    with courier.Server(target, secret=SECRET, tls=credentials) as server:
-        client = courier.Client(server.address, transport=transport, secret=SECRET, tls=other)
-        started = time.monotonic()
-        error = _echo_in_thread(client).exception(timeout=20)
-        elapsed = time.monotonic() - started
-    assert isinstance(error, courier.TlsMismatchError), error
     said = ('presents a certificate that this client' if refused_by == 'client'
             else "refused this client's certificate")
-    assert server.address in str(error) and said in str(error), error
-    assert elapsed < 10
-    assert target.calls == 0
+    _assert_mismatch_fails_at_once(transport, credentials, other, said)
