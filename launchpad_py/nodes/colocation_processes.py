@@ -105,16 +105,18 @@ class _Supervisor:
     def _forward_members(self, table: group_handle.Table) -> None:
         """The launcher told us of new group members: so are the children."""
         self._members = {**self._members, **table}
-        for child in self._children:
-            if child.channel is not None:
-                child.channel.send('members', table)
+        self._tell_children('members', table)
 
     def _forward_left(self, left: dict[str, tuple[str, str]]) -> None:
         """Peers left for good (``Directory.retire``): the children's calls to them must fail
         at once too, not wait for them to come back."""
+        self._tell_children('left', left)
+
+    def _tell_children(self, *message) -> None:
+        """Sends ``message`` to every child that has been started."""
         for child in self._children:
             if child.channel is not None:
-                child.channel.send('left', left)
+                child.channel.send(*message)
 
     def _watch(self, channel: Channel, token: str) -> None:
         """A child uses a group handle: we ask our launcher for its tables, which we pass on
