@@ -82,7 +82,7 @@ def test_a_future_that_fails_before_it_starts_makes_the_next_call_follow_too():
         gone = courier.fail_fast_on_unavailable([old])
         try:
             with pytest.raises(courier.CourierUnavailableError):
-                client.futures.name()
+                client.futures.name().result(timeout=30)
             assert client.futures.name().result(timeout=30) == 'second'
         finally:
             gone()

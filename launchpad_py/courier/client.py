@@ -271,17 +271,23 @@ class Client:
         # thread instead of the caller waiting in result(). A socket future takes the hook
         # when it is made; a gRPC one gets the callback below.
         hook = None if self._relocate is None else self._note_failure
-        try:  # _start_future's socket path inline: one Python call less per call.
-            future = socket_channel.NO_SOCKET if self._local is None else \
-                self._local.call_future(request, self._timeout, self._decode, hook)
-            if future is socket_channel.NO_SOCKET:
-                future = self._start_future(request, hook)
-        except _ASK_AGAIN as exc:  # Failed before it started (asking who the server is, at
-            if self._may_dial_again(exc):  # a gone or silent address; or its handshake).
+        try:
+            try:  # _start_future's socket path inline: one Python call less per call.
+                future = socket_channel.NO_SOCKET if self._local is None else \
+                    self._local.call_future(request, self._timeout, self._decode, hook)
+                if future is socket_channel.NO_SOCKET:
+                    future = self._start_future(request, hook)
+            except _ASK_AGAIN as exc:  # Failed before it started (asking who the server is,
+                if not self._may_dial_again(exc):  # at a gone or silent address; or its
+                    self._stale = self._relocate is not None  # handshake).
+                    raise
                 future = self._dial_again(functools.partial(self._start_future, request, hook))
-            else:
-                self._stale = self._relocate is not None
-                raise
+        except errors.CourierError as exc:
+            # The future carries it: a caller of futures handles failures in one place
+            # (result(), exception(), wait), whether the call failed before or after it
+            # started (an elastic member that left fails either way).
+            future = concurrent.futures.Future()
+            future.set_exception(exc)
         if hook is not None:
             self._last_future = future
         return future

@@ -105,6 +105,27 @@ def test_a_rule_with_a_reason_says_it_in_the_error(transport, how):
         assert address in str(error) and "node 'x/1' left its group" in str(error), error
 
 
+@pytest.mark.parametrize('transport', ['auto', 'tcp', 'grpc'])
+@pytest.mark.parametrize('secret', [None, b'a program secret of 32 bytes...'])
+def test_a_future_to_a_gone_server_fails_in_the_future_not_in_the_call(transport, secret):
+    """A future call that fails before it starts (a gRPC client with a secret first asks the
+    server who it is) returns a failed future: a caller of futures handles a member that left
+    in one place. Before, it raised from ``client.futures.m()`` (found by CI: the evolution
+    strategies example's evolver died when an evaluator left between two generations)."""
+    server = courier.Server(Slow(), secret=secret).start()
+    address = server.address
+    assert courier.Client(address, secret=secret).ping() == 'pong'
+    server.stop()
+    end = courier.fail_fast_on_unavailable([address], why="node 'x/1' left its group")
+    try:
+        future = courier.Client(address, transport=transport, secret=secret).futures.ping()
+        error = future.exception(timeout=10)
+    finally:
+        end()
+    assert isinstance(error, courier.CourierUnavailableError), error
+    assert "node 'x/1' left its group" in str(error)
+
+
 @pytest.mark.parametrize('transport', TRANSPORTS)
 def test_calls_to_live_servers_are_untouched(transport):
     """A call in progress when the rule starts, and calls made under it, get their answers."""
