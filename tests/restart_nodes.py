@@ -77,6 +77,24 @@ class MemberCaller:
         return {'value': value, 'seconds': time.monotonic() - started}
 
 
+class AddressCaller:
+    """Calls ``ping()`` at any address, reporting as ``MemberCaller.call_member`` does, with
+    this process's id (a restarted process is a new one)."""
+
+    def ping_at(self, address):
+        started = time.monotonic()
+        try:
+            value = courier.Client(address).ping()
+        except Exception as exc:
+            return {'error': type(exc).__name__, 'message': str(exc),
+                    'unavailable': isinstance(exc, courier.CourierUnavailableError),
+                    'seconds': time.monotonic() - started}
+        return {'value': value, 'seconds': time.monotonic() - started}
+
+    def pid(self):
+        return os.getpid()
+
+
 def _record_start(path: str) -> int:
     """Appends this start's monotonic time to ``path``; how many starts came before."""
     with open(path, 'a') as log:

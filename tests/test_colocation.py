@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import concurrent.futures
 import os
 import signal
 
+import portpicker
 import psutil
 import pytest
 
@@ -12,6 +14,8 @@ import launchpad_py as lp
 from nodes_for_node_types import (ContextReporter, CountingUpstream, count_runs, crash_until,
                                   return_at_once, stop_after_calling, stop_after_runs)
 from nodes_for_tests import Pinger, crash, serve_forever, stop_from_side_thread
+from restart_nodes import AddressCaller
+from conftest import wait_for
 
 KINDS = {'threads': lp.MultiThreadingColocation, 'processes': lp.MultiProcessingColocation}
 BOTH = pytest.mark.parametrize('kind', sorted(KINDS))
@@ -141,3 +145,39 @@ def test_a_node_already_in_the_program_cannot_be_colocated():
         lp.MultiThreadingColocation([node])
     with pytest.raises(lp.ProgramError, match='non-empty list of nodes'):
         lp.MultiProcessingColocation([])
+
+
+def test_a_childs_calls_to_an_address_a_peer_moved_from_fail_at_once():
+    """A peer restarted as a new pod serves at a new IP; the launcher tells every node's
+    process ('moved', Kubernetes: ``remote/setup.py``) so that calls waiting at the old one
+    fail and ask where it went. A child of a MultiProcessingColocation must hear it too, and
+    so must a child restarted after it: before, only the parent did, and the child's call
+    waited at the old address for ever. (Sent here as that launcher sends it: local_mp
+    never moves a node.)"""
+    moved_from = f'127.0.0.1:{portpicker.pick_unused_port()}'  # Nothing listens there.
+    node = lp.CourierNode(AddressCaller)
+    handle = node.create_handle()
+    program = _colocate('processes', [node], num_retries_on_failure=1)
+    with lp.launch(program, launch_type='test_mp') as controller:
+        caller = handle.dereference()
+        waiting = caller.futures.ping_at(moved_from)
+        with pytest.raises(concurrent.futures.TimeoutError):
+            waiting.result(timeout=0.5)  # It waits for a server to come there.
+        (supervisor,) = controller._workers
+        supervisor._channel.send('moved', [moved_from])
+        outcomes = [waiting.result(timeout=30)]
+        child = caller.pid()
+        os.kill(child, signal.SIGKILL)  # Its restart must learn the move too.
+        wait_for(lambda: _pid_once_served(caller) not in (None, child), what='the restart')
+        outcomes.append(caller.futures.ping_at(moved_from).result(timeout=30))
+    for outcome in outcomes:
+        assert outcome.get('unavailable') and moved_from in outcome['message'], outcome
+        assert outcome['seconds'] < 10, outcome
+
+
+def _pid_once_served(caller) -> int | None:
+    """The child's process id; None while it restarts (its server not there yet)."""
+    try:
+        return caller.pid()
+    except lp.courier.CourierUnavailableError:
+        return None

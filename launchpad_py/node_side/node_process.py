@@ -268,7 +268,7 @@ def answer(channel: Channel, message: tuple) -> None:
         for key, why in message[2].items():
             address.directory.give_up([key], why)
     elif message[0] == 'moved':  # A peer left these addresses for others (a new pod).
-        courier.fail_fast_on_unavailable(message[1])
+        address.directory.moved_away(message[1])
     elif message[0] == 'left':  # Peers that left for good (their elastic group shrank).
         for key, (value, why) in message[1].items():
             address.directory.retire({key: value}, why)

@@ -92,6 +92,7 @@ class _Supervisor:
                          name=f'lp-colocation-{self._context.label}/{self._context.index}').start()
         self._members = group_handle.subscribe(self._forward_members)
         address.directory.retired_listeners.append(self._forward_left)
+        address.directory.moved_listeners.append(self._forward_moved)
         try:
             for child in self._children:
                 self._start(child)
@@ -100,6 +101,7 @@ class _Supervisor:
         finally:
             group_handle.unsubscribe(self._forward_members)
             address.directory.retired_listeners.remove(self._forward_left)
+            address.directory.moved_listeners.remove(self._forward_moved)
             self._end_children()
 
     def _forward_members(self, table: group_handle.Table) -> None:
@@ -111,6 +113,11 @@ class _Supervisor:
         """Peers left for good (``Directory.retire``): the children's calls to them must fail
         at once too, not wait for them to come back."""
         self._tell_children('left', left)
+
+    def _forward_moved(self, moved: list[str]) -> None:
+        """Peers left these addresses for others (a restarted pod): the children's calls
+        waiting there must fail at once too, and ask where the peer went."""
+        self._tell_children('moved', moved)
 
     def _tell_children(self, *message) -> None:
         """Sends ``message`` to every child that has been started."""
@@ -167,6 +174,9 @@ class _Supervisor:
         left = address.directory.left()  # Those that left before this child (re)started.
         if left:
             child.channel.send('left', left)
+        moved = address.directory.moved()  # Likewise, addresses peers left for others.
+        if moved:
+            child.channel.send('moved', moved)
         threading.Thread(target=self._read, args=(child, child.generation, child.process,
                                                    child.channel),
                          name=f'lp-colocated-{child.executable.label}/{child.executable.index}',

@@ -71,6 +71,9 @@ class Directory:
         #: Called with ``{key: (value, why)}`` after each ``retire`` that names new
         #: addresses: a process colocation passes it on to its children.
         self.retired_listeners: list[Callable[[dict[str, tuple[str, str]]], None]] = []
+        self._moved: list[str] = []  # Addresses peers left for others: see ``moved_away``.
+        #: Called with the new addresses of each ``moved_away``, as ``retired_listeners``.
+        self.moved_listeners: list[Callable[[list[str]], None]] = []
         #: Set in a node process: sends a list of keys to its launcher, which answers
         #: through ``learn``/``give_up``.
         self.ask: Callable[[list[str]], None] | None = None
@@ -108,6 +111,24 @@ class Directory:
             self._changed.notify_all()
         for listener in list(self.retired_listeners):
             listener({key: (value, why) for key, value in fresh.items()})
+
+    def moved_away(self, values: Iterable[str]) -> None:
+        """Peers left these addresses ('host:port') for others: a node restarted as a new pod
+        serves at a new IP, and its old one may not even refuse connections. Calls waiting
+        there fail at once (``CourierUnavailableError``), so their clients ask where it went
+        (``relocate``)."""
+        with self._changed:
+            fresh = [value for value in dict.fromkeys(values) if value not in self._moved]
+            self._moved.extend(fresh)
+        if fresh:
+            courier_fail_fast.fail_fast_on_unavailable(fresh)
+            for listener in list(self.moved_listeners):
+                listener(fresh)
+
+    def moved(self) -> list[str]:
+        """Every address here that peers left for others (``moved_away``)."""
+        with self._changed:
+            return list(self._moved)
 
     def left(self) -> dict[str, tuple[str, str]]:
         """Key -> (value, why) of every address here whose node left for good (``retire``)."""
