@@ -25,7 +25,9 @@ def preload() -> None:
     """Imports what every node needs; creates no gRPC object and starts no thread.
 
     Then freezes what it made: children's garbage collections leave the inherited
-    objects alone, so their pages stay shared instead of being copied (≈1 MiB a node).
+    objects alone, so their pages stay shared instead of being copied (≈1 MiB a node);
+    and takes the free chunks of its heap, so that children's allocations do not copy its
+    pages either (``heap_holes``, ≈0.7 MiB a node).
     """
     import launchpad_py  # (first: it sets gRPC's log level)
     from launchpad_py.node_side import local_node_main  # noqa: F401
@@ -49,6 +51,8 @@ def preload() -> None:
     import gc
     gc.collect()
     gc.freeze()
+    from launchpad_py.node_side import heap_holes
+    heap_holes.take()
 
 
 def _child(fds: list[int], spec_path: str, env_changes: tuple[dict, list], cwd: str,
