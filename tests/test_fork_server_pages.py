@@ -34,7 +34,7 @@ def test_a_forked_node_copies_little_of_the_servers_heap():
     """A courier node forked by the server has copied at most 1.4 MiB of its heap by ready.
 
     Its mallocs reused the free chunks left in the server's heap, each a 4 KiB page copied
-    for a few bytes: 1.8 MiB a node before the server took those chunks itself (1.1 after).
+    for a few bytes: 1.5-1.8 MiB a node before the server took those chunks itself (~1.1 after).
     """
     program = lp.Program('heap_pages')
     with program.group('counter'):

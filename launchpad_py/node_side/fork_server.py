@@ -27,7 +27,7 @@ def preload() -> None:
     Then freezes what it made: children's garbage collections leave the inherited
     objects alone, so their pages stay shared instead of being copied (≈1 MiB a node);
     and takes the free chunks of its heap, so that children's allocations do not copy its
-    pages either (``heap_holes``, ≈0.7 MiB a node).
+    pages either (``heap_holes``, ≈700 KiB a node).
     """
     import launchpad_py  # (first: it sets gRPC's log level)
     from launchpad_py.node_side import local_node_main  # noqa: F401

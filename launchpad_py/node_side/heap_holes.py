@@ -6,8 +6,8 @@ imports left all over its heap (~0.5 MiB in ~600 chunks). Each reuse makes the k
 whole 4 KiB page of the server's heap into the child (copy on write) for a few bytes written.
 Once the server holds those chunks itself (and never writes or frees them), a child's
 allocations come from the top of the heap, packed into pages of its own: a node forked by the
-server then writes 0.7 MiB less by ready (1.1 MiB of the heap instead of 1.8, measured with
-``bench/node_pages.py`` in stop 44).
+server then writes ~700 KiB less by ready (1,090 KiB of the heap instead of 1,780, measured
+with ``bench/node_pages.py`` in stop 44).
 
 glibc only (``mallinfo2``, glibc 2.33 and later); elsewhere ``take`` does nothing.
 
