@@ -3,11 +3,12 @@
     python -m bench.page_touch --gib 13
 
 Maps ``--gib`` GiB of anonymous memory and writes one byte to each 4 KiB page, one GiB at a
-time, printing the wall and CPU seconds of each GiB and the machine's free memory at the end.
-On the shared 2-core VM of stop 43 the first ~11 GiB cost 0.55-0.65 s each and every GiB
-beyond (less than ~6 GiB left free) 2.1-3.2 s: five times as much, in the kernel of whoever
-touches the page (a node's copy-on-write faults, page zeroing), with no reclaim in the guest.
-A launch whose nodes together write past that point pays it in its last nodes.
+time, printing the wall and CPU seconds of each GiB, the machine's free memory and page cache
+before it, and what the kernel did meanwhile (``/proc/vmstat``: pages scanned and reclaimed by
+kswapd and by the toucher itself, direct-reclaim and compaction stalls). On the shared 2-core
+VM of stop 43 the first ~11 GiB cost 0.55-0.65 s each and every GiB beyond (less than ~6 GiB
+left free) 2.1-3.2 s: five times as much, in the kernel of whoever touches the page (a node's
+copy-on-write faults, page zeroing). Stop 44 read the counters: see docs/performance.md.
 """
 
 from __future__ import annotations
@@ -19,6 +20,25 @@ import time
 
 import psutil
 
+# What the kernel does to find a page when none is free: reclaim by kswapd or by the
+# faulting task itself (direct), and compaction.
+RECLAIM_COUNTERS = ('pgscan_kswapd', 'pgscan_direct', 'pgsteal_kswapd', 'pgsteal_direct',
+                    'allocstall_normal', 'allocstall_movable', 'compact_stall')
+
+
+def vmstat() -> dict[str, int]:
+    """The reclaim counters of ``/proc/vmstat`` now."""
+    with open('/proc/vmstat', encoding='ascii') as f:
+        pairs = (line.split() for line in f)
+        return {name: int(value) for name, value in pairs if name in RECLAIM_COUNTERS}
+
+
+def memory_gib() -> dict[str, float]:
+    """Free memory and page cache now, in GiB, as ``free`` shows them."""
+    memory = psutil.virtual_memory()
+    return {'free_gib': round(memory.free / 2**30, 2),
+            'cache_gib': round((memory.cached + memory.buffers) / 2**30, 2)}
+
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
@@ -28,11 +48,14 @@ def main() -> None:
     memory = mmap.mmap(-1, args.gib << 30, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
     per_gib = []
     for gib in range(args.gib):
+        before, counters = memory_gib(), vmstat()
         wall, cpu = time.perf_counter(), time.process_time()
         for offset in range(gib << 30, (gib + 1) << 30, mmap.PAGESIZE):
             memory[offset] = 1
+        after = vmstat()
         per_gib.append({'wall_s': round(time.perf_counter() - wall, 2),
-                        'cpu_s': round(time.process_time() - cpu, 2)})
+                        'cpu_s': round(time.process_time() - cpu, 2), **before,
+                        **{name: after[name] - counters[name] for name in counters}})
     print(json.dumps({'used_gib_at_start': round(used_at_start, 2),
                       'free_gib_at_end': round(psutil.virtual_memory().free / 2**30, 2),
                       'per_gib': per_gib}))

@@ -69,7 +69,7 @@ import psutil
 
 import launchpad_py as lp
 from launchpad_py.launchers.options import LaunchOptions
-from bench import scale_nodes, tree_cpu
+from bench import page_touch, scale_nodes, tree_cpu
 from bench.uss_sampler import MARK, UssSampler
 
 
@@ -187,6 +187,9 @@ def measure_point(launch_type: str, nodes: int, reps: int, args, scratch: str) -
     """``reps`` launches of the fan-out program, then one fan-in launch, with the load
     average before and after."""
     load_at_start = load_average()
+    # Free memory and page cache: on this VM a page long free costs several times one
+    # reclaimed from the cache (docs/performance.md, stop 44), so a reader needs both.
+    memory_at_start = page_touch.memory_gib()
     runs = []
     once = fan_out_in_new_process if args.fresh_process else fan_out_once
     for _ in range(reps):
@@ -201,6 +204,7 @@ def measure_point(launch_type: str, nodes: int, reps: int, args, scratch: str) -
         except Exception as exc:
             point['fan_in'] = {'error': f'{type(exc).__name__}: {exc}'[:500]}
     point['load_average'] = {'start': load_at_start, 'end': load_average()}
+    point['memory_at_start'] = memory_at_start
     return point
 
 

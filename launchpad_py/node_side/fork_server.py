@@ -25,7 +25,9 @@ def preload() -> None:
     """Imports what every node needs; creates no gRPC object and starts no thread.
 
     Then freezes what it made: children's garbage collections leave the inherited
-    objects alone, so their pages stay shared instead of being copied (≈1 MiB a node).
+    objects alone, so their pages stay shared instead of being copied (≈1 MiB a node);
+    and takes the free chunks of its heap, so that children's allocations do not copy its
+    pages either (``heap_holes``, ≈700 KiB a node).
     """
     import launchpad_py  # (first: it sets gRPC's log level)
     from launchpad_py.node_side import local_node_main  # noqa: F401
@@ -49,13 +51,17 @@ def preload() -> None:
     import gc
     gc.collect()
     gc.freeze()
+    from launchpad_py.node_side import heap_holes
+    heap_holes.take()
 
 
-def _child(fds: list[int], spec_path: str, env: dict, cwd: str, inherited: list[int]) -> None:
+def _child(fds: list[int], spec_path: str, env_changes: tuple[dict, list], cwd: str,
+           inherited: list[int]) -> None:
     """In the forked child: becomes a node process like an exec'd one, then runs it.
 
-    ``fds`` are its stdout, stderr and control channel; ``inherited`` are the
-    server's own descriptors, closed here.
+    ``fds`` are its stdout, stderr and control channel; ``env_changes`` what its environment
+    sets and unsets against the server's at its start (``process_starter.env_changes``);
+    ``inherited`` are the server's own descriptors, closed here.
     """
     code = 1
     try:
@@ -71,10 +77,7 @@ def _child(fds: list[int], spec_path: str, env: dict, cwd: str, inherited: list[
             os.close(extra)
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         os.chdir(cwd)
-        os.environ.clear()
-        os.environ.update(env)
-        # What importing courier set in the server's environment, set again (gRPC reads it later).
-        os.environ.setdefault('GRPC_VERBOSITY', 'ERROR')
+        _set_environment(*env_changes)
         from launchpad_py.node_side import local_node_main
         # Our parent is the fork server, whose death must not end us: no PDEATHSIG here,
         # the control channel tells us when the launcher is gone.
@@ -89,6 +92,37 @@ def _child(fds: list[int], spec_path: str, env: dict, cwd: str, inherited: list[
     finally:
         remove_socket_files()  # What an interpreter's exit would do; os._exit does not.
         os._exit(code)
+
+
+#: What ``preload`` changed in the server's environment: {name: value before, None if unset}.
+_drift: dict[str, str | None] = {}
+
+
+def _set_environment(changed: dict[str, str], unset: list[str]) -> None:
+    """Makes the environment the launcher asked for, writing only the names that differ.
+
+    The server's environment is the launcher's as it started the server, plus what
+    ``preload`` changed; clearing and refilling ``os.environ`` rewrote every name and value.
+    """
+    for name, value in _drift.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
+    for name in unset:
+        os.environ.pop(name, None)
+    os.environ.update(changed)
+    # What importing courier set in the server's environment, set again (gRPC reads it later).
+    os.environ.setdefault('GRPC_VERBOSITY', 'ERROR')
+
+
+def _preload_noting_drift() -> None:
+    """``preload``, noting in ``_drift`` what it changed in the environment."""
+    before = dict(os.environ)
+    preload()
+    after = dict(os.environ)
+    _drift.update({name: before.get(name) for name in before.keys() | after.keys()
+                   if before.get(name) != after.get(name)})
 
 
 def remove_socket_files() -> None:
@@ -122,7 +156,7 @@ def _serve(fd: int) -> None:
             data = b''
         if not data:
             return  # The launcher closed us; our children run on (it watches their channels).
-        _, request_id, spec_path, env, cwd = pickle.loads(data)
+        _, request_id, spec_path, env_changes, cwd = pickle.loads(data)
         try:
             pid = os.fork()
         except OSError as exc:
@@ -132,7 +166,7 @@ def _serve(fd: int) -> None:
                 return
             continue
         if pid == 0:
-            _child(fds, spec_path, env, cwd, [fd, *children])
+            _child(fds, spec_path, env_changes, cwd, [fd, *children])
         for extra in fds:
             os.close(extra)
         pidfd = os.pidfd_open(pid)
@@ -166,5 +200,5 @@ def _die_with(parent_pid: int) -> None:
 if __name__ == '__main__':
     if int(sys.argv[2]):
         _die_with(int(sys.argv[2]))
-    preload()
+    _preload_noting_drift()
     _serve(int(sys.argv[1]))
