@@ -40,6 +40,28 @@ def memory_gib() -> dict[str, float]:
             'cache_gib': round((memory.cached + memory.buffers) / 2**30, 2)}
 
 
+def warm(gib: float) -> dict:
+    """Writes ``gib`` GiB of fresh anonymous memory, one byte per page, then frees it: the
+    seconds it took and the GiB written.
+
+    On this VM memory that has sat free for long costs 3-5 times as much to write as memory
+    freed a moment ago (the hypervisor backs it again; docs/performance.md, stop 44), so a
+    launch that needs more memory than the launches before it meets a step that has nothing
+    to do with how it scales. ``bench.scale --warm_memory`` calls this before each local
+    point, so that every size meets memory in the same state; the seconds it took show what
+    the cold memory would have cost."""
+    size = int(gib * 2**30) // mmap.PAGESIZE * mmap.PAGESIZE
+    started = time.perf_counter()
+    if size > 0:
+        memory = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+        try:
+            for offset in range(0, size, mmap.PAGESIZE):
+                memory[offset] = 1
+        finally:
+            memory.close()
+    return {'gib': round(size / 2**30, 2), 'seconds': round(time.perf_counter() - started, 2)}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     parser.add_argument('--gib', type=int, default=13)

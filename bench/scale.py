@@ -176,6 +176,9 @@ def summarize(runs: list[dict]) -> dict:
 
 
 REMOTE = ('ssh', 'slurm')
+#: ``--warm_memory``: MiB a local node writes by ready, at most (6-7.5 measured in stop 44),
+#: and the GiB of available memory left unwarmed.
+WARM_MIB_PER_NODE, WARM_SPARE_GIB = 8, 1.0
 
 
 def load_average() -> list[float]:
@@ -190,6 +193,11 @@ def measure_point(launch_type: str, nodes: int, reps: int, args, scratch: str) -
     # Free memory and page cache: on this VM a page long free costs several times one
     # reclaimed from the cache (docs/performance.md, stop 44), so a reader needs both.
     memory_at_start = page_touch.memory_gib()
+    warmed = None
+    if args.warm_memory and launch_type not in REMOTE:
+        # What the launch will write (~8 MiB a node at most), within what is there to take.
+        available = psutil.virtual_memory().available / 2**30 - WARM_SPARE_GIB
+        warmed = page_touch.warm(max(0.0, min(nodes * WARM_MIB_PER_NODE / 1024, available)))
     runs = []
     once = fan_out_in_new_process if args.fresh_process else fan_out_once
     for _ in range(reps):
@@ -205,6 +213,8 @@ def measure_point(launch_type: str, nodes: int, reps: int, args, scratch: str) -
             point['fan_in'] = {'error': f'{type(exc).__name__}: {exc}'[:500]}
     point['load_average'] = {'start': load_at_start, 'end': load_average()}
     point['memory_at_start'] = memory_at_start
+    if warmed is not None:
+        point['memory_warmed'] = warmed
     return point
 
 
@@ -227,6 +237,10 @@ def main() -> None:
     parser.add_argument('--reps_over', default=None, metavar='NODES:REPS',
                         help='launches per local point above NODES nodes (e.g. 1000:3: the '
                         'issue asks 20 at 1,000 nodes and one at 2,000)')
+    parser.add_argument('--warm_memory', action='store_true',
+                        help='before each local point, write and free the memory its launch '
+                        'will need, so that every size meets memory in the same state (see '
+                        'page_touch.warm); recorded as memory_warmed')
     parser.add_argument('--json', help='also write the results to this file (after every point)')
     args = parser.parse_args()
     over_nodes, over_reps = (int(n) for n in args.reps_over.split(':')) if args.reps_over \

@@ -32,6 +32,10 @@ def test_quick_run_records_every_part_and_judges_every_figure(tmp_path):
                                     'controller_sim'}
     for name, part in result['parts'].items():
         assert part['points'] and part['run']['exit'] == 0, name
+    # Each local scale point met memory written and freed just before (bench.scale
+    # --warm_memory): 8 MiB a node, 3 nodes.
+    for point in result['parts']['scale']['points']:
+        assert point['memory_warmed']['gib'] == 0.02, point
     rows = result['figures']
     assert all(set(row) == {'part', 'figure', 'nodes', 'value', 'target', 'met'} for row in rows)
     judged = {row['part'] for row in rows if row['met'] is not None}
