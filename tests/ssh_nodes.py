@@ -96,11 +96,28 @@ def spread_program(token: str):
     return program, resources
 
 
+def _made_host_agents() -> list:
+    """The host agents this process makes from now on, as they are made."""
+    from launchpad_py.launchers.remote import host_agents
+    made, make = [], host_agents.HostAgent.__init__
+
+    def init(agent, *args, **kwargs):
+        make(agent, *args, **kwargs)
+        made.append(agent)
+
+    host_agents.HostAgent.__init__ = init
+    return made
+
+
 if __name__ == '__main__':  # A launcher to SIGKILL: prints its nodes' hosts and pids, then waits.
-    if os.environ.get('LP_TEST_AGENT_TIMEOUT_S'):  # A test that waits it out asks for less.
-        from launchpad_py.launchers.remote import host_agents
-        host_agents.AGENT_TIMEOUT_S = float(os.environ['LP_TEST_AGENT_TIMEOUT_S'])
+    agents = _made_host_agents()
     program, resources = spread_program(sys.argv[1])
     controller = lp.launch(program, launch_type='ssh', resources=resources)
+    if os.environ.get('LP_TEST_AGENT_TIMEOUT_S'):
+        # A test that waits the agents' timeout out asks for less, once the launch is done:
+        # launching on a loaded machine can leave an agent unpinged for seconds, and a short
+        # timeout from the start then ended nodes early.
+        for agent in agents:
+            agent._send({'timeout': float(os.environ['LP_TEST_AGENT_TIMEOUT_S'])})
     print(json.dumps([[s.host, s.pid] for s in controller.statuses()]), flush=True)
     controller.wait()

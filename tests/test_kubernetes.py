@@ -122,25 +122,35 @@ def test_kubectl_logs_shows_each_node_output(cluster):
                 f'hello from the {status.label}']
 
 
-@pytest.mark.parametrize('fields, reason', [
-    ({'gpus': 4}, 'Unschedulable: 0/3 nodes are available: Insufficient nvidia.com/gpu.'),
-    ({'node_selector': {'pool': 'v100'}}, "Unschedulable: 0/3 nodes are available: 3 node(s) "
-                                          "didn't match Pod's node affinity/selector."),
-    ({'image': 'registry.invalid/none:1'}, 'ImagePullBackOff: Back-off pulling image'),
-])
-def test_pending_pod_is_reported_with_the_reason(cluster, fields, reason):
-    """A pod that cannot start fails the launch with the scheduler's or kubelet's reason."""
+PENDING = {  # Group: what keeps its pod from starting, and the reason the launch gives.
+    'gpus': ({'gpus': 4}, 'Unschedulable: 0/3 nodes are available: Insufficient nvidia.com/gpu.'),
+    'selector': ({'node_selector': {'pool': 'v100'}},
+                 "Unschedulable: 0/3 nodes are available: 3 node(s) didn't match Pod's node "
+                 "affinity/selector."),
+    'image': ({'image': 'registry.invalid/none:1'}, 'ImagePullBackOff: Back-off pulling image'),
+}
+
+
+def test_pending_pod_is_reported_with_the_reason(cluster):
+    """A pod that cannot start fails the launch with the scheduler's or kubelet's reason,
+    under its node's name. One launch holds a node for each reason: each launch waits out
+    the ready timeout."""
     from launchpad_py.launchers.kubernetes.launch import launch_kubernetes
     from launchpad_py.launchers.options import LaunchOptions
     program = lp.Program('pending')
-    program.add_node(lp.PyNode(serve_forever), label='learner')
-    spec = lp.KubernetesResources(**{'image': IMAGE, **fields})
-    launch_options = LaunchOptions(local_resources={'learner': spec}, ready_timeout=2, grace=1,
+    for group in PENDING:
+        program.add_node(lp.PyNode(serve_forever), label=group)
+    resources = {group: lp.KubernetesResources(**{'image': IMAGE, **fields})
+                 for group, (fields, _) in PENDING.items()}
+    launch_options = LaunchOptions(local_resources=resources, ready_timeout=2, grace=1,
                                    launcher_options=options())
     with pytest.raises(lp.LaunchError) as info:
         launch_kubernetes(program, launch_options)
-    assert "nodes ['learner/0'] did not become ready within 2s" in str(info.value)
-    assert reason in str(info.value)
+    message = str(info.value)
+    assert "nodes ['gpus/0', 'selector/0', 'image/0'] did not become ready within 2s" in message
+    tails = dict(part.split(' ---\n', 1) for part in message.split('\n--- ')[1:])
+    for name, (_, reason) in PENDING.items():
+        assert reason in tails[f'{name}/0'], message
     wait_for(lambda: cluster.objects() == [], timeout=15, what='every object to be deleted')
 
 

@@ -249,17 +249,19 @@ def test_frozen_launcher_nodes_end_after_heartbeat_timeout():
 
     Its connections stay open, so only the heartbeat can tell: the host agent's, which
     kills its nodes after ``AGENT_TIMEOUT_S`` without a ping (twice the heartbeat timeout:
-    this test sat 10 s through it; the launcher here gives its agents the heartbeat timeout).
+    this test sat 10 s through it). The launcher here keeps that timeout while it launches
+    (a loaded machine can leave agents unpinged for seconds then) and tells its agents
+    three pings' worth once its nodes are up.
     """
-    from launchpad_py.launchers.remote.launch import HEARTBEAT_TIMEOUT_S
+    from launchpad_py.launchers.remote.launch import HEARTBEAT_S
+    timeout = 3 * HEARTBEAT_S
     token = f'lp-frozen-{uuid.uuid4().hex}'
-    launcher, nodes = _start_spread_launcher(
-        token, LP_TEST_AGENT_TIMEOUT_S=str(HEARTBEAT_TIMEOUT_S))
+    launcher, nodes = _start_spread_launcher(token, LP_TEST_AGENT_TIMEOUT_S=str(timeout))
     launcher.send_signal(signal.SIGSTOP)
     try:
         node_pids = [pid for _, pid in nodes]
         start = time.monotonic()
-        wait_for(lambda: not any(map(_alive, node_pids)), timeout=HEARTBEAT_TIMEOUT_S + 10,
+        wait_for(lambda: not any(map(_alive, node_pids)), timeout=timeout + 10,
                  what='nodes to notice the silent launcher')
         seconds = time.monotonic() - start
     finally:
@@ -267,7 +269,7 @@ def test_frozen_launcher_nodes_end_after_heartbeat_timeout():
         launcher.send_signal(signal.SIGCONT)
         launcher.wait(timeout=10)
         launcher.stdout.close()
-    assert seconds >= HEARTBEAT_TIMEOUT_S - 1.5  # They waited for the heartbeat, not less.
+    assert seconds >= timeout - 1.5  # They waited for the timeout, not less.
     _wait_until_gone(token, timeout=15)
 
 

@@ -67,8 +67,10 @@ def relayed_connections(port: int) -> list:
 def test_dashboard_of_a_kubernetes_program_is_forwarded_with_its_token(cluster):
     """By each route (the default, ``--via direct``, ``--via api``) the URL printed serves the
     program's status with the token and refuses without it; Ctrl-C (SIGINT) ends the CLI and
-    its local port, and the program runs on. One program serves the three routes: none of
-    them changes it."""
+    its local port, and the program runs on. From Python, ``lp.attach(ID).open_dashboard()``
+    gives the same relay until closed. `stop` from another process: the program ends, and so
+    does a `dashboard` still open, by itself. One program serves every route and the stop:
+    none of the routes changes it (each submit costs this file seconds of pod starts)."""
     program = submit(SCRIPT, 'ticker', '60', '--lp_dashboard')
     wait_for(lambda: ticks(program) >= 1, 120, 'the node pod to tick')
     # Looked up once: each lookup asks the API for the pod and its log (2.6 s of this test
@@ -90,21 +92,13 @@ def test_dashboard_of_a_kubernetes_program_is_forwarded_with_its_token(cluster):
         assert_closed(port_of(url))
         wait_for(lambda: not relayed_connections(endpoint), 30, 'the relays in the pod to end')
         assert program.state() == 'running', via
-    stopped = cli('stop', program.id, '--grace', '5')
-    assert stopped.returncode == 0 and stopped.stdout.strip() == f'{program.id}: ended', stopped
-
-
-def test_the_dashboard_forward_ends_with_the_program(cluster):
-    """`stop` from another process: the program ends, and so does `dashboard`, by itself.
-    From Python, ``lp.attach(ID).open_dashboard()`` gives the same relay until closed."""
-    program = submit(SCRIPT, 'ticker', '60', '--lp_dashboard')
-    wait_for(lambda: ticks(program) >= 1, 120, 'the node pod to tick')
     tunnel, own_url = lp.attach(program.id).open_dashboard(via='api')
     assert fetch_status(own_url)['program'] == 'ticker'
     tunnel.close()
     assert_closed(port_of(own_url))
     board, url = open_board(program)
-    assert cli('stop', program.id, '--grace', '5').returncode == 0
+    stopped = cli('stop', program.id, '--grace', '5')
+    assert stopped.returncode == 0 and stopped.stdout.strip() == f'{program.id}: ended', stopped
     assert board.wait(timeout=60) == 0
     assert_closed(port_of(url))
 

@@ -12,6 +12,7 @@ Two interchangeable paths, chosen when the program is built:
 from __future__ import annotations
 
 import collections
+import concurrent.futures
 import threading
 
 import numpy as np
@@ -101,7 +102,8 @@ class ReverbQueue:
 
     Reverb's sampler waits for items with no deadline, even after its server
     has gone, so ``take`` samples only once the table holds a full batch and
-    otherwise checks for a stop every 50 ms.
+    otherwise checks for a stop every 50 ms; the sample itself runs in a thread
+    of its own, which the learner leaves behind if the program stops meanwhile.
     """
 
     def __init__(self, client, stop: threading.Event):
@@ -129,6 +131,29 @@ class ReverbQueue:
         while (waiting := self._client.server_info(timeout=5)[TABLE].current_size) < sizes[0]:
             if self._stop.wait(0.05):
                 return None
-        samples = self._client.sample(TABLE, num_samples=_largest_fitting(sizes, waiting))
-        # An item written with insert() is one timestep holding the whole unroll.
-        return [dict(zip(FIELDS, sample[0].data)) for sample in samples]
+        return self._sample(_largest_fitting(sizes, waiting))
+
+    def _sample(self, count: int) -> list[dict[str, np.ndarray]] | None:
+        """``count`` unrolls, or None if the program stops first.
+
+        The Reverb node stops with the program, and a sample under way then waits for its
+        server for ever (the learner was killed at the end of the stop's grace period): the
+        sample runs in a daemon thread, and this waits for it checking for a stop every 50 ms.
+        """
+        sampled: concurrent.futures.Future = concurrent.futures.Future()
+
+        def sample() -> None:
+            try:
+                samples = self._client.sample(TABLE, num_samples=count)
+                # An item written with insert() is one timestep holding the whole unroll.
+                sampled.set_result([dict(zip(FIELDS, sample[0].data)) for sample in samples])
+            except BaseException as exc:  # The learner's thread raises it.
+                sampled.set_exception(exc)
+
+        threading.Thread(target=sample, name='reverb-sample', daemon=True).start()
+        while True:
+            try:
+                return sampled.result(timeout=0.05)
+            except concurrent.futures.TimeoutError:
+                if self._stop.is_set():
+                    return None

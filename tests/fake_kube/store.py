@@ -166,6 +166,13 @@ class Store:
                      if r == resource and namespace in (None, ns) and matches(o, selector)]
             return items, str(self._version)
 
+    def wait_for_change(self, version: int, timeout: float) -> int:
+        """The store's version once a change has passed ``version``, or when ``timeout``
+        ends first (the kubelet's loop: it acts on changes at once, on deadlines in time)."""
+        with self.changed:
+            self.changed.wait_for(lambda: self._version > version, timeout)
+            return self._version
+
     def events_after(self, version: int, resource: str, namespace: str, selector: str | None,
                      timeout: float) -> list[tuple[int, str, dict]]:
         """Changes after ``version`` that match; waits up to ``timeout`` for the first."""

@@ -59,3 +59,41 @@ def test_an_actor_waiting_on_a_full_queue_heeds_the_stop():
         assert not second.is_alive(), 'the put into a full queue ignored the stop'
     finally:
         server.stop()
+
+
+def test_a_learner_waiting_in_reverbs_sampler_heeds_the_stop():
+    """A take whose sample waits inside Reverb returns None once the program stops. Reverb's
+    sampler waits with no deadline, also for a server that has gone: the Reverb node stops
+    with the program, and a learner whose sample was under way then was killed at the end of
+    the stop's grace period (the reverb test above, 1 run in 3). Here a rate limiter holds
+    the sample back, the same wait inside the same sampler call."""
+    import threading
+
+    import numpy as np
+    import reverb
+
+    from examples.actor_learner.replay import FIELDS, TABLE, ReverbQueue
+    # Sampling waits for 3 items; the table holds 2, enough for the take's batch of 1.
+    table = reverb.Table(TABLE, sampler=reverb.selectors.Fifo(), remover=reverb.selectors.Fifo(),
+                         max_size=10, rate_limiter=reverb.rate_limiters.MinSize(3))
+    server = reverb.Server(tables=[table])
+    try:
+        stop = threading.Event()
+        queue = ReverbQueue(reverb.Client(f'localhost:{server.port}'), stop)
+        unroll = {name: np.zeros(2, np.float32) for name in FIELDS}
+        queue.put(unroll)
+        queue.put(unroll)
+        taken = []
+        taker = threading.Thread(target=lambda: taken.append(queue.take((1,))), daemon=True)
+        taker.start()
+        taker.join(0.5)
+        assert taker.is_alive(), f'a take returned while Reverb held its sample back: {taken}'
+        stop.set()
+        taker.join(10)
+        assert not taker.is_alive(), "the take waiting in Reverb's sampler ignored the stop"
+        assert taken == [None]
+    finally:
+        # A third item lets the sample left behind finish before the server goes.
+        reverb.Client(f'localhost:{server.port}').insert(
+            [np.zeros(2, np.float32)] * len(FIELDS), priorities={TABLE: 1.0})
+        server.stop()
