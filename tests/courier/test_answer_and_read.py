@@ -27,6 +27,7 @@ def pair(request, monkeypatch):
         monkeypatch.delenv(frame_loop.PURE_ENV, raising=False)
         assert frame_loop.compiled() is not None, 'the compiled loop is not built (pip install -e .)'
     left, right = socket.socketpair()
+    left.settimeout(10)  # The caller's waits for a reply are bounded: a missing one fails.
     reader = frames.Reader(right, shm.ReleaseQueue(), scratch=4096, descriptors=descriptors)
     assert (reader.loop is None) == (loop == 'pure') and reader.answers
     yield left, right, reader
