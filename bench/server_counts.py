@@ -6,12 +6,14 @@ kernel's syscall tracepoints)::
 
     python -m bench.server_counts                      # 4 and 16 callers, both peers
     python -m bench.server_counts --callers 16 --calls 2000 --peers launchpad
+    LP_COURIER_PURE=1 python -m bench.server_counts --callers 16 --peers launchpad,launchpad_tcp
 
 Counts, not times: load on the machine barely moves them. Each caller process makes
 ``--calls`` synchronous ``ping()`` calls once every caller is connected and warm;
 ``perf stat`` counts the server process's threads for exactly that window (a
 counter, unlike ``strace``, which slows every system call and so multiplies the
-GIL waits it would count). The
+GIL waits it would count). The caller
+processes' CPU is counted in the same window (a fan-in call's CPU is mostly theirs). The
 function calls are counted by a profile hook (``threading.setprofile``) on the
 server's serving threads, in a second run without ``strace``. A futex call is the
 kernel side of a thread waiting for (or waking a waiter of) the GIL or a lock, so
@@ -44,7 +46,7 @@ if os.environ.get('COUNT_CALLS'):
             counts[threading.current_thread().name.split('-')[0]] += 1
     threading.setprofile(hook)
 from bench.peer import EchoService
-if sys.argv[1] == 'launchpad':
+if sys.argv[1].startswith('launchpad'):
     from launchpad_py import courier
     server = courier.Server(EchoService(), thread_pool_size=16).start()
     print(server.address, flush=True)
@@ -70,12 +72,13 @@ sys.stdin.read()
 '''
 
 # A caller: connects, warms up, waits for 'go', makes its calls, says 'done'.
+# ``launchpad_tcp``: the same server, reached over raw TCP.
 CALLER = r'''
 import sys
 peer, address, calls = sys.argv[1], sys.argv[2], int(sys.argv[3])
-if peer == 'launchpad':
+if peer.startswith('launchpad'):
     from launchpad_py import courier
-    client = courier.Client(address)
+    client = courier.Client(address, transport='tcp' if peer == 'launchpad_tcp' else 'auto')
     call = lambda: client.ping()
 else:
     from bench import peers_floor
@@ -103,8 +106,8 @@ def run(peer: str, callers: int, calls: int, trace: bool) -> dict:
     clients = [subprocess.Popen([sys.executable, '-c', CALLER, peer, address, str(calls)],
                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
                                 env=procs.child_env()) for _ in range(callers)]
-    out = os.path.join(folder, 'counts')
-    tracer = None
+    out, out_callers = os.path.join(folder, 'counts'), os.path.join(folder, 'callers')
+    tracer = callers_tracer = None
     try:
         for client in clients:
             assert client.stdout.readline().strip() == 'ready'
@@ -116,6 +119,9 @@ def run(peer: str, callers: int, calls: int, trace: bool) -> dict:
                                        '-1', '--control', f'fifo:{control},{ack}', '-p',
                                        str(server.pid)], stderr=subprocess.DEVNULL)
             _perf_command(control, ack, 'enable')
+            callers_tracer = subprocess.Popen(
+                ['perf', 'stat', '-x', ',', '-o', out_callers, '-e', 'task-clock', '-p',
+                 ','.join(str(client.pid) for client in clients)], stderr=subprocess.DEVNULL)
         server.stdin.write('reset\n')
         server.stdin.flush()
         for client in clients:
@@ -128,9 +134,12 @@ def run(peer: str, callers: int, calls: int, trace: bool) -> dict:
         python_calls = int(server.stdout.readline())
         if tracer is not None:
             _perf_command(control, ack, 'disable')
-            tracer.send_signal(signal.SIGINT)
-            tracer.wait(30)
-            return {name: n / (callers * calls) for name, n in _counters(out).items()}
+            for perf in (tracer, callers_tracer):
+                perf.send_signal(signal.SIGINT)
+                perf.wait(30)
+            table = _counters(out)
+            table['callers-task-clock'] = _counters(out_callers).get('task-clock', 0)
+            return {name: n / (callers * calls) for name, n in table.items()}
         return {'python_calls': python_calls / (callers * calls)}
     finally:
         for process in clients + [server]:
@@ -168,20 +177,22 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     parser.add_argument('--callers', default='4,16', help='comma list of caller counts')
     parser.add_argument('--calls', type=int, default=2000, help='calls per caller')
-    parser.add_argument('--peers', default='launchpad,floor_unix')
+    parser.add_argument('--peers', default='launchpad,floor_unix',
+                        help='comma list of launchpad, launchpad_tcp (raw TCP), floor_unix')
     args = parser.parse_args()
     for callers in [int(n) for n in args.callers.split(',')]:
         for peer in args.peers.split(','):
-            name = 'launchpad' if peer == 'launchpad' else 'floor'
+            name = peer if peer.startswith('launchpad') else 'floor'
             table = run(name, callers, args.calls, trace=True)
             python = run(name, callers, args.calls, trace=False)['python_calls']
             switches = table.pop('context-switches', 0)
             cpu_us = table.pop('task-clock', 0) * 1000  # perf gives milliseconds.
+            callers_us = table.pop('callers-task-clock', 0) * 1000
             shown = ', '.join(f'{k} {v:.2f}' for k, v in sorted(table.items(), key=lambda kv: -kv[1])
                               if v >= 0.01)
             print(f'{peer} fan-in {callers}: per call: system calls {sum(table.values()):.2f} '
                   f'({shown}); context switches {switches:.2f}; CPU {cpu_us:.1f} µs; '
-                  f'Python calls {python:.1f}',
+                  f'Python calls {python:.1f}; the callers\' CPU {callers_us:.1f} µs',
                   flush=True)
 
 

@@ -313,9 +313,13 @@ class Reader:
         # ``release``), so a connection's ``read`` can be this reader's own.
         self._on_released = on_released
         #: The compiled frame loop this reader and its connection's sends use, or None.
-        self.loop = None if isinstance(sock, ssl.SSLSocket) else frame_loop.compiled()
+        tls = isinstance(sock, ssl.SSLSocket)
+        self.loop = None if tls else frame_loop.compiled()
         if self.loop is not None:  # Each frame then costs one Python call less.
             self.read = self._read_compiled
+        #: Whether ``answer_and_read`` may be used (either loop; not over TLS, which keeps its
+        #: sends on the connection's ``Outbox``).
+        self.answers = not tls
         #: Compiled loop only: whether, after the frame ``read`` returned, another whole small
         #: frame is buffered (``has_small_frame``, answered by the read itself; False after a
         #: frame read in Python, which only means a reply is not held back).
@@ -344,14 +348,19 @@ class Reader:
                 raise EOFError('the peer closed the connection')
             return n
         n, ancdata, _, _ = self._sock.recvmsg_into([target], self._ancillary)
+        if ancdata:
+            self._keep_descriptors(ancdata)
+        if not n:
+            raise EOFError('the peer closed the connection')
+        return n
+
+    def _keep_descriptors(self, ancdata: list) -> None:
+        """Queues the segment descriptors a receive brought (``SCM_RIGHTS``)."""
         for level, kind, data in ancdata:
             if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
                 fds = array.array('i')
                 fds.frombytes(data[:len(data) - len(data) % fds.itemsize])
                 self._fds.extend(fds)
-        if not n:
-            raise EOFError('the peer closed the connection')
-        return n
 
     def _fill(self, n: int) -> None:
         """Ensures ``n`` unread bytes are in the scratch buffer."""
@@ -391,7 +400,16 @@ class Reader:
         start = self._start
         if start == self._end:  # Nothing buffered: one receive usually brings a whole call.
             start = self._start = 0
-            self._end = self._recv(self._view)
+            # ``_recv`` inline: the pure loop runs this once per call, on both sides.
+            if self._descriptors:
+                n, ancdata, _, _ = self._sock.recvmsg_into([self._view], self._ancillary)
+                if ancdata:
+                    self._keep_descriptors(ancdata)
+            else:
+                n = self._sock.recv_into(self._view)
+            if not n:
+                raise EOFError('the peer closed the connection')
+            self._end = n
         # A small frame (no buffers, nothing released, no segment) wholly here is the usual
         # reply; parsed inline, since the pure loop runs this once per call.
         end = self._end
@@ -478,8 +496,13 @@ class Reader:
 
     def answer_and_read(self, call_id: int, kind: int, pickled: bytes) -> Frame:
         """Sends a small frame on this reader's socket, then reads the next frame; the
-        compiled loop (which this needs) sends and starts receiving in one release of the
-        GIL. Only for a socket whose reader is its only writer (see ``socket_serving.py``)."""
+        compiled loop sends and starts receiving in one release of the GIL, the pure one
+        writes without the connection's ``Outbox`` (no lock, two Python calls less). Only
+        for a socket whose reader is its only writer (see ``socket_serving.py``), and where
+        ``answers`` says so."""
+        if self.loop is None:
+            self._sock.sendall(_pack_header(call_id, kind, 0, 0, len(pickled), 0, 0) + pickled)
+            return self.read()
         sent, read = self.loop.answer_small(
             self._sock.fileno(), call_id, kind, pickled, self._buf, self._start, self._end,
             self._descriptors, self._small_limit)

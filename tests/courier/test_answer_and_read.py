@@ -1,6 +1,8 @@
-"""A server's reader sends a reply and reads the next request in one compiled step
-(``frames.Reader.answer_and_read``, ``_cframes.answer_small``): the bytes that leave and the
-frames that come back are those of a send followed by a read, however the request arrives."""
+"""A server's reader sends a reply and reads the next request in one step
+(``frames.Reader.answer_and_read``: ``_cframes.answer_small`` on the compiled loop, a send
+without the connection's ``Outbox`` then a read on the pure one): the bytes that leave and
+the frames that come back are those of a send followed by a read, however the request
+arrives, on either loop."""
 
 from __future__ import annotations
 
@@ -14,13 +16,20 @@ import pytest
 from launchpad_py.courier import frame_loop, frames, shm
 
 
-@pytest.fixture(params=[True, False], ids=['unix-descriptors', 'plain'])
+@pytest.fixture(params=[(True, 'compiled'), (False, 'compiled'), (True, 'pure'), (False, 'pure')],
+                ids=['unix-descriptors', 'plain', 'unix-descriptors-pure', 'plain-pure'])
 def pair(request, monkeypatch):
-    """A connected pair: ``left`` plays the caller, ``reader`` reads ``right`` compiled."""
-    monkeypatch.delenv(frame_loop.PURE_ENV, raising=False)
-    assert frame_loop.compiled() is not None, 'the compiled loop is not built (pip install -e .)'
+    """A connected pair: ``left`` plays the caller, ``reader`` reads ``right`` on the loop."""
+    descriptors, loop = request.param
+    if loop == 'pure':
+        monkeypatch.setenv(frame_loop.PURE_ENV, '1')
+    else:
+        monkeypatch.delenv(frame_loop.PURE_ENV, raising=False)
+        assert frame_loop.compiled() is not None, 'the compiled loop is not built (pip install -e .)'
     left, right = socket.socketpair()
-    reader = frames.Reader(right, shm.ReleaseQueue(), scratch=4096, descriptors=request.param)
+    left.settimeout(10)  # The caller's waits for a reply are bounded: a missing one fails.
+    reader = frames.Reader(right, shm.ReleaseQueue(), scratch=4096, descriptors=descriptors)
+    assert (reader.loop is None) == (loop == 'pure') and reader.answers
     yield left, right, reader
     left.close(), right.close()
     reader.close()
@@ -112,8 +121,9 @@ def test_a_reply_to_a_caller_gone_raises(pair):
 # -- the races named in issue 29's notes of stop 38 ------------------------------------------
 
 # System call numbers by machine, to see that a thread waits in the call meant (not the GIL).
-_SYSCALLS = {'x86_64': {'recv': {45, 47}, 'send': {46}},
-             'aarch64': {'recv': {207, 212}, 'send': {211}}}
+# (sendto: the pure loop's ``sendall``; sendmsg: the compiled loop's).
+_SYSCALLS = {'x86_64': {'recv': {45, 47}, 'send': {44, 46}},
+             'aarch64': {'recv': {207, 212}, 'send': {206, 211}}}
 
 
 def _blocked_in(thread: threading.Thread, which: str, timeout: float = 10.0) -> None:

@@ -3,13 +3,16 @@
 ``frames.Reader.take_replies`` pops each reply's entry from the pending table (a plain
 dict, no lock) and returns every small reply already received in one call (the compiled
 loop's ``take_replies``); replies to calls no longer pending are dropped, and any other
-frame is read by Python. ``tcp.Connection.peer_gone`` peeks without raising when compiled.
+frame is read by Python. ``tcp.Connection.peer_gone`` looks without raising on either loop
+(the compiled peek, or a ``poll`` that does not wait).
 """
 
 from __future__ import annotations
 
 import os
+import select
 import socket
+import struct
 import threading
 
 import numpy as np
@@ -93,6 +96,34 @@ def test_peer_gone_sees_a_closed_tcp_peer_without_blocking(loop):
         assert connection.peer_gone()
     finally:
         connection.close()
+
+
+def test_a_reset_tcp_peer_and_unasked_bytes_make_a_connection_gone(loop):
+    """A peer that reset the connection (close with zero linger), or bytes no server sends to an
+    idle connection, make it gone on either loop, as a closed peer does; an idle one is not,
+    at once, also when its socket has a timeout (the pure loop's former peek waited that
+    timeout out, then said gone)."""
+    listener = socket.create_server(('127.0.0.1', 0))
+    try:
+        for unasked in (False, True):
+            caller = socket.create_connection(listener.getsockname(), timeout=10)
+            server, _ = listener.accept()
+            connection = tcp.Connection(caller)
+            try:
+                assert not connection.peer_gone()
+                if unasked:  # The server stays: only its byte makes the connection unusable.
+                    server.sendall(b'!')
+                else:
+                    server.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER,
+                                      struct.pack('ii', 1, 0))
+                    server.close()
+                assert select.select([caller], [], [], 10)[0], 'nothing reached the caller'
+                assert connection.peer_gone()
+            finally:
+                server.close()
+                connection.close()
+    finally:
+        listener.close()
 
 
 def test_a_closed_tcp_connection_is_gone_without_looking_at_its_descriptor(loop):

@@ -56,6 +56,8 @@ class Connection:
         self.read = self.reader.read  # Nothing to add to it here (see uds.Connection.read).
         if self.reader.loop is not None:  # The compiled peek, called directly (see close).
             self.peer_gone = functools.partial(self.reader.loop.peer_gone, sock.fileno())
+        elif not isinstance(sock, ssl.SSLSocket):  # The pure loop's look, as directly.
+            self.peer_gone = _poll_now(sock)
 
     def send(self, call_id: int, kind: int, obj, counts=None, hold: bool = False) -> None:
         pickled, buffers = serialization.encode(obj)
@@ -77,23 +79,13 @@ class Connection:
 
         Over TCP a request written to such a connection is accepted by the kernel
         and fails only when the reply is read, as if the server had died during
-        the call; this check lets the caller take a fresh connection instead. The
-        compiled loop peeks without raising (``BlockingIOError`` for the usual
-        answer cost more than the system call); a connection on it has this method
-        replaced by that peek bound to its descriptor (asked before every pooled
-        synchronous call: one C call instead of a Python method around it).
+        the call; this check lets the caller take a fresh connection instead. It is asked
+        before every pooled synchronous call, so a plain connection has this method
+        replaced by one C call bound to its descriptor: the compiled loop's peek, which
+        does not raise, or on the pure loop a ``poll`` that does not wait (``_poll_now``;
+        its answer is a list, true when gone). This body serves TLS.
         """
-        if isinstance(self.sock, ssl.SSLSocket):
-            return _tls_peer_gone(self.sock)
-        loop = self.reader.loop
-        if loop is not None:
-            return loop.peer_gone(self.sock.fileno())
-        try:
-            return self.sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) is not None
-        except BlockingIOError:
-            return False
-        except OSError:
-            return True
+        return _tls_peer_gone(self.sock)
 
     def close(self) -> None:
         # The bound peek would look at whatever socket reuses the descriptor: gone instead.
@@ -104,6 +96,17 @@ class Connection:
 def _gone() -> bool:
     """``peer_gone`` of a connection closed here."""
     return True
+
+
+def _poll_now(sock: socket.socket) -> Callable[[], list]:
+    """``peer_gone`` of a plain socket on the pure loop: a ``poll`` that does not wait, whose
+    answer is true (a non-empty list) when the peer closed, reset, or sent what no server
+    sends to an idle connection, as a peek would say. A peek raises ``BlockingIOError`` for
+    the usual answer, which cost a pure caller over TCP more than the rest of its check,
+    on every pooled synchronous call."""
+    poller = select.poll()
+    poller.register(sock, select.POLLIN)
+    return functools.partial(poller.poll, 0)
 
 
 def _tls_peer_gone(sock: ssl.SSLSocket) -> bool:

@@ -112,7 +112,7 @@ class SocketServing:
         compiled = reader.loop is not None  # Its reads say whether a next request waits.
         # Until a futures call comes (a promoted reader's connection has had one), this
         # reader is the connection's only writer: a reply and the next read may be one step.
-        sync_only = turn.serial == 0 and compiled
+        sync_only = turn.serial == 0 and reader.answers
         try:
             connection.flush()  # Replies a reader that lost the role to us held back, if any.
             frame = connection.read()
@@ -171,8 +171,10 @@ class SocketServing:
         """Runs a synchronous call and returns the next request: a small reply leaves and
         the next request's receive starts in one release of the GIL (``_cframes.answer_small``),
         where a send then a read would take the GIL back between them, and with many
-        connections' readers waiting for it, often wait for it there. Only for a reader that
-        is its connection's only writer, on the compiled loop."""
+        connections' readers waiting for it, often wait for it there. The pure loop sends
+        straight on the socket instead, without the connection's ``Outbox`` and its lock (two
+        Python calls less, each paid while the other connections' readers queue for the
+        GIL). Only for a reader that is its connection's only writer, and not over TLS."""
         reply = self._dispatch(frame, shard)
         try:
             pickled, buffers = serialization.encode(reply)
