@@ -234,13 +234,13 @@ def listen(serving: interface.Serving) -> TcpListener | None:
     return listener if listener.bind() else None
 
 
-_channels = socket_channel.ChannelCache()  # By address, secret, TLS and expected name.
+# By address, secret, TLS and expected name; closed by address.
+_channels = socket_channel.ChannelCache(server_of=lambda key: key[0])
 
 
 def forget(host: str, port: int) -> None:
     """Closes the cached channels to the stopped server whose address is ``host:port``."""
-    address = f'{host}:{port}'
-    _channels.close_where(lambda key: key[0] == address)
+    _channels.close_server(f'{host}:{port}')
 
 
 def dial(dial: interface.Dial) -> socket_channel.SocketChannel:

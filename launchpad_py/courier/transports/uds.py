@@ -280,13 +280,13 @@ def connect(port: int, timeout: float | None = None) -> Connection | None:
     return Connection(sock)
 
 
-_channels = socket_channel.ChannelCache()  # By address.
+_channels = socket_channel.ChannelCache(server_of=local_port)  # By address; closed by port.
 
 
 def forget(host: str, port: int) -> None:
     """Closes the cached channel to the stopped loopback server on ``port``, if any."""
     if host in LOOPBACK_HOSTS:
-        _channels.close_where(lambda address: local_port(address) == port)
+        _channels.close_server(port)
 
 
 def dial(dial: interface.Dial) -> socket_channel.SocketChannel | None:
