@@ -71,7 +71,8 @@ class Directory:
         #: Called with ``{key: (value, why)}`` after each ``retire`` that names new
         #: addresses: a process colocation passes it on to its children.
         self.retired_listeners: list[Callable[[dict[str, tuple[str, str]]], None]] = []
-        self._moved: list[str] = []  # Addresses peers left for others: see ``moved_away``.
+        # Addresses peers left for others, in the order told (a dict: a set that keeps it).
+        self._moved: dict[str, None] = {}  # See ``moved_away``.
         #: Called with the new addresses of each ``moved_away``, as ``retired_listeners``.
         self.moved_listeners: list[Callable[[list[str]], None]] = []
         #: Set in a node process: sends a list of keys to its launcher, which answers
@@ -119,7 +120,7 @@ class Directory:
         (``relocate``)."""
         with self._changed:
             fresh = [value for value in dict.fromkeys(values) if value not in self._moved]
-            self._moved.extend(fresh)
+            self._moved.update(dict.fromkeys(fresh))
         if fresh:
             courier_fail_fast.fail_fast_on_unavailable(fresh)
             for listener in list(self.moved_listeners):
