@@ -57,8 +57,12 @@ def measure(nodes: int, launch_type: str) -> dict:
     try:
         time.sleep(3)  # Let the nodes settle: what follows is their idle cost.
         if launch_type == 'local_mp':
+            # Node processes: the fork server's children (it has them; they have none). By
+            # thread count until stop 45, which a node without gRPC's threads no longer meets.
             processes = [p for p in psutil.Process().children(recursive=True)
-                         if p.num_threads() > 3]  # Node processes, not the fork server.
+                         if not p.children()]
+            if len(processes) != nodes:
+                raise RuntimeError(f'found {len(processes)} node processes, not {nodes}')
         else:
             processes = [psutil.Process()]
         pids = [p.pid for p in processes]

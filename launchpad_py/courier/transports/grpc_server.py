@@ -9,15 +9,19 @@ decoded (see ``grpc_tokens.py``); ``Endpoints`` reads no request and answers
 with a proof. Connections that stay idle, or do not finish their handshake,
 are closed, and their number is capped, as on the raw-TCP port.
 
-Bound to an address literal, the listener starts gRPC's serving thread only when
-the first connection arrives (``sockets/first_connection.py``): an idle node that
-only same-host peers call (over the Unix socket) costs no thread and no wake-ups
-for it.
+Bound to a loopback address, the listener does not create a gRPC server at all until
+the first connection arrives: a plain socket holds the port, and gRPC then serves on an
+abstract Unix socket behind a relay (``sockets/relay.py``), so a local node that only
+same-host peers call (over the Unix socket) never starts gRPC's core and its threads.
+Bound to another address literal, gRPC binds at once but starts its serving thread on the
+first connection (``sockets/first_connection.py``).
 """
 
 from __future__ import annotations
 
 import logging
+import os
+import secrets
 import threading
 from typing import Callable
 
@@ -25,13 +29,15 @@ import grpc
 
 from launchpad_py.courier import auth, errors, frames, messages
 from launchpad_py.courier.transports import grpc_chunks, grpc_tokens, interface, tcp
-from launchpad_py.courier.transports.sockets import first_connection
+from launchpad_py.courier.transports.sockets import first_connection, relay
 
 _log = logging.getLogger('launchpad_py.courier')
 
 # A gRPC connection with no call in flight for this long is closed (the client reconnects
 # on its next call): strangers cannot hold connections open, as on the raw-TCP port.
 IDLE_SECONDS = interface.IDLE_SECONDS
+# A gRPC start behind the door that failed (no descriptors) is tried again this much later.
+_RETRY_S = 0.2
 # Unlimited message sizes; SO_REUSEPORT off so two servers can never silently share a port.
 GRPC_OPTIONS = [
     ('grpc.max_send_message_length', -1),
@@ -44,19 +50,40 @@ class GrpcListener:
     """One server's gRPC listener: bound when made, serving from ``start()``."""
 
     def __init__(self, serving: interface.Serving):
+        self._serving = serving
+        self._chunks = grpc_chunks.ReplyStash(serving.options.max_message_bytes)
+        self._lock = threading.Lock()
+        self._started = False
+        self._relay: relay.Relay | None = None
+        if relay.applies(serving.host):  # gRPC only once someone dials the port.
+            self._server = None
+            relay.hold_reserve()
+            self._door = self._bind_door()
+            self.port = self._door.getsockname()[1]
+            self._waiting = self._door.fileno()
+            return
+        self._door = None
+        self._server = self._new_server()
+        with first_connection.binding:
+            free = first_connection.lowest_free_descriptor()
+            self.port = self._bind(f'{serving.host}:{serving.port}')
+            # gRPC's listening socket, watched until the first connection (None: start now).
+            self._waiting = (first_connection.listening_descriptor(self.port, free)
+                             if first_connection.can_wait(serving.host) else None)
+
+    def _new_server(self) -> grpc.Server:
         # gRPC gets its own threads for the (cheap) chunk transfers; calls take
         # a permit, so thread_pool_size still bounds the calls that run at once.
-        self._serving = serving
+        serving = self._serving
         options = serving.options
-        self._chunks = grpc_chunks.ReplyStash(options.max_message_bytes)
         interceptors = ([] if serving.secret is None else
                         [_Guard(serving.identity, serving.label)])
         limits = [('grpc.server_handshake_timeout_ms', int(options.handshake_timeout * 1000)),
                   ('grpc.max_connection_idle_ms', int(options.idle_timeout * 1000)),
                   ('grpc.max_allowed_incoming_connections', tcp.MAX_PENDING)]
-        self._server = grpc.server(serving.pool, options=GRPC_OPTIONS + limits,
-                                   maximum_concurrent_rpcs=None, interceptors=interceptors)
-        self._server.add_generic_rpc_handlers([grpc.method_handlers_generic_handler(
+        server = grpc.server(serving.pool, options=GRPC_OPTIONS + limits,
+                             maximum_concurrent_rpcs=None, interceptors=interceptors)
+        server.add_generic_rpc_handlers([grpc.method_handlers_generic_handler(
             messages.SERVICE, {
                 'Call': grpc.unary_unary_rpc_method_handler(self._handle_call),
                 'CallChunked': grpc.stream_unary_rpc_method_handler(self._handle_chunked_call),
@@ -65,14 +92,17 @@ class GrpcListener:
                 # Answered from its metadata alone: the request is never read (see _Guard).
                 'Endpoints': grpc.stream_unary_rpc_method_handler(self._handle_endpoints),
             })])
-        self._lock = threading.Lock()
-        self._started = False
-        with first_connection.binding:
-            free = first_connection.lowest_free_descriptor()
-            self.port = self._bind(f'{serving.host}:{serving.port}')
-            # gRPC's listening socket, watched until the first connection (None: start now).
-            self._waiting = (first_connection.listening_descriptor(self.port, free)
-                             if first_connection.can_wait(serving.host) else None)
+        return server
+
+    def _bind_door(self):
+        serving = self._serving
+        try:
+            return relay.bind_door(serving.host, serving.port, tcp.BACKLOG)
+        except OSError as exc:
+            raise errors.CourierError(
+                f'courier server {serving.label or ""} could not bind '
+                f'{serving.host}:{serving.port}: the port is in use or the host is not local'
+            ) from exc
 
     def _bind(self, target: str) -> int:
         tls = self._serving.options.tls
@@ -100,11 +130,58 @@ class GrpcListener:
             if self._started:
                 return
             self._started = True
+            if self._door is not None:  # gRPC behind the door, on an abstract Unix socket.
+                try:
+                    self._start_behind_door()
+                except (OSError, RuntimeError, errors.CourierError) as exc:
+                    self._failed_behind_door(exc)
+                return
             self._server.start()
+
+    def _start_behind_door(self) -> None:
+        name = f'launchpad-grpc-{os.getpid()}-{self.port}-{secrets.token_hex(8)}'
+        self._relay = relay.Relay(
+            self._door, f'courier-{self._serving.label or "server"}-grpc', tcp.MAX_PENDING)
+        relay.spend_reserve()
+        self._server = self._new_server()
+        self._bind(f'unix-abstract:{name}')
+        self._server.start()
+        self._relay.start('\0' + name)
+
+    def _failed_behind_door(self, exc: BaseException) -> None:
+        """gRPC could not start (out of descriptors, most likely): the connection waits in
+        the door's queue, and the start is tried again a moment later."""
+        _log.warning('courier server %s: cannot start gRPC for a connection yet: %s',
+                     self._serving.label or 'server', exc)
+        if self._server is not None:
+            self._server.stop(None)
+            self._server = None
+        if self._relay is not None:
+            self._relay.forget_door()
+            self._relay = None
+        self._started = False
+        timer = threading.Timer(_RETRY_S, self._watch_again)
+        timer.daemon = True
+        timer.start()
+
+    def _watch_again(self) -> None:
+        with self._lock:
+            if not self._started:  # Not stopped meanwhile (stop marks it started).
+                first_connection.watch(self._waiting, self._start_serving)
 
     def stop(self, grace: float | None = None) -> None:
         if self._waiting is not None:
             first_connection.forget(self._waiting)
+        if self._door is not None:
+            with self._lock:
+                self._started = True  # A connection arriving now starts nothing.
+            if self._server is None:  # Never dialled: gRPC never started.
+                self._door.close()
+                return
+            self._relay.shut_door()  # The port is free; calls in flight still answer.
+            self._server.stop(grace).wait()
+            self._relay.close()
+            return
         # A gRPC server never started keeps its port bound after stop(): start it first.
         self._start_serving()
         self._server.stop(grace).wait()
