@@ -562,7 +562,7 @@ class Reader:
         if released:
             self._take_released(released)
         if segment_id:
-            if not self._fds or self._segments is None:
+            if not self._fds or self._segments is None:  # Over TCP none can come.
                 raise EOFError('a frame announced a shared-memory segment but carried none')
             segment = self._segments.view(self._fds.popleft(), segment_size, segment_id)
             buffers = [segment[offset:offset + length] if buffer is None else buffer
