@@ -10,6 +10,11 @@ A buffer whose offset is ``-1`` follows the pickle in the frame; any other
 offset points into the frame's shared-memory segment, whose descriptor rides
 on the frame's first bytes (``SCM_RIGHTS``). Over TCP and gRPC every buffer is
 in band.
+
+A released id is one of the receiver's segments its sender no longer uses (the
+receiver may write it again), or, with its top bit set (``shm.DROPPED``), a
+notice that the sender closed a segment of its own: the receiver then forgets
+its mapping of that segment (``shm.SegmentMappings``).
 """
 
 from __future__ import annotations
@@ -328,7 +333,8 @@ class Reader:
         self._limit = max_frame_bytes
         # Frames read whole by the small-frame paths; a larger pickle takes the checked path.
         self._small_limit = sys.maxsize if max_frame_bytes is None else max_frame_bytes
-        self._released = released
+        # Our mappings of the peer's segments, kept across frames (uds only).
+        self._segments = None if released is None else shm.SegmentMappings(released)
         self._buf = bytearray(scratch)
         self._view = memoryview(self._buf)
         self._start = self._end = 0
@@ -340,6 +346,12 @@ class Reader:
         import os
         while self._fds:
             os.close(self._fds.popleft())
+        if self._segments is not None:
+            self._segments.close()
+
+    def segment_statistics(self) -> dict:
+        """How this reader mapped the peer's segments (``shm.SegmentMappings.statistics``)."""
+        return {} if self._segments is None else self._segments.statistics()
 
     def _recv(self, target: memoryview) -> int:
         if not self._descriptors:
@@ -547,17 +559,29 @@ class Reader:
                 buffers.append(memory)
             else:
                 buffers.append(None)
+        if released:
+            self._take_released(released)
         if segment_id:
-            if not self._fds:
+            if not self._fds or self._segments is None:  # Over TCP none can come.
                 raise EOFError('a frame announced a shared-memory segment but carried none')
-            segment = shm.map_segment(self._fds.popleft(), segment_size, segment_id,
-                                      self._released)
+            segment = self._segments.view(self._fds.popleft(), segment_size, segment_id)
             buffers = [segment[offset:offset + length] if buffer is None else buffer
                        for buffer, (offset, length) in zip(buffers, entries)]
         self._in_frame = False
-        if released and self._on_released is not None:
-            self._on_released(released)
         return Frame(call_id, kind, pickled, buffers, released)
+
+    def _take_released(self, released: list[int]) -> None:
+        """Our segments the peer released go to ``on_released``; its notices of segments it
+        closed (``shm.DROPPED``) make us forget our mappings of them."""
+        ours = released
+        if any(i & shm.DROPPED for i in released):
+            ours = [i for i in released if not i & shm.DROPPED]
+            if self._segments is not None:
+                for notice in released:
+                    if notice & shm.DROPPED:
+                        self._segments.forget(notice & ~shm.DROPPED)
+        if ours and self._on_released is not None:
+            self._on_released(ours)
 
     def has_small_frame(self) -> bool:
         """Whether a whole frame without buffers waits in the scratch buffer (read at no cost)."""

@@ -213,8 +213,9 @@ class Connection:
     def __init__(self, sock: socket.socket):
         tune(sock)
         self.sock = sock
-        self.released = shm.ReleaseQueue()  # Segments the peer sent us that we dropped.
-        self.pool = shm.SegmentPool()  # Segments we write into.
+        # Segments the peer sent us that we dropped, and notices of our own we closed.
+        self.released = shm.ReleaseQueue()
+        self.pool = shm.SegmentPool(dropped=self.released)  # Segments we write into.
         self.reader = frames.Reader(sock, self.released, on_released=self.pool.release)
         self.outbox = frames.Outbox(sock, self.reader.loop)
         # Segments the peer released are returned to the pool by the reader itself.
