@@ -149,7 +149,9 @@ def test_a_done_callback_belongs_to_its_own_future(loop, server):
     ran[1].result(timeout=30), ran[2].result(timeout=30)
     first.add_done_callback(lambda future: called.append(('c', future.result())))
     assert called == [('a', 1), ('b', 1), ('c', 1)]
-    assert len(second._done_callbacks) == 1 and client.futures.echo(3)._done_callbacks == ()
+    # Its own callback only; none stored when it was done before it was added (then it ran
+    # at once: a race in this test, seen under load, until stop 45 allowed for it).
+    assert len(second._done_callbacks) <= 1 and client.futures.echo(3)._done_callbacks == ()
 
 
 class _Mux:
