@@ -170,11 +170,12 @@ class GrpcListener:
                 first_connection.watch(self._waiting, self._start_serving)
 
     def stop(self, grace: float | None = None) -> None:
-        if self._waiting is not None:
-            first_connection.forget(self._waiting)
         if self._door is not None:
             with self._lock:
                 self._started = True  # A connection arriving now starts nothing.
+            # Forgotten after that, not before: a retry of a failed start (_watch_again)
+            # could otherwise watch the door again just before it closes.
+            first_connection.forget(self._waiting)
             if self._server is None:  # Never dialled: gRPC never started.
                 self._door.close()
                 return
@@ -182,6 +183,8 @@ class GrpcListener:
             self._server.stop(grace).wait()
             self._relay.close()
             return
+        if self._waiting is not None:
+            first_connection.forget(self._waiting)
         # A gRPC server never started keeps its port bound after stop(): start it first.
         self._start_serving()
         self._server.stop(grace).wait()
