@@ -9,12 +9,17 @@ bare ``[Errno 24]``.
 
     open_files.raise_soft_limit()
     open_files.shortfall(4000, 'launching 1000 nodes')  # why not, if the hard limit is lower
+
+It also keeps a few descriptors aside for starting gRPC's core (``hold_reserve``), which
+aborts the process when it cannot open its own.
 """
 
 from __future__ import annotations
 
 import errno
+import os
 import resource
+import threading
 
 #: Where the hard limit is unlimited, Linux still caps it at fs.nr_open (1,048,576 by default).
 _UNLIMITED_CAP = 1 << 20
@@ -64,3 +69,39 @@ def shortfall(needed: int, who: str) -> str | None:
     return (f'{who} needs about {needed} file descriptors, but {describe()}: raise the hard '
             f'limit (ulimit -Hn {needed} as root, LimitNOFILE= for a service, '
             '/etc/security/limits.conf) or launch fewer nodes from one process')
+
+
+# Descriptors kept for the start of gRPC's core (see hold_reserve).
+_RESERVE = 32
+_reserve: list[int] = []
+_reserve_lock = threading.Lock()
+
+
+def hold_reserve() -> None:
+    """Keeps descriptors aside for the start of gRPC in this process.
+
+    gRPC's core aborts the whole process when it cannot open its own descriptors as it
+    starts (``pollset_global_init: eventfd: Too many open files``): started on a first
+    connection, that could be while strangers hold every descriptor the process may open.
+    The reserve (copies of one descriptor: no file of their own) is given back to the
+    system just before gRPC starts (``grpc_server``, behind ``sockets/relay.py``)."""
+    with _reserve_lock:
+        if _reserve:
+            return
+        try:
+            base = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
+        except OSError:
+            return
+        _reserve.append(base)
+        while len(_reserve) < _RESERVE:
+            try:
+                _reserve.append(os.dup(base))
+            except OSError:
+                break
+
+
+def spend_reserve() -> None:
+    """Frees the reserve for gRPC, which starts next."""
+    with _reserve_lock:
+        while _reserve:
+            os.close(_reserve.pop())

@@ -27,7 +27,7 @@ from typing import Callable
 
 import grpc
 
-from launchpad_py.courier import auth, errors, frames, messages
+from launchpad_py.courier import auth, errors, frames, messages, open_files
 from launchpad_py.courier.transports import grpc_chunks, grpc_tokens, interface, tcp
 from launchpad_py.courier.transports.sockets import first_connection, relay
 
@@ -57,7 +57,7 @@ class GrpcListener:
         self._relay: relay.Relay | None = None
         if relay.applies(serving.host):  # gRPC only once someone dials the port.
             self._server = None
-            relay.hold_reserve()
+            open_files.hold_reserve()
             self._door = self._bind_door()
             self.port = self._door.getsockname()[1]
             self._waiting = self._door.fileno()
@@ -142,7 +142,7 @@ class GrpcListener:
         name = f'launchpad-grpc-{os.getpid()}-{self.port}-{secrets.token_hex(8)}'
         self._relay = relay.Relay(
             self._door, f'courier-{self._serving.label or "server"}-grpc', tcp.MAX_PENDING)
-        relay.spend_reserve()
+        open_files.spend_reserve()
         self._server = self._new_server()
         self._bind(f'unix-abstract:{name}')
         self._server.start()

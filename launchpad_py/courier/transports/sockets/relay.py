@@ -3,7 +3,7 @@ gRPC, so that a server only same-host peers call never starts gRPC at all.
 
 Creating a gRPC server starts gRPC's core in the process: six threads (a timer, four
 event-engine workers, a lifeguard) that wake about seven times a second for ever, about
-0.37 ms of CPU a second, plus ≈3 ms of CPU and ≈1.8 MiB of memory to start. A local_mp
+0.37 ms of CPU a second, plus ≈3 ms of CPU and ≈0.9 MiB of memory to start. A local_mp
 node's peers take the Unix socket, so at 2,000 nodes that was 2,000 idle gRPC cores
 taking CPU from the nodes still starting, more the longer the launch: a cost that grew
 faster than the number of nodes (issue 25).
@@ -35,42 +35,6 @@ _log = logging.getLogger('launchpad_py.courier')
 _CHUNK = 256 * 1024
 # Out of descriptors, the door is not watched for this long (its connections wait).
 _PAUSE_S = 0.1
-# Descriptors kept for gRPC's start (see hold_reserve).
-_RESERVE = 32
-_reserve: list[int] = []
-_reserve_lock = threading.Lock()
-
-
-def hold_reserve() -> None:
-    """Keeps descriptors aside for the start of gRPC in this process.
-
-    gRPC's core aborts the whole process when it cannot open its own descriptors as it
-    starts (``pollset_global_init: eventfd: Too many open files``): started on a first
-    connection, that could be while strangers hold every descriptor the process may open.
-    The reserve (copies of one descriptor: no file of their own) is given back to the
-    system just before gRPC starts."""
-    with _reserve_lock:
-        if _reserve:
-            return
-        try:
-            base = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
-        except OSError:
-            return
-        _reserve.append(base)
-        while len(_reserve) < _RESERVE:
-            try:
-                _reserve.append(os.dup(base))
-            except OSError:
-                break
-
-
-def spend_reserve() -> None:
-    """Frees the reserve for gRPC, which starts next."""
-    with _reserve_lock:
-        while _reserve:
-            os.close(_reserve.pop())
-
-
 def applies(host: str) -> bool:
     """Whether a server bound to ``host`` defers gRPC: a loopback address literal."""
     try:
