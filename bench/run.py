@@ -51,7 +51,8 @@ import time
 import traceback
 
 from . import interleave, peers_floor, peers_grpc, peers_launchpad, peers_ray, procs
-from .harness import DEFAULT_REPS, Budget, Result, fmt_value, measure, per_call_us
+from .cpu import CpuMeter
+from .harness import DEFAULT_REPS, Budget, Result, call_loop, fmt_value, measure
 from .interleave import FANIN_BUDGET, FANIN_CALLERS
 
 BASELINE = "floor_unix"
@@ -195,12 +196,26 @@ class Run:
             raise AssertionError(f"{name} returned a different array for {size_name}")
         del back
         budget = BIG_ARRAY_BUDGET if SIZES[size_name] >= 2**30 else ARRAY_BUDGET
-        secs = measure(lambda: per_call_us(lambda: peer.call("echo", a), budget)() / 1e6,
-                       self.args.reps, warmup=1)
+        # CPU of this process and the server's, as for the interleaved rows (bench.interleave).
+        meter = CpuMeter(interleave.server_pids(peer))
+
+        def rep():
+            before = meter.snapshot()
+            n, dt = call_loop(lambda: peer.call("echo", a), budget)
+            cpu_us, switches = meter.per_call(before, meter.snapshot(), n)
+            return dt / n, cpu_us, switches
+
+        rep()  # Warm-up: the segments' first pages, the peer's first mapping.
+        reps = [rep() for _ in range(self.args.reps)]
+        secs = [r[0] for r in reps]
         nbytes = SIZES[size_name]
         self.add(Result(f"rt_GBps:{size_name}", name, "GB/s", [nbytes / s / 1e9 for s in secs],
                         higher_is_better=True))
-        return [s * 1e3 for s in secs]
+        result = Result(f"rt:{size_name}", name, "ms", [s * 1e3 for s in secs],
+                        cpu_us_per_call=[r[1] for r in reps],
+                        switches_per_call=[r[2] for r in reps])
+        self.add(result)
+        return result
 
     def memcpy(self) -> None:
         for size_name in self.args.sizes:

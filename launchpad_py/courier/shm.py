@@ -10,7 +10,8 @@ Segments are reused: the receiver tells the sender (``released`` ids carried
 on its next message) once every array built on a segment is garbage, and
 the sender then writes the next message into the same, already faulted-in,
 pages. Faulting in fresh pages costs more than the copy itself (measured:
-64 MiB into a fresh memfd ≈28 ms, into a reused one ≈6 ms).
+64 MiB into a fresh memfd ≈28 ms, into a reused one ≈6 ms). A large buffer is
+copied in parts on two to four threads (``parallel_copy``): 64 MiB in ≈4.5 ms.
 
 The receiver keeps its mapping of each segment too (``SegmentMappings``), so a
 reused segment is not mapped and faulted in again on its side either (64 MiB
@@ -29,6 +30,8 @@ import mmap
 import os
 import threading
 import weakref
+
+from launchpad_py.courier import parallel_copy
 
 ALIGN = 64
 # Free segments kept for reuse per size class and connection (a round trip in
@@ -95,9 +98,8 @@ class SegmentPool:
             offsets.append(total)
             total = aligned(total + buffer.nbytes)
         segment = self._take(_size_class(total))
-        target = segment.mapping
         for offset, buffer in zip(offsets, buffers):
-            target[offset:offset + buffer.nbytes] = buffer
+            parallel_copy.copy_into(segment.mapping, offset, buffer)
         return segment.id, segment.fd, segment.size, offsets
 
     def _take(self, size: int) -> _Segment:
