@@ -8,9 +8,12 @@ no thread running, and work in a child forked after the parent copied.
 from __future__ import annotations
 
 import mmap
-import multiprocessing
 import os
+import subprocess
+import sys
+import textwrap
 import threading
+import types
 
 import numpy as np
 import pytest
@@ -67,7 +70,7 @@ def test_only_large_copies_split_and_no_copy_thread_outlives_its_copy(monkeypatc
             started.append(self)
             super().start()
 
-    monkeypatch.setattr(parallel_copy.threading, 'Thread', Counted)
+    monkeypatch.setattr(parallel_copy, 'threading', types.SimpleNamespace(Thread=Counted))
     target = mmap.mmap(-1, parallel_copy.PARALLEL_MIN)
     parallel_copy.copy_into(target, 0, memoryview(_source(parallel_copy.PARALLEL_MIN - 1)))
     assert started == []
@@ -76,30 +79,29 @@ def test_only_large_copies_split_and_no_copy_thread_outlives_its_copy(monkeypatc
     assert not any(thread.is_alive() for thread in started)
 
 
-def _copy_in_child(queue) -> None:
-    source = _source(parallel_copy.PARALLEL_MIN + 64, seed=7)
-    target = mmap.mmap(-1, source.nbytes)
-    parallel_copy.copy_into(target, 0, memoryview(source))
-    queue.put(bool(np.array_equal(np.frombuffer(target, np.uint8), source)))
-
-
 @needs_two_cpus
-def test_a_forked_child_copies_with_helpers_of_its_own():
+def test_a_forked_child_copies_after_its_parent_did():
     # A child forked after the parent's large copies has none of the parent's threads: a
     # pool of helpers kept between copies would leave it waiting for parts never copied.
-    parallel_copy.copy_into(mmap.mmap(-1, parallel_copy.PARALLEL_MIN), 0,
-                            memoryview(_source(parallel_copy.PARALLEL_MIN)))
-    context = multiprocessing.get_context('fork')
-    queue = context.Queue()
-    child = context.Process(target=_copy_in_child, args=(queue,))
-    child.start()
-    try:
-        assert queue.get(timeout=60) is True
-    finally:
-        child.join(30)
-        if child.is_alive():
-            child.kill()
-    assert child.exitcode == 0
+    # Forked from a fresh interpreter, not from this test process and its threads.
+    script = textwrap.dedent('''
+        import mmap, os, sys
+        import numpy as np
+        from launchpad_py.courier import parallel_copy
+        def copy(seed):
+            source = np.random.default_rng(seed).integers(
+                0, 256, parallel_copy.PARALLEL_MIN + 64, dtype=np.uint8)
+            target = mmap.mmap(-1, source.nbytes)
+            parallel_copy.copy_into(target, 0, memoryview(source))
+            return bool(np.array_equal(np.frombuffer(target, np.uint8), source))
+        assert copy(1)
+        pid = os.fork()
+        if pid == 0:
+            os._exit(0 if copy(2) else 1)
+        _, status = os.waitpid(pid, 0)
+        sys.exit(os.waitstatus_to_exitcode(status))
+    ''')
+    subprocess.run([sys.executable, '-c', script], timeout=120, check=True)
 
 
 def test_a_segment_written_in_parts_reads_back_whole():
