@@ -50,12 +50,16 @@ def copy_into(target, offset: int, source: memoryview) -> None:
     whole = np.frombuffer(target, np.uint8, n, offset)
     data = np.frombuffer(source, np.uint8)
     step = (-(-n // parts) + 63) // 64 * 64  # Parts start on cache-line boundaries.
-    helpers = [threading.Thread(target=np.copyto, args=(whole[start:start + step],
-                                                         data[start:start + step]),
-                                name='courier-copy', daemon=True)
-               for start in range(step, n, step)]
-    for helper in helpers:
-        helper.start()
+    helpers = []
+    for start in range(step, n, step):
+        part = (whole[start:start + step], data[start:start + step])
+        helper = threading.Thread(target=np.copyto, args=part, name='courier-copy', daemon=True)
+        try:
+            helper.start()
+        except RuntimeError:  # No thread to be had (the process is at its limit): copied here.
+            np.copyto(*part)
+            continue
+        helpers.append(helper)
     np.copyto(whole[:step], data[:step])  # Releases the GIL, as the helpers' copies do.
     for helper in helpers:
         helper.join()

@@ -79,6 +79,20 @@ def test_only_large_copies_split_and_no_copy_thread_outlives_its_copy(monkeypatc
     assert not any(thread.is_alive() for thread in started)
 
 
+def test_a_copy_with_no_thread_to_be_had_is_still_whole(monkeypatch):
+    # A process at its thread limit: the parts a helper cannot take are copied by the caller.
+    class Refused(threading.Thread):
+        def start(self):
+            raise RuntimeError("can't start new thread")
+
+    monkeypatch.setattr(parallel_copy, 'threading', types.SimpleNamespace(Thread=Refused))
+    monkeypatch.setattr(parallel_copy, 'threads_available', lambda: parallel_copy.MAX_THREADS)
+    source = _source(parallel_copy.PARALLEL_MIN + 4097, seed=3)
+    target = mmap.mmap(-1, source.nbytes)
+    parallel_copy.copy_into(target, 0, memoryview(source))
+    assert np.array_equal(np.frombuffer(target, np.uint8), source)
+
+
 @needs_two_cpus
 def test_a_forked_child_copies_after_its_parent_did():
     # A child forked after the parent's large copies has none of the parent's threads: a
