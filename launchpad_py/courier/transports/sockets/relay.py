@@ -35,6 +35,8 @@ _log = logging.getLogger('launchpad_py.courier')
 _CHUNK = 256 * 1024
 # Out of descriptors, the door is not watched for this long (its connections wait).
 _PAUSE_S = 0.1
+
+
 def applies(host: str) -> bool:
     """Whether a server bound to ``host`` defers gRPC: a loopback address literal."""
     try:
