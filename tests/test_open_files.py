@@ -50,3 +50,31 @@ def test_a_launch_beyond_the_hard_limit_is_refused_naming_it():
     assert ("LaunchError: test_mp program 'many' of 50 nodes needs about 264 file descriptors, "
             'but the open-file limit (RLIMIT_NOFILE) of this process is 100, hard 100'
             in done.stderr), done.stderr[-3000:]
+
+
+_FAILED_GRPC_START = '''
+import os
+from launchpad_py.courier import open_files
+count = lambda: len(os.listdir('/proc/self/fd'))
+before = count()
+open_files.hold_reserve()
+held = count()
+try:
+    with open_files.starting_grpc():
+        during = count()
+        raise RuntimeError('gRPC could not start')
+except RuntimeError:
+    pass
+print(before, held, during, count())
+'''
+
+
+def test_a_failed_grpc_start_keeps_the_reserve_for_its_next_try():
+    """The descriptors kept for gRPC are free inside ``starting_grpc`` and kept again when
+    the start fails, so the retry a moment later starts on them too."""
+    done = run_script(_FAILED_GRPC_START)
+    assert done.returncode == 0, done.stderr[-3000:]
+    before, held, during, after = map(int, done.stdout.split())
+    assert held > before + 16
+    assert during == before
+    assert after == held

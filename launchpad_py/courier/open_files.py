@@ -11,11 +11,15 @@ bare ``[Errno 24]``.
     open_files.shortfall(4000, 'launching 1000 nodes')  # why not, if the hard limit is lower
 
 It also keeps a few descriptors aside for starting gRPC's core (``hold_reserve``), which
-aborts the process when it cannot open its own.
+aborts the process when it cannot open its own. While gRPC starts on them
+(``starting_grpc``), the accept loops of this process's listeners wait
+(``accept``, ``taking_descriptors``): a flood of strangers at another port would
+otherwise take the freed descriptors first.
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import resource
@@ -75,6 +79,8 @@ def shortfall(needed: int, who: str) -> str | None:
 _RESERVE = 32
 _reserve: list[int] = []
 _reserve_lock = threading.Lock()
+# Held while gRPC starts on the freed reserve, and by listeners taking descriptors.
+_grpc_start = threading.Lock()
 
 
 def hold_reserve() -> None:
@@ -84,7 +90,7 @@ def hold_reserve() -> None:
     starts (``pollset_global_init: eventfd: Too many open files``): started on a first
     connection, that could be while strangers hold every descriptor the process may open.
     The reserve (copies of one descriptor: no file of their own) is given back to the
-    system just before gRPC starts (``grpc_server``, behind ``sockets/relay.py``)."""
+    system just before gRPC starts (``starting_grpc``, in ``grpc_server``)."""
     with _reserve_lock:
         if _reserve:
             return
@@ -100,8 +106,33 @@ def hold_reserve() -> None:
                 break
 
 
-def spend_reserve() -> None:
-    """Frees the reserve for gRPC, which starts next."""
-    with _reserve_lock:
-        while _reserve:
-            os.close(_reserve.pop())
+@contextlib.contextmanager
+def starting_grpc():
+    """Frees the reserve for gRPC, which starts inside this block.
+
+    The kernel gives the lowest free descriptor to whichever thread asks first, so the
+    listeners of this process take none meanwhile (they wait in ``accept``). If the start
+    fails, the reserve is kept again for the next try."""
+    with _grpc_start:
+        with _reserve_lock:
+            while _reserve:
+                os.close(_reserve.pop())
+        try:
+            yield
+        except BaseException:
+            hold_reserve()
+            raise
+
+
+@contextlib.contextmanager
+def taking_descriptors():
+    """Wraps a listener's taking of new descriptors: not while gRPC starts on the reserve."""
+    with _grpc_start:
+        yield
+
+
+def accept(listener):
+    """``listener.accept()``, not while gRPC starts on the reserve: blocking listeners call
+    it only once the listener is readable (it holds the start back while it waits)."""
+    with _grpc_start:
+        return listener.accept()

@@ -385,16 +385,21 @@ server.stop()
 '''
 
 
-def test_a_server_out_of_descriptors_drops_strangers_for_callers(tmp_path):
-    """When silent connections use up the server's descriptors, a new caller is still served."""
+def _server_process(script: str):
+    """Runs ``script`` (one of the servers above) in a fresh interpreter: lines in and out."""
     import subprocess
     import sys
     here = os.path.dirname(os.path.abspath(__file__))
-    server = subprocess.Popen(
-        [sys.executable, '-c', OUT_OF_DESCRIPTORS_SERVER, SECRET.hex()], cwd=here,
+    return subprocess.Popen(
+        [sys.executable, '-c', script, SECRET.hex()], cwd=here,
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
         env={**os.environ, 'PYTHONPATH': os.pathsep.join(
             [here, os.path.dirname(here), os.path.dirname(os.path.dirname(here))])})
+
+
+def test_a_server_out_of_descriptors_drops_strangers_for_callers(tmp_path):
+    """When silent connections use up the server's descriptors, a new caller is still served."""
+    server = _server_process(OUT_OF_DESCRIPTORS_SERVER)
     flood = []
     try:
         address, tcp_port = server.stdout.readline().split()
@@ -405,6 +410,65 @@ def test_a_server_out_of_descriptors_drops_strangers_for_callers(tmp_path):
     finally:
         for sock in flood:
             sock.close()
+        server.stdin.close()
+        server.wait(timeout=30)
+
+
+# As above, but gRPC's start waits for the test: it connects strangers at the raw-TCP port
+# just after the reserve was freed, then lets the start go on.
+GRPC_START_RACE_SERVER = '''
+import os, resource, sys, threading
+import grpc
+from launchpad_py import courier
+from test_network_attacks import Target
+real_server, go = grpc.server, threading.Event()
+def held_start(*args, **kwargs):
+    print('starting', flush=True)
+    go.wait()
+    return real_server(*args, **kwargs)
+grpc.server = held_start
+server = courier.Server(Target(), secret=bytes.fromhex(sys.argv[1]),
+                        handshake_timeout=2.0).start()
+open_now = len(os.listdir('/proc/self/fd'))
+resource.setrlimit(resource.RLIMIT_NOFILE, (open_now + 24, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+print(server.address, server.tcp_port, flush=True)
+for line in sys.stdin:  # 'go': the start goes on; the end of input: stop.
+    go.set()
+server.stop()
+'''
+
+
+def test_strangers_arriving_while_grpc_starts_do_not_take_its_descriptors(tmp_path):
+    """gRPC's core starts on descriptors kept for it; strangers connecting at that moment
+    wait at the raw-TCP port instead of taking them, and the server serves once they leave."""
+    import select
+    server = _server_process(GRPC_START_RACE_SERVER)
+    flood = []
+    try:
+        address, tcp_port = server.stdout.readline().split()
+        strangers = lambda count: [socket.create_connection(('127.0.0.1', int(tcp_port)),
+                                                            timeout=10) for _ in range(count)]
+        flood += strangers(60)  # More than the server has descriptors for.
+        flood.append(socket.create_connection(
+            ('127.0.0.1', int(address.rsplit(':', 1)[1])), timeout=10))  # gRPC starts.
+        assert server.stdout.readline() == 'starting\n'
+        during_start = strangers(40)
+        flood += during_start
+        # The raw-TCP gate greets whom it accepts: while gRPC starts, it accepts nobody.
+        assert select.select(during_start, [], [], 1.0)[0] == []
+        server.stdin.write('go\n')
+        server.stdin.flush()
+        for sock in flood:
+            sock.close()
+        flood = []
+        client = courier.Client(address, transport='tcp', secret=SECRET, timeout=20)
+        assert client.mark() == 1
+        assert server.poll() is None
+    finally:
+        for sock in flood:
+            sock.close()
+        if server.poll() is None:
+            server.stdin.write('go\n')  # Also when the test failed before it let gRPC start.
         server.stdin.close()
         server.wait(timeout=30)
 

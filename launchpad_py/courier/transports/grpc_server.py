@@ -140,12 +140,12 @@ class GrpcListener:
 
     def _start_behind_door(self) -> None:
         name = f'launchpad-grpc-{os.getpid()}-{self.port}-{secrets.token_hex(8)}'
-        self._relay = relay.Relay(
-            self._door, f'courier-{self._serving.label or "server"}-grpc', tcp.MAX_PENDING)
-        open_files.spend_reserve()
-        self._server = self._new_server()
-        self._bind(f'unix-abstract:{name}')
-        self._server.start()
+        with open_files.starting_grpc():  # The relay's own descriptors come from it too.
+            self._relay = relay.Relay(
+                self._door, f'courier-{self._serving.label or "server"}-grpc', tcp.MAX_PENDING)
+            self._server = self._new_server()
+            self._bind(f'unix-abstract:{name}')
+            self._server.start()
         self._relay.start('\0' + name)
 
     def _failed_behind_door(self, exc: BaseException) -> None:

@@ -36,7 +36,7 @@ import threading
 import time
 from typing import Callable
 
-from launchpad_py.courier import auth, errors
+from launchpad_py.courier import auth, errors, open_files
 
 _log = logging.getLogger('launchpad_py.courier')
 
@@ -184,7 +184,7 @@ class Gate:
     def _accept(self) -> None:
         while True:
             try:
-                sock, peer = self._listener.accept()
+                sock, peer = open_files.accept(self._listener)
             except (BlockingIOError, InterruptedError):
                 return
             except OSError as exc:

@@ -29,6 +29,8 @@ import socket
 import threading
 import time
 
+from launchpad_py.courier import open_files
+
 _log = logging.getLogger('launchpad_py.courier')
 
 # Bytes read from one side at a time (a side's peer is not read while they wait).
@@ -183,26 +185,27 @@ class Relay:
 
     def _accept(self) -> None:
         while True:
-            try:
-                client, _ = self._door.accept()
-            except (BlockingIOError, InterruptedError):
-                return
-            except OSError as exc:
-                if exc.errno in _NO_ROOM:
-                    self._pause(exc)  # The connection stays queued.
+            with open_files.taking_descriptors():  # Not while gRPC starts on the reserve.
+                try:
+                    client, _ = self._door.accept()
+                except (BlockingIOError, InterruptedError):
                     return
-                continue  # The client left before it was accepted.
-            if len(self._sides) >= 2 * self._max:
-                client.close()
-                continue
-            try:
-                server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-            except OSError as exc:  # No room for the second socket: the client tries again.
-                client.close()
-                if exc.errno in _NO_ROOM:
-                    self._pause(exc)
-                    return
-                raise
+                except OSError as exc:
+                    if exc.errno in _NO_ROOM:
+                        self._pause(exc)  # The connection stays queued.
+                        return
+                    continue  # The client left before it was accepted.
+                if len(self._sides) >= 2 * self._max:
+                    client.close()
+                    continue
+                try:
+                    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+                except OSError as exc:  # No room for the second socket: the client tries again.
+                    client.close()
+                    if exc.errno in _NO_ROOM:
+                        self._pause(exc)
+                        return
+                    raise
             try:
                 server.connect(self._target)
             except OSError as exc:
