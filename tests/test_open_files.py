@@ -78,3 +78,23 @@ def test_a_failed_grpc_start_keeps_the_reserve_for_its_next_try():
     assert held > before + 16
     assert during == before
     assert after == held
+
+
+_FORK_WHILE_GRPC_STARTS = '''
+import os, signal
+from launchpad_py.courier import open_files
+with open_files.starting_grpc():
+    child = os.fork()
+    if child == 0:  # Another thread of the parent held the lock: here it is free.
+        signal.alarm(20)  # Should it not be, this child does not outlive the test.
+        with open_files.taking_descriptors():
+            os._exit(7)
+print(os.waitstatus_to_exitcode(os.waitpid(child, 0)[1]))
+'''
+
+
+def test_a_child_forked_while_grpc_starts_can_take_descriptors():
+    """The lock held while gRPC starts is not inherited held by a forked child."""
+    done = run_script(_FORK_WHILE_GRPC_STARTS, timeout=30)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.split() == ['7']

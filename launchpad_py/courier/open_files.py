@@ -136,3 +136,13 @@ def accept(listener):
     it only once the listener is readable (it holds the start back while it waits)."""
     with _grpc_start:
         return listener.accept()
+
+
+def _after_fork_in_child() -> None:
+    # A child forked while a thread of its parent started gRPC would inherit the lock held,
+    # by a thread it does not have: its listeners would wait for ever.
+    global _grpc_start, _reserve_lock
+    _grpc_start, _reserve_lock = threading.Lock(), threading.Lock()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
