@@ -264,7 +264,14 @@ def test_ray_client_address_runs_the_program(ray_cluster):
                           text=True, timeout=120, cwd=REPO,
                           env={**os.environ, 'PYTHONPATH': os.path.join(REPO, 'tests')})
     assert done.returncode == 0, done.stderr[-3000:]
-    assert done.stdout.strip().startswith('10.250.0.1')
+    printed = _printed_by_the_script(done.stdout)
+    assert len(printed) == 1 and printed[0].startswith('10.250.0.1'), done.stdout
+
+
+def _printed_by_the_script(stdout: str) -> list[str]:
+    """The lines a launching script printed itself: not its nodes' output, nor the
+    launcher's notes on them (such as Ray's slow start), which come as ``[label] ...``."""
+    return [line for line in stdout.splitlines() if not line.startswith('[')]
 
 
 def _only_the_test_cluster_runs_here(address: str) -> None:
@@ -297,7 +304,8 @@ def test_the_cluster_is_found_by_auto_or_by_ray_address(ray_cluster, how):
                           env={**env, 'PYTHONPATH': os.path.join(REPO, 'tests')})
     assert done.returncode == 0, done.stderr[-3000:]
     # The worker hosts are 10.250.0.11-13; a Ray started here instead would place on this host.
-    assert done.stdout.strip() in ('10.250.0.11', '10.250.0.12', '10.250.0.13'), done.stdout
+    assert _printed_by_the_script(done.stdout) in (
+        ['10.250.0.11'], ['10.250.0.12'], ['10.250.0.13']), done.stdout
 
 
 
