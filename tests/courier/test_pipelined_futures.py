@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import threading
+import time
 
 import pytest
 
@@ -186,6 +187,47 @@ def test_a_stuck_reader_is_handed_over_within_ticks():
         assert turn.detours == 0  # ... and its detour is over.
     finally:
         watchdog.stop()
+
+
+def test_a_reader_only_preempted_keeps_its_call_and_one_stuck_loses_it():
+    """A reader whose thread only waits for a CPU (the scheduler's counts: queued, not
+    running) is not replaced however many ticks its call takes; once it sleeps in its call
+    instead, or runs on in it, it is (unit level, the counts made up)."""
+    promoted = threading.Event()
+    state = {'now': 'queued'}
+
+    def scheduled(thread_id):
+        now = time.monotonic_ns()
+        return {'queued': (0, now), 'asleep': (0, 0), 'running': (now, 0)}[state['now']]
+
+    for stuck in ('asleep', 'running'):
+        promoted.clear()
+        state['now'] = 'queued'
+        watchdog = reader_handover.Watchdog(lambda turn, token: promoted.set(),
+                                            'courier-test-watchdog', scheduled)
+        turn = reader_handover.Turn(connection=None)
+        turn.reader, turn.thread_id = object(), threading.get_native_id()
+        watchdog.add(turn)
+        try:
+            watchdog.begin(turn, frame=object())
+            # Fifty ticks and more: a reader judged by ticks alone is replaced after two.
+            assert not promoted.wait(timeout=50 * reader_handover.TICK)
+            state['now'] = stuck
+            assert promoted.wait(timeout=30)
+        finally:
+            watchdog.stop()
+
+
+def test_the_scheduler_counts_of_a_thread_are_read():
+    """``scheduled_ns`` reads a live thread's counts, which grow as it runs; an unknown
+    thread has none."""
+    first = reader_handover.scheduled_ns(threading.get_native_id())
+    started = time.process_time()
+    while time.process_time() - started < 0.02:  # Run for 20 ms of CPU.
+        pass
+    later = reader_handover.scheduled_ns(threading.get_native_id())
+    assert first is not None and later[0] - first[0] >= 10_000_000
+    assert reader_handover.scheduled_ns(2 ** 31 - 1) is None
 
 
 def _thread_cpu_s(native_id: int) -> float:

@@ -108,6 +108,7 @@ class SocketServing:
     def _read_calls(self, turn: reader_handover.Turn, token: object) -> BaseException | None:
         """The reader's loop; returns why it ended, None when it lost the reading role."""
         connection, shard, watchdog = turn.connection, self._own_shard(), self._watchdog
+        turn.thread_id = threading.get_native_id()  # Whose counts tell a stuck call.
         reader = connection.reader
         compiled = reader.loop is not None  # Its reads say whether a next request waits.
         # Until a futures call comes (a promoted reader's connection has had one), this
