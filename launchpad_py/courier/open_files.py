@@ -12,9 +12,10 @@ bare ``[Errno 24]``.
 
 It also keeps a few descriptors aside for starting gRPC's core (``hold_reserve``), which
 aborts the process when it cannot open its own. While gRPC starts on them
-(``starting_grpc``), the accept loops of this process's listeners wait
-(``accept``, ``taking_descriptors``): a flood of strangers at another port would
-otherwise take the freed descriptors first.
+(``starting_grpc``), the listeners that strangers can reach (the raw-TCP gate, the
+gRPC door's relay) take no descriptors (``accept``, ``taking_descriptors``): a flood
+of strangers at the raw-TCP port would otherwise take the freed ones first. The
+Unix-socket listener does not wait: only this user's processes can reach it.
 """
 
 from __future__ import annotations
@@ -111,8 +112,8 @@ def starting_grpc():
     """Frees the reserve for gRPC, which starts inside this block.
 
     The kernel gives the lowest free descriptor to whichever thread asks first, so the
-    listeners of this process take none meanwhile (they wait in ``accept``). If the start
-    fails, the reserve is kept again for the next try."""
+    listeners strangers can reach take none meanwhile (they wait in ``accept`` and
+    ``taking_descriptors``). If the start fails, the reserve is kept again for the next try."""
     with _grpc_start:
         with _reserve_lock:
             while _reserve:
@@ -132,8 +133,8 @@ def taking_descriptors():
 
 
 def accept(listener):
-    """``listener.accept()``, not while gRPC starts on the reserve: blocking listeners call
-    it only once the listener is readable (it holds the start back while it waits)."""
+    """``listener.accept()`` of a non-blocking listener, not while gRPC starts on the
+    reserve (a blocking one would hold the start back for as long as nobody dials)."""
     with _grpc_start:
         return listener.accept()
 

@@ -15,7 +15,6 @@ import atexit
 import concurrent.futures
 import logging
 import os
-import select
 import socket
 import time
 from typing import Callable
@@ -69,17 +68,9 @@ class LocalListener(socket_serving.SocketServing):
 
     def _accept_loop(self) -> None:
         told = False
-        # Accepted only once readable: ``open_files.accept`` holds back a start of gRPC
-        # while it runs, which a blocked accept() would do for as long as nobody dials.
-        readable = select.poll()
-        try:
-            readable.register(self._listener, select.POLLIN)
-        except (ValueError, OSError):
-            return  # Closed already (stopped before the first connection was accepted).
         while True:
-            readable.poll()
             try:
-                sock, _ = open_files.accept(self._listener)
+                sock, _ = self._listener.accept()
             except OSError as exc:
                 if not open_files.is_exhausted(exc):
                     return  # The listener closed (stop).
