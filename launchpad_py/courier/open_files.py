@@ -13,7 +13,7 @@ bare ``[Errno 24]``.
 It also keeps a few descriptors aside for starting gRPC's core (``hold_reserve``), which
 aborts the process when it cannot open its own. While gRPC starts on them
 (``starting_grpc``), the listeners that strangers can reach (the raw-TCP gate, the
-gRPC door's relay) take no descriptors (``accept``, ``taking_descriptors``): a flood
+gRPC door's relay) take no descriptors (``taking_descriptors``): a flood
 of strangers at the raw-TCP port would otherwise take the freed ones first. The
 Unix-socket listener does not wait: only this user's processes can reach it.
 """
@@ -112,7 +112,7 @@ def starting_grpc():
     """Frees the reserve for gRPC, which starts inside this block.
 
     The kernel gives the lowest free descriptor to whichever thread asks first, so the
-    listeners strangers can reach take none meanwhile (they wait in ``accept`` and
+    listeners strangers can reach take none meanwhile (they wait in
     ``taking_descriptors``). If the start fails, the reserve is kept again for the next try."""
     with _grpc_start:
         with _reserve_lock:
@@ -127,16 +127,11 @@ def starting_grpc():
 
 @contextlib.contextmanager
 def taking_descriptors():
-    """Wraps a listener's taking of new descriptors: not while gRPC starts on the reserve."""
+    """Wraps a listener's taking of new descriptors (its ``accept`` of a non-blocking socket:
+    a blocking one would hold the start back for as long as nobody dials): not while gRPC
+    starts on the reserve."""
     with _grpc_start:
         yield
-
-
-def accept(listener):
-    """``listener.accept()`` of a non-blocking listener, not while gRPC starts on the
-    reserve (a blocking one would hold the start back for as long as nobody dials)."""
-    with _grpc_start:
-        return listener.accept()
 
 
 def _after_fork_in_child() -> None:

@@ -184,7 +184,8 @@ class Gate:
     def _accept(self) -> None:
         while True:
             try:
-                sock, peer = open_files.accept(self._listener)
+                with open_files.taking_descriptors():  # Not while gRPC starts on the reserve.
+                    sock, peer = self._listener.accept()
             except (BlockingIOError, InterruptedError):
                 return
             except OSError as exc:
